@@ -1,0 +1,242 @@
+// gmp-loadgen drives HTTP load at a loopback service with vegeta and records every request
+// as `sched_ns,start_ns,end_ns,status` on CLOCK_MONOTONIC, appended as results arrive.
+//
+// Open loop (--mode open): arrivals at --rate per second, Poisson (exponential gaps from a
+// seeded generator) or constant. sched_ns is the arrival time the schedule asked for, so
+// latency measured from it includes time spent waiting behind a stalled service: no
+// coordinated omission. Closed loop (--mode closed): --concurrency clients, each sending
+// its next request when the previous one returns; sched_ns = start_ns.
+//
+// Bounded in both count (--max-requests) and time (--duration).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+	_ "unsafe" // for go:linkname
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// nanotime is the runtime's CLOCK_MONOTONIC read, the clock of the cgroup samples and of
+// the Go execution trace.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
+// clock maps time.Time values (which carry the runtime's monotonic reading) onto
+// CLOCK_MONOTONIC ns exactly: differences of monotonic readings are differences of
+// nanotime.
+type clock struct {
+	t0   time.Time
+	mono int64
+}
+
+func newClock() clock {
+	t := time.Now()
+	m := nanotime()
+	return clock{t0: t, mono: m - time.Since(t).Nanoseconds()}
+}
+
+func (c clock) ns(t time.Time) int64 { return c.mono + t.Sub(c.t0).Nanoseconds() }
+
+// schedule is a pacer with precomputed arrival offsets; offsets[k] is when request k is due.
+type schedule struct {
+	offsets []time.Duration
+	began   time.Time // set at the first Pace call: vegeta's attack start
+	started bool
+}
+
+func (s *schedule) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if !s.started {
+		s.began, s.started = time.Now().Add(-elapsed), true
+	}
+	if hits >= uint64(len(s.offsets)) {
+		return 0, true
+	}
+	if wait := s.offsets[hits] - elapsed; wait > 0 {
+		return wait, false
+	}
+	return 0, false
+}
+
+func (s *schedule) Rate(elapsed time.Duration) float64 { return 0 }
+
+// closedLoop never waits: vegeta then hands a tick to whichever of its fixed workers is free.
+type closedLoop struct{ max uint64 }
+
+func (c closedLoop) Pace(_ time.Duration, hits uint64) (time.Duration, bool) {
+	return 0, hits >= c.max
+}
+func (c closedLoop) Rate(time.Duration) float64 { return math.Inf(1) }
+
+func offsets(arrivals string, rate float64, duration time.Duration, max int, seed uint64) ([]time.Duration, error) {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	var out []time.Duration
+	t := 0.0
+	for len(out) < max {
+		switch arrivals {
+		case "poisson":
+			t += rng.ExpFloat64() / rate
+		case "constant":
+			if len(out) > 0 {
+				t += 1 / rate
+			}
+		default:
+			return nil, fmt.Errorf("unknown --arrivals %q (poisson or constant)", arrivals)
+		}
+		d := time.Duration(t * 1e9)
+		if d >= duration {
+			break
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "gmp-loadgen: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+func main() {
+	target := flag.String("url", "", "URL to GET, e.g. http://127.0.0.1:8080/work?ms=30")
+	mode := flag.String("mode", "open", "open (arrival rate) or closed (fixed clients)")
+	arrivals := flag.String("arrivals", "poisson", "open loop arrivals: poisson or constant")
+	rate := flag.Float64("rate", 10, "open loop: requests per second")
+	conc := flag.Int("concurrency", 4, "closed loop: clients; open loop: initial workers")
+	duration := flag.Duration("duration", 10*time.Second, "stop scheduling after this long (required bound)")
+	maxReq := flag.Int("max-requests", 100_000, "stop after this many requests (required bound)")
+	timeout := flag.Duration("timeout", 10*time.Second, "per-request timeout")
+	seed := flag.Uint64("seed", 1, "seed of the Poisson schedule")
+	out := flag.String("out", "-", "requests CSV, appended (\"-\" = stdout)")
+	summaryPath := flag.String("summary", "", "write a JSON summary to this file")
+	flag.Parse()
+
+	u, err := url.Parse(*target)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		fatalf("--url must be an http:// URL, got %q", *target)
+	}
+	if *duration <= 0 || *duration > time.Hour || *maxReq <= 0 {
+		fatalf("--duration must be in (0, 1h] and --max-requests > 0: load is always bounded")
+	}
+	if *conc < 1 || *conc > 10_000 {
+		fatalf("--concurrency must be in [1, 10000]")
+	}
+
+	var w *os.File
+	if *out == "-" {
+		w = os.Stdout
+	} else if w, err = os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+		fatalf("%v", err)
+	}
+	if st, err := w.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		_, _ = w.WriteString("sched_ns,start_ns,end_ns,status\n")
+	}
+
+	opts := []func(*vegeta.Attacker){vegeta.Timeout(*timeout), vegeta.KeepAlive(true), vegeta.Redirects(0)}
+	var pacer vegeta.Pacer
+	var sched *schedule
+	switch *mode {
+	case "open":
+		if *rate <= 0 || *rate > 100_000 {
+			fatalf("--rate must be in (0, 100000]")
+		}
+		offs, err := offsets(*arrivals, *rate, *duration, *maxReq, *seed)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		sched = &schedule{offsets: offs}
+		pacer = sched
+		opts = append(opts, vegeta.Workers(uint64(*conc)))
+	case "closed":
+		pacer = closedLoop{max: uint64(*maxReq)}
+		opts = append(opts, vegeta.Workers(uint64(*conc)), vegeta.MaxWorkers(uint64(*conc)))
+	default:
+		fatalf("unknown --mode %q (open or closed)", *mode)
+	}
+
+	atk := vegeta.NewAttacker(opts...)
+	clk := newClock()
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: *target})
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() { <-sigs; atk.Stop() }()
+
+	var lat []float64
+	var ok, failed int
+	firstStart, lastEnd := int64(math.MaxInt64), int64(0)
+	row := make([]byte, 0, 128)
+	// vegeta numbers requests in the order workers pick up their ticks, which is the
+	// schedule's order; two arrivals microseconds apart may swap, which moves sched_ns by
+	// those microseconds.
+	for res := range atk.Attack(tr, pacer, *duration, "gmp") {
+		start, end := clk.ns(res.Timestamp), clk.ns(res.End())
+		sch := start
+		if sched != nil && res.Seq < uint64(len(sched.offsets)) {
+			sch = clk.ns(sched.began.Add(sched.offsets[res.Seq]))
+		}
+		status := int(res.Code)
+		row = strconv.AppendInt(row[:0], sch, 10)
+		row = append(row, ',')
+		row = strconv.AppendInt(row, start, 10)
+		row = append(row, ',')
+		row = strconv.AppendInt(row, end, 10)
+		row = append(row, ',')
+		row = strconv.AppendInt(row, int64(status), 10)
+		row = append(row, '\n')
+		if _, err := w.Write(row); err != nil {
+			fatalf("write: %v", err)
+		}
+		if status >= 200 && status < 300 {
+			ok++
+			lat = append(lat, float64(end-sch)/1e6)
+		} else {
+			failed++
+		}
+		firstStart, lastEnd = min(firstStart, start), max(lastEnd, end)
+	}
+
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		if len(lat) == 0 {
+			return math.NaN()
+		}
+		return lat[int(p*float64(len(lat)-1))]
+	}
+	// JSON has no NaN: an empty run reports null latencies.
+	qj := func(p float64) any {
+		if len(lat) == 0 {
+			return nil
+		}
+		return q(p)
+	}
+	span := float64(lastEnd-firstStart) / 1e9
+	sum := map[string]any{
+		"mode": *mode, "arrivals": *arrivals, "rate": *rate, "concurrency": *conc,
+		"duration_s": duration.Seconds(), "max_requests": *maxReq, "seed": *seed,
+		"requests": ok + failed, "ok": ok, "errors": failed,
+		"latency_p50_ms": qj(0.50), "latency_p99_ms": qj(0.99), "latency_max_ms": qj(1),
+		"generator": "vegeta v12 (library)",
+	}
+	if span > 0 {
+		sum["throughput_rps"] = float64(ok) / span
+	}
+	fmt.Fprintf(os.Stderr, "gmp-loadgen: %d requests (%d ok, %d errors) in %.2fs; latency p50 %.1fms p99 %.1fms\n",
+		ok+failed, ok, failed, span, q(0.5), q(0.99))
+	if *summaryPath != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		_ = os.WriteFile(*summaryPath, append(b, '\n'), 0o644)
+	}
+}

@@ -1,0 +1,320 @@
+// gmp-sampler reads the CFS bandwidth counters of one or more cgroups at a fixed interval
+// and appends them, one CSV row per read, to a file or stdout.
+//
+// Each row: t_ns (CLOCK_MONOTONIC midpoint of the read), read_ns (its duration), usage_us,
+// nr_periods, nr_throttled, throttled_us, nr_bursts, burst_us [, cgroup]. Units are
+// normalised to µs whatever the cgroup version (v1 reports ns). Rows are written with
+// write(2) at least every --flush interval and the file only ever grows, so a sampler
+// killed at any moment leaves a readable file holding all but the last few rows.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// nanotime is the runtime's vDSO CLOCK_MONOTONIC read: the clock the Go execution trace
+// uses (ticks = nanotime/64), without a syscall per read.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// latencyHist keeps wake-up lateness at 1 µs resolution without allocating in the loop.
+type latencyHist struct {
+	buckets [200001]uint32 // 0 .. 200 ms in µs; the last bucket holds everything beyond
+	n       uint64
+	max     int64
+}
+
+func (h *latencyHist) add(ns int64) {
+	if ns < 0 {
+		ns = 0
+	}
+	us := ns / 1000
+	if us >= int64(len(h.buckets)-1) {
+		us = int64(len(h.buckets) - 1)
+	}
+	h.buckets[us]++
+	h.n++
+	if ns > h.max {
+		h.max = ns
+	}
+}
+
+// quantile returns the upper edge (ns) of the bucket holding quantile q.
+func (h *latencyHist) quantile(q float64) int64 {
+	if h.n == 0 {
+		return 0
+	}
+	want := uint64(q*float64(h.n-1)) + 1
+	var acc uint64
+	for i, c := range h.buckets {
+		acc += uint64(c)
+		if acc >= want {
+			return int64(i+1) * 1000
+		}
+	}
+	return h.max
+}
+
+type summary struct {
+	Cgroups        []map[string]any `json:"cgroups"`
+	IntervalNs     int64            `json:"interval_ns"`
+	Policy         string           `json:"policy"`
+	PolicyError    string           `json:"policy_error,omitempty"`
+	MonoStartNs    int64            `json:"mono_start_ns"`
+	MonoEndNs      int64            `json:"mono_end_ns"`
+	Ticks          uint64           `json:"ticks"`
+	Rows           uint64           `json:"rows"`
+	Missed         uint64           `json:"missed_ticks"`
+	ReadErrors     uint64           `json:"read_errors"`
+	LateP50Ns      int64            `json:"lateness_p50_ns"`
+	LateP99Ns      int64            `json:"lateness_p99_ns"`
+	LateMaxNs      int64            `json:"lateness_max_ns"`
+	ReadP50Ns      int64            `json:"read_p50_ns"`
+	ReadP99Ns      int64            `json:"read_p99_ns"`
+	CPUPctOfCore   float64          `json:"cpu_pct_of_one_core"`
+	StopReason     string           `json:"stop_reason"`
+	SamplerVersion string           `json:"sampler_go_version"`
+}
+
+// sleepUntil sleeps to an absolute CLOCK_MONOTONIC deadline. It is a raw syscall on
+// purpose: through the ordinary syscall path the runtime hands this thread's P to another
+// thread during every 1 ms sleep and takes one back after, which doubled the sampler's CPU
+// cost. The thread holds no locks the rest of the program needs while it sleeps.
+func sleepUntil(deadline int64) {
+	ts := unix.NsecToTimespec(deadline)
+	for {
+		_, _, errno := unix.RawSyscall6(unix.SYS_CLOCK_NANOSLEEP, unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME,
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		if errno != unix.EINTR {
+			return
+		}
+	}
+}
+
+func cpuTimeNs() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "gmp-sampler: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+func main() {
+	var cgroups multiFlag
+	root := flag.String("root", "/sys/fs/cgroup", "cgroup mount root (v1: holds cpu/ and cpuacct/; v2: the unified mount)")
+	flag.Var(&cgroups, "cgroup", "cgroup to sample as [NAME=]PATH relative to the root (repeatable; several add a `cgroup` column)")
+	interval := flag.Duration("interval", 997*time.Microsecond,
+		"sampling interval; one that does not divide the 100 ms CFS period sweeps the period boundary and pins its phase")
+	duration := flag.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	out := flag.String("out", "-", "CSV output file, appended to (\"-\" = stdout)")
+	fifo := flag.Bool("fifo", false, "run the sampling thread under SCHED_FIFO (needs root and the root cpu cgroup when RT group scheduling is on)")
+	fifoPrio := flag.Int("fifo-prio", 10, "SCHED_FIFO priority")
+	summaryPath := flag.String("summary", "", "write a JSON summary of the run to this file")
+	flushEvery := flag.Duration("flush", 10*time.Millisecond,
+		"write buffered rows at least this often (0: one write per row); a killed sampler loses at most this much")
+	flag.Parse()
+
+	if len(cgroups) == 0 {
+		fatalf("no --cgroup given; example: --cgroup kubepods/burstable/pod<UID>/<containerID>")
+	}
+	if *interval < 10*time.Microsecond {
+		fatalf("--interval %v is too small (minimum 10µs)", *interval)
+	}
+	targets := make([]*target, 0, len(cgroups))
+	for _, spec := range cgroups {
+		t, err := resolveTarget(*root, spec)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := checkOutside(t); err != nil {
+			fatalf("%v", err)
+		}
+		if err := t.open(); err != nil {
+			fatalf("cgroup %q: %v", spec, err)
+		}
+		targets = append(targets, t)
+	}
+
+	var w *os.File
+	if *out == "-" {
+		w = os.Stdout
+	} else {
+		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			fatalf("cannot open output: %v", err)
+		}
+		w = f
+		defer f.Close()
+	}
+	multi := len(targets) > 1
+	// A header only for a new file: appending to an existing file continues its rows.
+	if st, err := w.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		hdr := "t_ns,read_ns,usage_us,nr_periods,nr_throttled,throttled_us,nr_bursts,burst_us"
+		if multi {
+			hdr += ",cgroup"
+		}
+		if _, err := w.WriteString(hdr + "\n"); err != nil {
+			fatalf("write: %v", err)
+		}
+	}
+
+	var stop atomic.Int32
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+	go func() {
+		s := <-sigs
+		stop.Store(int32(s.(syscall.Signal)))
+	}()
+
+	sum := summary{IntervalNs: interval.Nanoseconds(), Policy: "SCHED_OTHER", SamplerVersion: runtime.Version()}
+	for _, t := range targets {
+		c := map[string]any{"name": t.name, "path": t.rel, "version": t.version, "cpu_stat": t.statPath}
+		if t.usePath != "" {
+			c["cpuacct_usage"] = t.usePath
+		}
+		sum.Cgroups = append(sum.Cgroups, c)
+	}
+
+	// The sampling loop runs on one locked OS thread; the policy and timer slack are
+	// per-thread attributes, so they must be set on that very thread.
+	runtime.LockOSThread()
+	if *fifo {
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: uint32(*fifoPrio)}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			// EPERM here usually means RT group scheduling gives our cgroup no RT budget.
+			sum.PolicyError = fmt.Sprintf("SCHED_FIFO refused (%v): stayed SCHED_OTHER; run as root from the root cpu cgroup", err)
+			fmt.Fprintln(os.Stderr, "gmp-sampler: "+sum.PolicyError)
+		} else {
+			sum.Policy = "SCHED_FIFO:" + strconv.Itoa(*fifoPrio)
+		}
+	}
+	// Default timer slack is 50 µs; 1 ns lets clock_nanosleep wake at the deadline.
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	// The loop allocates nothing; without GC no stop-the-world can delay a read.
+	debug.SetGCPercent(-1)
+
+	var lat, readDur latencyHist
+	buf := make([]byte, 4096)
+	ubuf := make([]byte, 64)
+	pending := make([]byte, 0, 1<<16)
+	iv := interval.Nanoseconds()
+	flushNs := flushEvery.Nanoseconds()
+	var lastFlush int64
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		_, err := w.Write(pending)
+		pending = pending[:0]
+		return err
+	}
+
+	cpu0 := cpuTimeNs()
+	start := nanotime()
+	sum.MonoStartNs = start
+	var endAt int64 = 1<<63 - 1
+	if *duration > 0 {
+		endAt = start + duration.Nanoseconds()
+	}
+	k := int64(0)
+	sum.StopReason = "duration"
+loop:
+	for {
+		deadline := start + k*iv
+		if deadline >= endAt {
+			break
+		}
+		sleepUntil(deadline)
+		if s := stop.Load(); s != 0 {
+			sum.StopReason = syscall.Signal(s).String()
+			break
+		}
+		now := nanotime()
+		lat.add(now - deadline)
+		sum.Ticks++
+		for _, t := range targets {
+			t0 := nanotime()
+			n, err1 := t.stat.ReadAt(buf, 0)
+			var un int
+			var err2 error
+			if t.usage != nil {
+				un, err2 = t.usage.ReadAt(ubuf, 0)
+			}
+			t1 := nanotime()
+			if (err1 != nil && n == 0) || (err2 != nil && un == 0) {
+				// The cgroup vanished (container restart, pod deleted): stop cleanly so
+				// what was written stays a valid file.
+				sum.ReadErrors++
+				sum.StopReason = "cgroup gone: " + t.statPath
+				break loop
+			}
+			readDur.add(t1 - t0)
+			pending = appendRow(pending, t, (t0+t1)/2, t1-t0, buf[:n], ubuf[:un], multi)
+			sum.Rows++
+		}
+		if t := nanotime(); t-lastFlush >= flushNs || len(pending) > cap(pending)-4096 {
+			lastFlush = t
+			if err := flush(); err != nil {
+				sum.StopReason = "write failed: " + err.Error()
+				break
+			}
+		}
+		// Keep the grid start + k·interval; if we overslept past later deadlines, skip them.
+		k++
+		if next := nanotime(); next > start+k*iv {
+			behind := (next - (start + k*iv)) / iv
+			sum.Missed += uint64(behind)
+			k += behind
+		}
+	}
+	if err := flush(); err != nil {
+		sum.StopReason = "write failed: " + err.Error()
+	}
+	end := nanotime()
+	sum.MonoEndNs = end
+	sum.LateP50Ns, sum.LateP99Ns, sum.LateMaxNs = lat.quantile(0.50), lat.quantile(0.99), lat.max
+	sum.ReadP50Ns, sum.ReadP99Ns = readDur.quantile(0.50), readDur.quantile(0.99)
+	if end > start {
+		sum.CPUPctOfCore = 100 * float64(cpuTimeNs()-cpu0) / float64(end-start)
+	}
+	fmt.Fprintf(os.Stderr,
+		"gmp-sampler: %d rows in %.2fs at %v, %s; wake-up lateness p50 %.0fµs p99 %.0fµs max %.0fµs; "+
+			"missed ticks %d; own CPU %.2f%% of one core; stop: %s\n",
+		sum.Rows, float64(end-start)/1e9, *interval, sum.Policy,
+		float64(sum.LateP50Ns)/1e3, float64(sum.LateP99Ns)/1e3, float64(sum.LateMaxNs)/1e3,
+		sum.Missed, sum.CPUPctOfCore, sum.StopReason)
+	if *summaryPath != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.WriteFile(*summaryPath, append(b, '\n'), 0o644); err != nil {
+			fatalf("summary: %v", err)
+		}
+	}
+	if sum.ReadErrors > 0 {
+		os.Exit(3)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import "testing"
+
+func TestAppendRow(t *testing.T) {
+	cases := []struct {
+		name    string
+		version int
+		stat    string
+		usage   string
+		want    string
+	}{
+		{
+			// v1: throttled_time and burst_time in ns, usage from cpuacct.usage in ns.
+			name: "v1", version: 1,
+			stat:  "nr_periods 12\nnr_throttled 5\nthrottled_time 145000123\nnr_bursts 0\nburst_time 0\n",
+			usage: "2500000789\n",
+			want:  "100,7,2500000.789,12,5,145000.123,0,0.000\n",
+		},
+		{
+			// v2: µs already; unknown keys (cpu.stat of 6.x) are skipped.
+			name: "v2", version: 2,
+			stat: "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\ncore_sched.force_idle_usec 0\n" +
+				"nr_periods 12\nnr_throttled 5\nthrottled_usec 145000\nnr_bursts 1\nburst_usec 300\n",
+			want: "100,7,2500000,12,5,145000,1,300\n",
+		},
+		{
+			// v1 without burst keys (kernels before 5.16).
+			name: "v1-old", version: 1,
+			stat:  "nr_periods 1\nnr_throttled 0\nthrottled_time 0\n",
+			usage: "999\n",
+			want:  "100,7,0.999,1,0,0.000,0,0.000\n",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := string(appendRow(nil, &target{version: c.version}, 100, 7, []byte(c.stat), []byte(c.usage), false))
+			if got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestLatencyQuantile(t *testing.T) {
+	var h latencyHist
+	for i := 0; i < 99; i++ {
+		h.add(10_500) // 10.5 µs -> bucket 10
+	}
+	h.add(5_000_000)
+	if got := h.quantile(0.5); got != 11_000 {
+		t.Fatalf("p50 %d", got)
+	}
+	if got := h.quantile(0.99); got != 11_000 {
+		t.Fatalf("p99 %d", got)
+	}
+	if h.max != 5_000_000 {
+		t.Fatalf("max %d", h.max)
+	}
+}
