@@ -18,6 +18,8 @@ type target struct {
 	dir      string // the cgroup directory holding cpu.stat (cpu hierarchy on v1)
 	stat     *os.File
 	usage    *os.File
+	statFd   int
+	useFd    int
 }
 
 func exists(p string) bool {
@@ -80,10 +82,12 @@ func (t *target) open() error {
 	if t.stat, err = os.Open(t.statPath); err != nil {
 		return err
 	}
+	t.statFd = int(t.stat.Fd())
 	if t.usePath != "" {
 		if t.usage, err = os.Open(t.usePath); err != nil {
 			return err
 		}
+		t.useFd = int(t.usage.Fd())
 	}
 	return nil
 }

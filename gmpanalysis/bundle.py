@@ -1,0 +1,307 @@
+"""The run bundle on disk: read, validate, and write its metadata.
+
+A bundle is a directory (see DESIGN §4): ``meta.json``, ``cpu_stat.csv``, optionally
+``trace.out`` (raw Go execution trace) and ``requests.csv`` (lab runs). Collectors append
+raw rows as they go, so a killed collector leaves a last line without its newline: readers
+drop that one line and say so. Anything else malformed is a :class:`BundleError` naming the
+file, the line and what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import BundleError
+
+SCHEMA = 1
+
+CPU_STAT_COLUMNS: dict[str, Any] = {
+    "t_ns": np.int64,  # CLOCK_MONOTONIC midpoint of the read
+    "read_ns": np.int64,  # how long the read took
+    "usage_us": np.float64,  # cumulative CPU time of the cgroup
+    "nr_periods": np.int64,  # periods in which the bandwidth timer ran
+    "nr_throttled": np.int64,  # periods that ended throttled
+    "throttled_us": np.float64,  # cumulative throttled time, summed over CPUs
+    "nr_bursts": np.int64,
+    "burst_us": np.float64,
+}
+REQUEST_COLUMNS: dict[str, Any] = {
+    "sched_ns": np.int64,  # when the load schedule wanted the request sent
+    "start_ns": np.int64,  # when it was sent
+    "end_ns": np.int64,  # when the response was complete
+    "status": np.int64,  # HTTP status; 0 = transport error or timeout
+}
+
+
+class TruncatedLineWarning(UserWarning):
+    """A CSV's last line had no newline (its writer stopped mid-line) and was dropped."""
+
+
+@dataclasses.dataclass
+class Run:
+    """One run bundle, loaded.
+
+    ``samples`` is the cpu.stat table (:func:`read_cpu_stat`), ``requests`` the per-request
+    table or None, ``trace`` the path of the raw Go execution trace or None. ``notes`` lists
+    what the reader tolerated (a dropped partial line, an unfinished collection).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    samples: pd.DataFrame
+    trace: Path | None
+    requests: pd.DataFrame | None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name") or self.path.name)
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return (
+            f"Run({self.name!r}, gomaxprocs={m.get('gomaxprocs_effective', m.get('gomaxprocs_env'))}, "
+            f"quota_us={m.get('quota_us')}/{m.get('period_us')}, samples={len(self.samples)}, "
+            f"requests={None if self.requests is None else len(self.requests)}, "
+            f"trace={'yes' if self.trace else 'no'})"
+        )
+
+
+def _parse_csv(
+    data: bytes, source: str, columns: dict[str, Any], optional: dict[str, Any] | None = None
+) -> tuple[pd.DataFrame, bool]:
+    """Parse a house CSV from bytes. Returns (frame, last_line_was_dropped)."""
+    truncated = False
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n")
+        data = data[: cut + 1] if cut >= 0 else b""
+        truncated = True
+    if not data:
+        raise BundleError(
+            f"{source}: empty, not even a header line; the collector wrote nothing. "
+            "Re-run the collection (did the sampler start? see its stderr)."
+        )
+    header_end = data.find(b"\n")
+    header = data[:header_end].decode("utf-8", "replace").strip().split(",")
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise BundleError(
+            f"{source} line 1: missing column(s) {', '.join(missing)}; header is {','.join(header)!r}. "
+            f"Expected {','.join(columns)} (was it written by the gmp collectors?)"
+        )
+    dtypes = {c: t for c, t in columns.items()}
+    for c, t in (optional or {}).items():
+        if c in header:
+            dtypes[c] = t
+    try:
+        df = pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
+    except (ValueError, pd.errors.ParserError) as e:
+        line = _first_bad_line(data, len(header), [header.index(c) for c in columns])
+        where = f"line {line}" if line else "somewhere"
+        raise BundleError(
+            f"{source} {where}: malformed row ({e}); every row needs {len(header)} fields and "
+            f"integers/numbers in {','.join(columns)}. Remove or fix that line."
+        ) from None
+    bad = df[list(columns)].isna().any(axis=1).to_numpy()
+    if bad.any():
+        line = int(np.flatnonzero(bad)[0]) + 2
+        raise BundleError(f"{source} line {line}: empty field(s) in a required column; fix or remove that line.")
+    return df, truncated
+
+
+def _first_bad_line(data: bytes, nfields: int, numeric: list[int]) -> int | None:
+    """Find the first malformed line (only on the error path, so a loop is fine)."""
+    for i, raw in enumerate(data.split(b"\n")[1:], 2):
+        if not raw:
+            continue
+        f = raw.split(b",")
+        if len(f) != nfields:
+            return i
+        for j in numeric:
+            try:
+                float(f[j])
+            except ValueError:
+                return i
+    return None
+
+
+def _check_sorted(df: pd.DataFrame, col: str, source: str, by: str | None = None) -> None:
+    groups = [df] if by is None or by not in df else [g for _, g in df.groupby(by, sort=False)]
+    for g in groups:
+        t = g[col].to_numpy()
+        back = np.flatnonzero(np.diff(t) < 0)
+        if back.size:
+            line = int(g.index[back[0] + 1]) + 2
+            raise BundleError(
+                f"{source} line {line}: {col} goes backwards ({t[back[0]]} -> {t[back[0] + 1]}); "
+                "rows must be in time order (were two files concatenated?)"
+            )
+
+
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: is a directory, expected a CSV file") from None
+
+
+def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame:
+    """Parse cpu_stat.csv bytes; see :func:`read_cpu_stat`."""
+    df, truncated = _parse_csv(data, source, CPU_STAT_COLUMNS, {"cgroup": str})
+    _check_sorted(df, "t_ns", source, by="cgroup")
+    df.attrs["source"] = source
+    df.attrs["truncated_last_line"] = truncated
+    if truncated:
+        warnings.warn(
+            f"{source}: last line was incomplete (writer stopped mid-line) and was dropped; "
+            f"{len(df)} complete rows kept",
+            TruncatedLineWarning,
+            stacklevel=3,
+        )
+    return df
+
+
+def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a ``cpu_stat.csv`` written by gmp-sampler.
+
+    Columns (one row per read; counters are cumulative since the cgroup was created):
+    ``t_ns`` int64 CLOCK_MONOTONIC ns, midpoint of the read; ``read_ns`` int64 ns, duration
+    of the read; ``usage_us`` float64 µs of CPU used; ``nr_periods`` int64 periods with the
+    bandwidth timer running; ``nr_throttled`` int64 periods that ended throttled;
+    ``throttled_us`` float64 µs throttled, SUMMED over CPUs (not wall time); ``nr_bursts``
+    int64; ``burst_us`` float64 µs; optional ``cgroup`` str when several were sampled.
+
+    A last line without its newline is dropped with a :class:`TruncatedLineWarning` and
+    ``df.attrs["truncated_last_line"] = True``; other malformed lines raise
+    :class:`BundleError`.
+    """
+    return parse_cpu_stat(_read_bytes(path), source=str(path))
+
+
+def parse_requests(data: bytes, *, source: str = "requests.csv") -> pd.DataFrame:
+    """Parse requests.csv bytes; see :func:`read_requests`."""
+    df, truncated = _parse_csv(data, source, REQUEST_COLUMNS)
+    df.attrs["source"] = source
+    df.attrs["truncated_last_line"] = truncated
+    if truncated:
+        warnings.warn(
+            f"{source}: last line was incomplete and was dropped; {len(df)} complete rows kept",
+            TruncatedLineWarning,
+            stacklevel=3,
+        )
+    return df
+
+
+def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a lab ``requests.csv``.
+
+    Columns (one row per request, in completion order): ``sched_ns`` int64 CLOCK_MONOTONIC
+    ns the load schedule asked for the request (open loop; = start_ns in closed loop);
+    ``start_ns`` int64 ns sent; ``end_ns`` int64 ns response complete; ``status`` int64
+    HTTP status, 0 for a transport error or timeout.
+    """
+    return parse_requests(_read_bytes(path), source=str(path))
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a bundle's ``meta.json``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise BundleError(f"{p}: missing; every bundle needs meta.json (is this a bundle directory?)") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{p} line {e.lineno} column {e.colno}: invalid JSON ({e.msg})") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"{p}: expected a JSON object at the top level")
+    schema = meta.get("schema")
+    if schema != SCHEMA:
+        raise BundleError(f"{p}: schema {schema!r} is not supported (this gmpanalysis reads schema {SCHEMA}); upgrade")
+    for key in ("source", "period_us", "quota_us", "cgroup_version"):
+        if key not in meta:
+            raise BundleError(f"{p}: missing key {key!r}; the collector that wrote it is incomplete or too old")
+    if not isinstance(meta["period_us"], int) or not 1000 <= meta["period_us"] <= 1_000_000:
+        raise BundleError(f"{p}: period_us {meta['period_us']!r} is outside the kernel's range 1000..1000000")
+    if meta["quota_us"] is not None and (not isinstance(meta["quota_us"], int) or meta["quota_us"] <= 0):
+        raise BundleError(f"{p}: quota_us must be a positive integer or null (no limit), got {meta['quota_us']!r}")
+    if meta["cgroup_version"] not in (1, 2):
+        raise BundleError(f"{p}: cgroup_version must be 1 or 2, got {meta['cgroup_version']!r}")
+    return meta
+
+
+def load_run(path: str | os.PathLike[str]) -> Run:
+    """Load and validate a run bundle directory.
+
+    Raises :class:`BundleError` for a missing or inconsistent piece; tolerates (and lists in
+    ``run.notes``) a truncated last CSV line and a collection that did not finish.
+    """
+    d = Path(path)
+    if not d.is_dir():
+        raise BundleError(f"{d}: not a directory; a run bundle is a directory holding meta.json and cpu_stat.csv")
+    meta = read_meta(d / "meta.json")
+    notes: list[str] = []
+    if meta.get("complete") is False:
+        notes.append("collection did not finish (meta.json says complete=false): data ends where the collector stopped")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncatedLineWarning)
+        if not (d / "cpu_stat.csv").exists():
+            raise BundleError(f"{d / 'cpu_stat.csv'}: missing; a bundle without samples cannot be analysed")
+        samples = read_cpu_stat(d / "cpu_stat.csv")
+        requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
+    for w in caught:
+        if issubclass(w.category, TruncatedLineWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    if samples.empty:
+        raise BundleError(f"{d / 'cpu_stat.csv'}: header only, no samples; the sampler stopped before its first read")
+    start, end = meta.get("mono_start_ns"), meta.get("mono_end_ns")
+    t = samples["t_ns"].to_numpy()
+    slack = 5_000_000_000
+    if isinstance(start, int) and t[0] < start - slack:
+        raise BundleError(
+            f"{d / 'cpu_stat.csv'} line 2: t_ns {t[0]} is {(start - t[0]) / 1e9:.1f}s before meta.json "
+            f"mono_start_ns {start}; samples and meta come from different runs or clocks"
+        )
+    if isinstance(end, int) and t[-1] > end + slack:
+        raise BundleError(
+            f"{d / 'cpu_stat.csv'} line {len(t) + 1}: t_ns {t[-1]} is after meta.json mono_end_ns {end}; "
+            "samples and meta come from different runs or clocks"
+        )
+    if requests is not None and len(requests):
+        bad = requests["end_ns"].to_numpy() < requests["start_ns"].to_numpy()
+        if bad.any():
+            line = int(np.flatnonzero(bad)[0]) + 2
+            raise BundleError(f"{d / 'requests.csv'} line {line}: end_ns before start_ns; the file is corrupt")
+
+    trace = d / "trace.out"
+    if trace.exists() and trace.stat().st_size == 0:
+        notes.append("trace.out is empty: the trace capture produced no bytes")
+        trace = None
+    elif not trace.exists():
+        trace = None
+    return Run(path=d, meta=meta, samples=samples, trace=trace, requests=requests, notes=notes)
+
+
+def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """Write meta.json atomically (write a temporary file, then rename over the old one),
+    so a crash leaves either the previous or the new metadata, never half of it."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, p)

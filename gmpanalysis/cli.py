@@ -1,0 +1,166 @@
+"""The ``gmpanalysis`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from .errors import GmpError
+
+
+def _default_bundles() -> list[Path]:
+    """The shipped fixture bundles of a source checkout."""
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    return sorted(p for p in root.iterdir() if (p / "meta.json").exists()) if root.is_dir() else []
+
+
+def _progress(msg: str) -> None:
+    if msg.startswith("\r"):
+        if sys.stderr.isatty():
+            print(msg, end="", file=sys.stderr, flush=True)
+        return
+    if msg:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _lab_config(a: argparse.Namespace):  # -> LabConfig
+    from .lab import LabConfig, parse_cpu_limit
+
+    g = None if a.gomaxprocs in (None, "unset") else int(a.gomaxprocs)
+    return LabConfig(
+        name=a.name,
+        cpu_limit=parse_cpu_limit(a.cpu_limit),
+        period_us=a.period_us,
+        burst_us=a.burst_us,
+        gomaxprocs=g,
+        workload=a.workload,
+        work_ms=a.work_ms,
+        alloc_kb=a.alloc_kb,
+        live_mb=a.live_mb,
+        mode=a.mode,
+        arrivals=a.arrivals,
+        rate=a.rate,
+        concurrency=a.concurrency,
+        duration_s=a.duration,
+        max_requests=a.max_requests,
+        seed=a.seed,
+        trace_start_s=a.trace_start,
+        trace_s=a.trace_seconds,
+        sample_interval_us=a.interval_us,
+        sampler_fifo=not a.no_fifo,
+        cgroup_root=a.cgroup_root,
+        cgroup_parent=a.cgroup_parent,
+    )
+
+
+def _add_lab_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default="lab", help="bundle name (default: lab)")
+    p.add_argument("--cpu-limit", default="500m", help="CPU limit: 500m, 0.5, 2 or none (default: 500m)")
+    p.add_argument("--period-us", type=int, default=100_000, help="CFS period in µs (default: 100000)")
+    p.add_argument("--burst-us", type=int, default=0, help="CFS burst in µs (default: 0)")
+    p.add_argument(
+        "--workload",
+        choices=["cpu", "alloc"],
+        default="cpu",
+        help="cpu: pure compute per request; alloc: compute + garbage + a live heap",
+    )
+    p.add_argument("--work-ms", type=float, default=30.0, help="CPU per request in ms (default: 30)")
+    p.add_argument("--alloc-kb", type=int, default=4096, help="garbage per request for --workload alloc (KiB)")
+    p.add_argument("--live-mb", type=int, default=64, help="live heap for --workload alloc (MiB)")
+    p.add_argument("--mode", choices=["open", "closed"], default="open", help="load loop (default: open)")
+    p.add_argument("--arrivals", choices=["poisson", "constant"], default="poisson", help="open-loop arrivals")
+    p.add_argument("--rate", type=float, default=None, help="open-loop req/s (default: 80%% of the quota's capacity)")
+    p.add_argument("--concurrency", type=int, default=4, help="closed-loop clients (default: 4)")
+    p.add_argument("--duration", type=float, default=6.0, help="load duration in s (default: 6)")
+    p.add_argument("--max-requests", type=int, default=100_000, help="load bound in requests")
+    p.add_argument("--seed", type=int, default=1, help="arrival schedule seed")
+    p.add_argument("--trace-start", type=float, default=1.0, help="trace window start after load start, s")
+    p.add_argument("--trace-seconds", type=float, default=4.0, help="trace window length, s (0: none)")
+    p.add_argument("--interval-us", type=int, default=997, help="sampling interval in µs (default: 997)")
+    p.add_argument("--no-fifo", action="store_true", help="sampler under SCHED_OTHER instead of SCHED_FIFO")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup mount")
+    p.add_argument("--cgroup-parent", default="", help="parent cgroup for the lab's cgroup (v2: delegated subtree)")
+
+
+def cmd_lab_run(a: argparse.Namespace) -> int:
+    from .lab import run_lab
+
+    cfg = _lab_config(a)
+    out = Path(a.out or f"runs/{cfg.name}")
+    run_lab(cfg, out, progress=_progress)
+    print(out)
+    return 0
+
+
+def cmd_lab_sweep(a: argparse.Namespace) -> int:
+    from .lab import sweep
+
+    values = [None if v == "unset" else int(v) for v in a.gomaxprocs_values.split(",")]
+    for p in sweep(_lab_config(a), values, a.out, progress=_progress):
+        print(p)
+    return 0
+
+
+def cmd_summary(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .bundle import load_run
+    from .summary import df_run_totals
+
+    paths = [Path(p) for p in a.bundles] or _default_bundles()
+    if not paths:
+        print("no bundles given and no shipped fixtures found; pass bundle directories", file=sys.stderr)
+        return 2
+    runs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in paths:
+            run = load_run(p)
+            for n in run.notes:
+                print(f"{p}: note: {n}", file=sys.stderr)
+            runs.append(run)
+    df = df_run_totals(runs)
+    with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.1f}".format):
+        print(df.set_index("name").T.to_string())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    sp = sub.add_parser("summary", help="whole-run totals of bundles (default: the shipped fixtures)")
+    sp.add_argument("bundles", nargs="*", help="bundle directories")
+    sp.set_defaults(func=cmd_summary)
+
+    lab = sub.add_parser("lab", help="experiments under real cgroup quotas (root)")
+    labsub = lab.add_subparsers(dest="labcmd", required=True)
+    lr = labsub.add_parser("run", help="one run -> one bundle")
+    _add_lab_args(lr)
+    lr.add_argument("--gomaxprocs", default=None, help="GOMAXPROCS env of the app, or 'unset' (default: unset)")
+    lr.add_argument("-o", "--out", default=None, help="bundle directory (default: runs/NAME)")
+    lr.set_defaults(func=cmd_lab_run)
+    ls = labsub.add_parser("sweep", help="the same run at several GOMAXPROCS values")
+    _add_lab_args(ls)
+    ls.add_argument("--gomaxprocs-values", default="1,2,8", help="comma list, 'unset' allowed (default: 1,2,8)")
+    ls.add_argument("-o", "--out", default="runs", help="directory for the bundles (default: runs)")
+    ls.set_defaults(func=cmd_lab_sweep)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return a.func(a)
+    except GmpError as e:
+        print(f"gmpanalysis: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gmpanalysis: interrupted; processes stopped and cgroups removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

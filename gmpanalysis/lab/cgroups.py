@@ -1,0 +1,158 @@
+"""Create, configure and remove the lab's own cgroups (v1 and v2).
+
+Only cgroups this module created are touched; their names start with ``gmp-lab-``.
+``root`` is the cgroup mount (``/sys/fs/cgroup``); tests point it at a fixture tree that
+mirrors a real one, which is how the v2 paths are exercised on hosts whose cpu controller
+is bound to v1.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+from ..cgroup import CpuLimits, detect_version, read_cpu_limits_v1, read_cpu_limits_v2, v1_dirs
+from ..errors import LabError
+
+PREFIX = "gmp-lab-"
+
+
+class LabCgroup:
+    """A cgroup with a CFS bandwidth limit, for one lab run.
+
+    ``rel`` is its path relative to the mount root (what gmp-sampler's --cgroup takes);
+    ``procs_files`` are the cgroup.procs files a process must be written into to join it
+    (v1: one per hierarchy, cpu and cpuacct; v2: one).
+    """
+
+    def __init__(self, name: str, *, root: str | Path = "/sys/fs/cgroup", parent: str = "") -> None:
+        if not name.startswith(PREFIX) or "/" in name:
+            raise ValueError(f"lab cgroup names start with {PREFIX!r} and have no '/', got {name!r}")
+        self.root = Path(root)
+        self.version = detect_version(self.root)
+        if self.version is None:
+            raise LabError(
+                f"{self.root}: no cgroup cpu controller found (neither a v1 cpu hierarchy nor a v2 "
+                "mount listing 'cpu' in cgroup.controllers); the lab needs CFS bandwidth control"
+            )
+        self.rel = f"{parent.strip('/')}/{name}".strip("/")
+        if self.version == 1:
+            cpu, acct = v1_dirs(self.root, self.rel)
+            self.dirs = [cpu] if cpu == acct else [cpu, acct]
+        else:
+            self.dirs = [self.root / self.rel]
+        self.created: list[Path] = []
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    @property
+    def paths(self) -> list[str]:
+        return [str(d) for d in self.dirs]
+
+    def create(self, *, quota_us: int | None, period_us: int = 100_000, burst_us: int = 0) -> None:
+        """Make the directories and set the limit; raises LabError naming what is needed."""
+        if self.version == 2:
+            self._enable_cpu_v2(self.dirs[0].parent)
+        for d in self.dirs:
+            try:
+                d.mkdir()
+            except FileExistsError:
+                raise LabError(
+                    f"{d} exists already: another lab run uses it, or a crashed one left it "
+                    f"(remove it with 'rmdir {d}' once no process is in it)"
+                ) from None
+            except PermissionError:
+                raise LabError(
+                    f"cannot create {d}: permission denied; the lab needs root (or write access to "
+                    "the cgroup tree) to create cgroups with CPU quotas"
+                ) from None
+            except OSError as e:
+                raise LabError(f"cannot create {d}: {e.strerror}") from None
+            self.created.append(d)
+        try:
+            if self.version == 1:
+                cpu = self.dirs[0]
+                self._write(cpu / "cpu.cfs_period_us", str(period_us))
+                self._write(cpu / "cpu.cfs_quota_us", str(quota_us if quota_us is not None else -1))
+                if burst_us:
+                    self._write(cpu / "cpu.cfs_burst_us", str(burst_us))
+            else:
+                d = self.dirs[0]
+                self._write(d / "cpu.max", f"{quota_us if quota_us is not None else 'max'} {period_us}")
+                if burst_us:
+                    self._write(d / "cpu.max.burst", str(burst_us))
+        except BaseException:
+            self.remove()
+            raise
+
+    def limits(self) -> CpuLimits:
+        """Read back the limit as the kernel holds it."""
+        return read_cpu_limits_v1(self.dirs[0]) if self.version == 1 else read_cpu_limits_v2(self.dirs[0])
+
+    def _enable_cpu_v2(self, parent: Path) -> None:
+        # v2 only offers cpu.max in a child when the parent lists cpu in
+        # cgroup.subtree_control, and (outside the root) a parent holding processes may not
+        # enable controllers for children ("no internal processes" rule).
+        ctl = parent / "cgroup.subtree_control"
+        try:
+            enabled = ctl.read_text().split()
+        except FileNotFoundError:
+            raise LabError(f"{ctl} missing: {parent} is not a cgroup v2 directory") from None
+        if "cpu" in enabled:
+            return
+        ctrl_file = parent / "cgroup.controllers"
+        available = ctrl_file.read_text().split() if ctrl_file.exists() else []
+        if "cpu" not in available:
+            raise LabError(
+                f"{parent}: the cpu controller is not available here (cgroup.controllers: "
+                f"{' '.join(available) or 'none'}); delegate it from the parent, or choose a "
+                "parent with --cgroup-parent where it is"
+            )
+        try:
+            self._write(ctl, "+cpu")
+        except LabError as e:
+            raise LabError(
+                f"{e}; a cgroup v2 parent that holds processes cannot enable controllers for its "
+                "children: use --cgroup-parent to pick an empty, delegated subtree"
+            ) from None
+
+    @staticmethod
+    def _write(path: Path, value: str) -> None:
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+        except OSError as e:
+            raise LabError(f"writing {value!r} to {path} failed: {e.strerror}") from None
+
+    def remove(self, timeout_s: float = 5.0) -> None:
+        """Remove the directories this object created, waiting for exited processes to leave.
+
+        A cgroup cannot be removed while a process is in it (EBUSY); the caller has already
+        ended its own processes by PID, so we only wait for the kernel to reap them.
+        """
+        deadline = time.monotonic() + timeout_s
+        for d in reversed(self.created):
+            while True:
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                        procs = d / "cgroup.procs"
+                        left = procs.read_text().split() if procs.exists() else "?"
+                        raise LabError(f"cannot remove {d}: {e.strerror}; processes still in it: {left}") from None
+                    time.sleep(0.05)
+        self.created.clear()
+
+    def join_in_child(self) -> None:
+        """Move the calling process into this cgroup (used between fork and exec)."""
+        pid = str(os.getpid())
+        for f in self.procs_files:
+            with open(f, "w") as fh:
+                fh.write(pid)

@@ -1,0 +1,426 @@
+"""Run the demo Go service under a real CFS quota, load it, and record a run bundle.
+
+Order of a run: create the cgroup; start the sampler (outside the cgroup, SCHED_FIFO) so
+the bundle holds the cgroup from its first period; start gmp-demoapp INSIDE the cgroup
+before it execs (the Go runtime reads its cgroup limit at start); drive load from outside;
+fetch the execution trace window from /debug/pprof/trace; stop everything by PID and remove
+the cgroup, on success, failure or Ctrl-C alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import math
+import os
+import platform
+import select
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..bundle import SCHEMA, to_meta
+from ..errors import LabError
+from .binaries import ensure_binaries
+from .cgroups import PREFIX, LabCgroup
+
+
+@dataclasses.dataclass
+class LabConfig:
+    """One lab experiment. Defaults reproduce the classic result on a 2-core machine."""
+
+    name: str = "lab"  # bundle name, recorded in meta.json
+    cpu_limit: float | None = 0.5  # CPUs; quota = limit × period (None: no limit)
+    period_us: int = 100_000  # CFS period
+    burst_us: int = 0  # cpu.cfs_burst_us / cpu.max.burst
+    gomaxprocs: int | None = None  # GOMAXPROCS env of the app; None: unset (runtime default)
+    workload: str = "cpu"  # "cpu": pure compute per request; "alloc": compute + garbage + live heap
+    work_ms: float = 30.0  # calibrated CPU per request, ms
+    alloc_kb: int = 4096  # garbage per request for workload "alloc", KiB
+    live_mb: int = 64  # live pointer-rich heap for workload "alloc", MiB
+    iters_per_ms: int | None = None  # work calibration; None: measure once outside the cgroup
+    mode: str = "open"  # load: "open" (arrival rate) or "closed" (fixed clients)
+    arrivals: str = "poisson"  # open loop: "poisson" or "constant"
+    rate: float | None = None  # open loop req/s; None: 80 % of what the quota can serve
+    concurrency: int = 4  # closed loop clients (open loop: initial workers)
+    duration_s: float = 6.0  # load duration
+    max_requests: int = 100_000  # load bound in count
+    seed: int = 1  # Poisson schedule seed
+    trace_start_s: float = 1.0  # trace window start, after load starts
+    trace_s: float = 4.0  # trace window length (0: no trace)
+    sample_interval_us: int = 997  # sampler interval; not a divisor of the period, on purpose
+    sampler_fifo: bool = True  # SCHED_FIFO sampler (root, root cpu cgroup)
+    cgroup_root: str = "/sys/fs/cgroup"  # cgroup mount
+    cgroup_parent: str = ""  # parent cgroup, relative to the mount (v2: a delegated subtree)
+
+    def effective_rate(self) -> float:
+        if self.rate is not None:
+            return self.rate
+        cpus = self.cpu_limit if self.cpu_limit is not None else float(os.cpu_count() or 1)
+        return round(0.8 * cpus * 1000.0 / self.work_ms, 2)
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def preflight(cfg: LabConfig) -> None:
+    """Fail early, with what is needed, where the lab cannot run."""
+    if os.geteuid() != 0 and not os.access(cfg.cgroup_root, os.W_OK):
+        raise LabError(
+            f"the lab creates cgroups with CPU quotas: run it as root (or with write access to {cfg.cgroup_root})"
+        )
+    if cfg.workload not in ("cpu", "alloc"):
+        raise LabError(f"workload must be 'cpu' or 'alloc', not {cfg.workload!r}")
+    if cfg.mode not in ("open", "closed"):
+        raise LabError(f"mode must be 'open' or 'closed', not {cfg.mode!r}")
+    if cfg.cpu_limit is not None and not 0.001 <= cfg.cpu_limit <= 1024:
+        raise LabError(f"cpu_limit {cfg.cpu_limit} is out of range (0.001..1024 CPUs)")
+    if not 1000 <= cfg.period_us <= 1_000_000:
+        raise LabError(f"period_us {cfg.period_us} is outside the kernel's range 1000..1000000")
+    if cfg.gomaxprocs is not None and cfg.gomaxprocs < 1:
+        raise LabError("gomaxprocs must be >= 1 (or unset)")
+    if not 0 < cfg.duration_s <= 3600:
+        raise LabError("duration_s must be in (0, 3600]: load runs are bounded")
+    if cfg.trace_s and cfg.trace_start_s + cfg.trace_s > cfg.duration_s:
+        raise LabError(f"trace window {cfg.trace_start_s}+{cfg.trace_s}s does not fit in the {cfg.duration_s}s run")
+
+
+def calibrate(bins: dict[str, Path]) -> int:
+    """Loop iterations per ms of CPU, measured outside any quota (best of several rounds)."""
+    out = subprocess.run([str(bins["gmp-demoapp"]), "-calibrate"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise LabError(f"gmp-demoapp -calibrate failed: {out.stderr.strip()}")
+    return int(out.stdout.strip())
+
+
+def _host_meta(cg: LabCgroup) -> dict[str, Any]:
+    hz = None
+    try:
+        hz = os.sysconf("SC_CLK_TCK")  # USER_HZ, not the kernel tick; recorded for humans
+    except (ValueError, OSError):
+        pass
+    return {
+        "kernel": platform.release(),
+        "cgroup_version": cg.version,
+        "cgroup_paths": cg.paths,
+        "ncpu": os.cpu_count(),
+        "user_hz": hz,
+        "hostname": platform.node(),
+    }
+
+
+def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait_s: float = 5.0) -> None:
+    """End a process we started, by its PID: signal, wait, then SIGKILL."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(sig)
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
+    """Read the app's first stdout line ("listening http://ADDR ...") and return ADDR."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    buf = b""
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            if b"\n" in buf:
+                line = buf.split(b"\n", 1)[0].decode()
+                if line.startswith("listening http://"):
+                    return line.split()[1][len("http://") :]
+                raise LabError(f"gmp-demoapp said {line!r} instead of its listening line")
+        if proc.poll() is not None:
+            break
+    raise LabError(f"gmp-demoapp did not start listening within {timeout_s}s (exit code {proc.poll()})")
+
+
+def _fetch_trace(addr: str, seconds: float, dest: Path, result: dict[str, Any]) -> None:
+    """Stream /debug/pprof/trace into dest as it arrives (a partial trace survives a crash)."""
+    result["mono_request_ns"] = time.monotonic_ns()
+    try:
+        conn = http.client.HTTPConnection(addr, timeout=seconds + 30)
+        conn.request("GET", f"/debug/pprof/trace?seconds={seconds:g}")
+        resp = conn.getresponse()
+        result["http_status"] = resp.status
+        with open(dest, "wb") as f:
+            while True:
+                chunk = resp.read1(1 << 16)
+                if not chunk:
+                    break
+                f.write(chunk)
+                f.flush()
+        conn.close()
+    except (OSError, http.client.HTTPException) as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+    result["mono_done_ns"] = time.monotonic_ns()
+    result["bytes"] = dest.stat().st_size if dest.exists() else 0
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def run_lab(
+    cfg: LabConfig, out: str | os.PathLike[str], *, progress: Progress = _quiet, bins: dict[str, Path] | None = None
+) -> Path:
+    """Run one experiment and write its bundle to ``out`` (a new or empty directory)."""
+    preflight(cfg)
+    bins = bins or ensure_binaries()
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise LabError(f"{out} exists and is not empty; bundles are never overwritten: choose a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    ipm = cfg.iters_per_ms or calibrate(bins)
+
+    quota_us = None if cfg.cpu_limit is None else max(1000, round(cfg.cpu_limit * cfg.period_us))
+    cg = LabCgroup(
+        f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}", root=cfg.cgroup_root, parent=cfg.cgroup_parent
+    )
+    rate = cfg.effective_rate()
+    meta: dict[str, Any] = {
+        "schema": SCHEMA,
+        "source": "lab",
+        "name": cfg.name,
+        "complete": False,
+        "namespace": None,
+        "pod": None,
+        "container": None,
+        "node": platform.node(),
+        "pod_uid": None,
+        "container_id": None,
+        "qos": None,
+        "period_us": cfg.period_us,
+        "quota_us": quota_us,
+        "burst_us": cfg.burst_us,
+        "cpu_limit": None if cfg.cpu_limit is None else f"{round(cfg.cpu_limit * 1000)}m",
+        "gomaxprocs_env": None if cfg.gomaxprocs is None else str(cfg.gomaxprocs),
+        "go_version": None,
+        **_host_meta(cg),
+        "cgroup": cg.rel,
+        "sampler": {
+            "interval_ns": cfg.sample_interval_us * 1000,
+            "policy": "SCHED_FIFO" if cfg.sampler_fifo else "SCHED_OTHER",
+        },
+        "mono_start_ns": None,
+        "mono_end_ns": None,
+        "wall_start": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "workload": {
+            "kind": cfg.workload,
+            "work_ms": cfg.work_ms,
+            "iters_per_ms": ipm,
+            "alloc_kb": cfg.alloc_kb if cfg.workload == "alloc" else 0,
+            "live_mb": cfg.live_mb if cfg.workload == "alloc" else 0,
+        },
+        "load": {
+            "mode": cfg.mode,
+            "arrivals": cfg.arrivals if cfg.mode == "open" else None,
+            "rate": rate if cfg.mode == "open" else None,
+            "concurrency": cfg.concurrency,
+            "duration_s": cfg.duration_s,
+            "max_requests": cfg.max_requests,
+            "seed": cfg.seed,
+        },
+        "lab_config": dataclasses.asdict(cfg),
+    }
+    sampler = app = loadgen = None
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM takes the same clean-up path as Ctrl-C.
+        def _on_term(signum, frame):  # noqa: ANN001
+            raise KeyboardInterrupt
+
+        old_term = signal.signal(signal.SIGTERM, _on_term)
+    app_log = out / "app.log"
+    try:
+        cg.create(quota_us=quota_us, period_us=cfg.period_us, burst_us=cfg.burst_us)
+        lim = cg.limits()
+        meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us)
+        progress(f"cgroup {cg.rel} (v{cg.version}): quota {lim.quota_us} µs / period {lim.period_us} µs")
+
+        meta["mono_start_ns"] = time.monotonic_ns()
+        to_meta(out / "meta.json", meta)
+        sampler_cmd = [
+            str(bins["gmp-sampler"]),
+            "--root",
+            cfg.cgroup_root,
+            "--cgroup",
+            cg.rel,
+            "--interval",
+            f"{cfg.sample_interval_us}us",
+            "--out",
+            str(out / "cpu_stat.csv"),
+            "--summary",
+            str(out / ".sampler.json"),
+        ]
+        if cfg.sampler_fifo:
+            sampler_cmd.append("--fifo")
+        sampler = subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True)
+        progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
+
+        env = dict(os.environ)
+        env.pop("GOMAXPROCS", None)
+        if cfg.gomaxprocs is not None:
+            env["GOMAXPROCS"] = str(cfg.gomaxprocs)
+        app_cmd = [
+            str(bins["gmp-demoapp"]),
+            "-addr",
+            "127.0.0.1:0",
+            "-work-ms",
+            str(cfg.work_ms),
+            "-iters-per-ms",
+            str(ipm),
+        ]
+        if cfg.workload == "alloc":
+            app_cmd += ["-alloc-kb", str(cfg.alloc_kb), "-live-mb", str(cfg.live_mb)]
+        with open(app_log, "wb") as log:
+            # preexec_fn runs in the child between fork and exec: the Go runtime then starts
+            # inside the cgroup and sees its quota from its first instruction.
+            app = subprocess.Popen(app_cmd, env=env, stdout=subprocess.PIPE, stderr=log, preexec_fn=cg.join_in_child)
+        addr = _wait_listening(app)
+        with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
+            info = json.load(r)
+        meta.update(
+            go_version=info["go_version"], gomaxprocs_effective=info["gomaxprocs"], app_pid=app.pid, app_addr=addr
+        )
+        to_meta(out / "meta.json", meta)
+        progress(
+            f"gmp-demoapp pid {app.pid} on {addr}: GOMAXPROCS={info['gomaxprocs']} "
+            f"(env {meta['gomaxprocs_env'] or 'unset'}), {info['go_version']}"
+        )
+
+        load_cmd = [
+            str(bins["gmp-loadgen"]),
+            "-url",
+            f"http://{addr}/work",
+            "-mode",
+            cfg.mode,
+            "-arrivals",
+            cfg.arrivals,
+            "-rate",
+            str(rate),
+            "-concurrency",
+            str(cfg.concurrency),
+            "-duration",
+            f"{cfg.duration_s}s",
+            "-max-requests",
+            str(cfg.max_requests),
+            "-seed",
+            str(cfg.seed),
+            "-out",
+            str(out / "requests.csv"),
+            "-summary",
+            str(out / ".loadgen.json"),
+        ]
+        load_t0 = time.monotonic()
+        loadgen = subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True)
+        what = f"{rate} req/s {cfg.arrivals}" if cfg.mode == "open" else f"{cfg.concurrency} clients"
+        progress(f"load: {cfg.mode} loop, {what}, {cfg.duration_s}s")
+
+        trace_res: dict[str, Any] = {}
+        tthread = None
+        if cfg.trace_s > 0:
+            time.sleep(max(0.0, load_t0 + cfg.trace_start_s - time.monotonic()))
+            tthread = threading.Thread(
+                target=_fetch_trace, args=(addr, cfg.trace_s, out / "trace.out", trace_res), daemon=True
+            )
+            tthread.start()
+            progress(f"trace: {cfg.trace_s}s window from t+{cfg.trace_start_s}s")
+        while loadgen.poll() is None:
+            time.sleep(0.25)
+            el = time.monotonic() - load_t0
+            progress(f"\r  {min(el, cfg.duration_s):5.1f}/{cfg.duration_s:.1f}s")
+        progress("")
+        load_err = loadgen.stderr.read() if loadgen.stderr else ""
+        if loadgen.returncode != 0:
+            raise LabError(f"gmp-loadgen failed (exit {loadgen.returncode}): {load_err.strip()}")
+        if tthread is not None:
+            tthread.join(cfg.trace_s + 60)
+        # A short tail so the last periods' credits are in the samples.
+        time.sleep(0.3)
+        _stop(sampler, signal.SIGTERM)
+        sampler_err = sampler.stderr.read() if sampler.stderr else ""
+        _stop(app, signal.SIGTERM)
+
+        sstat = _read_json(out / ".sampler.json") or {}
+        lstat = _read_json(out / ".loadgen.json") or {}
+        meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
+        meta["sampler"].update(sstat)
+        meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
+        meta["trace"] = trace_res or None
+        meta["complete"] = True
+        to_meta(out / "meta.json", meta)
+        for f in (".sampler.json", ".loadgen.json"):
+            (out / f).unlink(missing_ok=True)
+        progress(sampler_err.strip())
+        progress(load_err.strip())
+        if trace_res.get("error"):
+            progress(f"trace capture failed: {trace_res['error']} (bundle kept without a complete trace)")
+        return out
+    finally:
+        for p in (loadgen, app, sampler):
+            _stop(p, signal.SIGTERM, wait_s=3.0)
+        try:
+            cg.remove()
+        finally:
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
+
+
+def sweep(
+    base: LabConfig,
+    gomaxprocs_values: list[int | None],
+    out_dir: str | os.PathLike[str],
+    *,
+    progress: Progress = _quiet,
+) -> list[Path]:
+    """The same experiment at several GOMAXPROCS values, one bundle each, same calibration."""
+    out_dir = Path(out_dir)
+    bins = ensure_binaries()
+    ipm = base.iters_per_ms or calibrate(bins)
+    paths = []
+    for i, g in enumerate(gomaxprocs_values, 1):
+        label = "unset" if g is None else str(g)
+        cfg = dataclasses.replace(base, gomaxprocs=g, iters_per_ms=ipm, name=f"{base.name}-gmp{label}")
+        progress(f"[{i}/{len(gomaxprocs_values)}] GOMAXPROCS={label}")
+        paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
+    return paths
+
+
+def parse_cpu_limit(text: str) -> float | None:
+    """'500m', '0.5', '2' or 'none' -> CPUs (None: no limit)."""
+    t = text.strip().lower()
+    if t in ("none", "unlimited", "max"):
+        return None
+    try:
+        v = float(t[:-1]) / 1000 if t.endswith("m") else float(t)
+    except ValueError:
+        raise LabError(f"cpu limit {text!r}: expected e.g. 500m, 0.5 or none") from None
+    if not math.isfinite(v) or v <= 0:
+        raise LabError(f"cpu limit {text!r} must be positive")
+    return v
