@@ -28,7 +28,8 @@ def _progress(msg: str) -> None:
 def _lab_config(a: argparse.Namespace):  # -> LabConfig
     from .lab import LabConfig, parse_cpu_limit
 
-    g = None if a.gomaxprocs in (None, "unset") else int(a.gomaxprocs)
+    gmp = getattr(a, "gomaxprocs", None)
+    g = None if gmp in (None, "unset") else int(gmp)
     return LabConfig(
         name=a.name,
         cpu_limit=parse_cpu_limit(a.cpu_limit),

@@ -19,16 +19,49 @@ def _increase(values: np.ndarray) -> float:
     return float(d[d > 0].sum())
 
 
+# Usage counted as "flat": after the quota runs out, threads of the group still trickle
+# leftover slice (36–78 µs steps seen here), and cpuacct.usage lags the truth by up to one
+# tick per CPU (4 ms at HZ=250), so flatness is judged on the cumulative value.
+FLAT_TOL_US = 300.0
+
+
+def stall_estimate_ns(samples: pd.DataFrame, period_ns: int, tol_us: float = FLAT_TOL_US) -> float:
+    """Wall time the group stood frozen, from samples alone: for each throttle credit
+    (nr_throttled rising between reads e-1 and e, i.e. at a period boundary there), the time
+    from the first read whose usage was within ``tol_us`` of the usage just before the
+    boundary, to the boundary (taken as the midpoint of the two reads); capped at one
+    period. A whole-run estimate; per-period values come from the period grid."""
+    t = samples["t_ns"].to_numpy()
+    u = samples["usage_us"].to_numpy()
+    if len(t) < 3:
+        return 0.0
+    resets = np.flatnonzero(np.diff(u) < 0) + 1
+    if len(resets):
+        # a recreated cgroup restarts its counters: estimate each segment on its own
+        return sum(stall_estimate_ns(seg, period_ns, tol_us) for seg in np.split(samples, resets) if len(seg))
+    e = np.flatnonzero(np.diff(samples["nr_throttled"].to_numpy()) > 0) + 1
+    if not len(e):
+        return 0.0
+    # usage is non-decreasing within a segment: the plateau starts at the first read
+    # reaching (usage before the boundary - tol)
+    j = np.searchsorted(u, u[e - 1] - tol_us, side="left")
+    boundary = (t[e - 1] + t[e]) / 2
+    return float(np.clip(boundary - t[j], 0, period_ns).sum())
+
+
 def df_run_totals(runs: Iterable[Run]) -> pd.DataFrame:
     """One row per run, from the whole sampled span.
 
     Columns: ``name``; ``gomaxprocs`` (effective, from the app; else the env value);
     ``cpu_limit`` (e.g. "500m"); ``quota_us``, ``period_us`` µs; ``span_s`` s sampled;
     ``samples``; ``interval_p50_us`` µs between reads; ``usage_cpus`` CPUs used on average
-    (Δusage / span); ``nr_periods`` active periods; ``nr_throttled`` throttled periods;
+    (Δusage / span); ``usage_ms_per_period`` ms of CPU per active period (≈ the quota when
+    the group is quota-bound); ``nr_periods`` active periods; ``nr_throttled`` throttled periods;
     ``throttled_pct`` % of active periods throttled (the cAdvisor ratio); ``throttled_ms_per_throttled``
-    ms of throttled time per throttled period, a SUM over CPUs: ≈ one CPU's frozen time per
-    CPU that was running when the quota ran out; ``requests``, ``ok``; ``throughput_rps``
+    ms of throttled time per throttled period, a SUM over CPUs; ``stall_ms_per_throttled`` ms
+    of wall time frozen per throttled period (:func:`stall_estimate_ns`); ``cpus_throttled``
+    throttled time / frozen wall time: how many CPUs' run queues stood throttled, ≈ the
+    CPUs the group was using when its quota ran out; ``requests``, ``ok``; ``throughput_rps``
     ok responses per s; ``latency_p50_ms``, ``latency_p99_ms`` from the scheduled start;
     ``trace_bytes``.
     """
@@ -53,11 +86,15 @@ def df_run_totals(runs: Iterable[Run]) -> pd.DataFrame:
             "samples": len(g0),
             "interval_p50_us": float(np.median(np.diff(t))) / 1e3 if len(t) > 1 else np.nan,
             "usage_cpus": usage_us / 1e6 / span_s if span_s else np.nan,
+            "usage_ms_per_period": usage_us / 1e3 / periods if periods else np.nan,
             "nr_periods": int(periods),
             "nr_throttled": int(throttled),
             "throttled_pct": 100 * throttled / periods if periods else np.nan,
             "throttled_ms_per_throttled": thr_us / 1e3 / throttled if throttled else np.nan,
         }
+        stall_ns = stall_estimate_ns(g0, int(m.get("period_us") or 100_000) * 1000)
+        row["stall_ms_per_throttled"] = stall_ns / 1e6 / throttled if throttled else np.nan
+        row["cpus_throttled"] = thr_us * 1e3 / stall_ns if stall_ns else np.nan
         r = run.requests
         if r is not None and len(r):
             ok = r[(r["status"] >= 200) & (r["status"] < 300)]

@@ -377,6 +377,8 @@ def run_lab(
         to_meta(out / "meta.json", meta)
         for f in (".sampler.json", ".loadgen.json"):
             (out / f).unlink(missing_ok=True)
+        if app_log.exists() and app_log.stat().st_size == 0:
+            app_log.unlink()
         progress(sampler_err.strip())
         progress(load_err.strip())
         if trace_res.get("error"):

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up, then run every check: lint, the collectors' Go tests, and pytest (which starts
+# real cgroups, the demo app, the sampler and the load generator where root allows).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PATH:/usr/local/go/bin"
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+if command -v go >/dev/null 2>&1; then
+  (
+    cd collectors
+    unformatted=$(gofmt -l .)
+    if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+    go vet ./...
+    go test ./...
+  )
+fi
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gmpanalysis.cgroup import detect_version
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+RUNS = sorted(p for p in (FIXTURES / "runs").iterdir() if (p / "meta.json").exists())
+DATA = Path(__file__).parent / "data"
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why real-cgroup tests cannot run here, or None if they can."""
+    if os.geteuid() != 0:
+        return "needs root to create cgroups with CPU quotas"
+    if detect_version("/sys/fs/cgroup") is None:
+        return "no cgroup cpu controller under /sys/fs/cgroup (neither v1 cpu/ nor v2 with cpu)"
+    if detect_version("/sys/fs/cgroup") == 2:
+        ctl = Path("/sys/fs/cgroup/cgroup.subtree_control")
+        if "cpu" not in ctl.read_text().split() and not os.access(ctl, os.W_OK):
+            return "cgroup v2 without a writable root subtree_control: cpu cannot be delegated here"
+    from gmpanalysis.lab.binaries import find_go
+
+    if find_go() is None and not os.environ.get("GMP_BIN_DIR"):
+        return "needs the Go toolchain to build the collectors (or GMP_BIN_DIR)"
+    return None
+
+
+requires_lab = pytest.mark.skipif(lab_unavailable_reason() is not None, reason=str(lab_unavailable_reason()))
+
+
+@pytest.fixture(scope="session")
+def bins() -> dict[str, Path]:
+    from gmpanalysis.lab import ensure_binaries
+
+    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists() and not os.environ.get("GMP_BIN_DIR"):
+        pytest.skip("the Go toolchain is needed to build the collectors")
+    return ensure_binaries()
+
+
+@pytest.fixture
+def busy_cgroup():
+    """A real lab cgroup at 0.5 CPU with two busy threads inside it (they exhaust the
+    quota every period). Yields (LabCgroup, busy process)."""
+    from gmpanalysis.lab import LabCgroup
+
+    cg = LabCgroup(f"gmp-lab-test-{os.getpid()}-{os.urandom(3).hex()}")
+    cg.create(quota_us=50_000, period_us=100_000)
+    # two spinning shells: more runnable threads than the quota, on both CPUs
+    busy = subprocess.Popen(
+        ["sh", "-c", "(while :; do :; done) & while :; do :; done"],
+        preexec_fn=cg.join_in_child,
+        start_new_session=True,
+    )
+    try:
+        yield cg, busy
+    finally:
+        # the shell's background child is in the same new session: end the group we made
+        os.killpg(busy.pid, 9)
+        busy.wait()
+        cg.remove()

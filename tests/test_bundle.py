@@ -1,0 +1,211 @@
+"""Run bundles: the shipped real fixtures load and hold together; bad input is refused
+with a message naming the file, the line and what to do."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+from conftest import RUNS
+
+import gmpanalysis as gmp
+from gmpanalysis.bundle import TruncatedLineWarning, parse_cpu_stat, parse_requests
+from gmpanalysis.summary import df_run_totals
+
+
+@pytest.fixture(params=RUNS, ids=[p.name for p in RUNS])
+def run(request):
+    return gmp.load_run(request.param)
+
+
+def test_fixtures_exist():
+    names = {p.name for p in RUNS}
+    assert {"cpu-0.5cpu-gmp1", "cpu-0.5cpu-gmp2", "cpu-0.5cpu-gmp8", "alloc-0.5cpu-gmp8"} <= names
+
+
+def test_fixture_bundles_are_small():
+    for p in RUNS:
+        size = sum(f.stat().st_size for f in p.iterdir())
+        assert size < 800_000, f"{p.name}: {size} bytes"
+
+
+def test_fixture_loads_whole(run):
+    assert run.notes == []
+    assert run.meta["complete"] is True and run.meta["source"] == "lab"
+    s = run.samples
+    assert list(s.columns[:8]) == list(gmp.bundle.CPU_STAT_COLUMNS)
+    assert s["t_ns"].dtype == np.int64 and s["usage_us"].dtype == np.float64
+    assert len(s) > 3000
+    # counters are cumulative within one cgroup's life
+    for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us"):
+        assert (np.diff(s[c].to_numpy()) >= 0).all(), c
+    assert run.meta["mono_start_ns"] <= s["t_ns"].iloc[0] and s["t_ns"].iloc[-1] <= run.meta["mono_end_ns"]
+    assert run.trace is not None and run.trace.read_bytes()[:16].startswith(b"go 1.")
+    assert run.requests is not None and (run.requests["status"] == 200).all()
+
+
+def test_fixture_sampler_met_its_bounds(run):
+    s = run.meta["sampler"]
+    assert s["policy"].startswith("SCHED_FIFO")
+    assert s["lateness_p99_ns"] <= 500_000
+    assert s["cpu_pct_of_one_core"] <= 5.5  # measured 4.4–4.9 % at 997 µs on the recording machine
+    t = run.samples["t_ns"].to_numpy()
+    assert np.median(np.diff(t)) == pytest.approx(997_000, abs=5_000)
+
+
+def test_fixture_sweep_reproduces_the_effect():
+    """At 0.5 CPU under CPU-bound load: GOMAXPROCS=1 stalls one CPU per throttled period,
+    GOMAXPROCS >= 2 stalls both of this machine's CPUs; throughput is quota-bound in all."""
+    runs = {p.name: gmp.load_run(p) for p in RUNS if p.name.startswith("cpu-")}
+    tot = df_run_totals(runs.values()).set_index("name")
+    capacity_rps = 0.5 * 1000 / 30  # 0.5 CPU / 30 ms of CPU per request
+    for name, row in tot.iterrows():
+        assert row.throttled_pct > 50, name
+        assert row.throughput_rps == pytest.approx(capacity_rps, rel=0.1), name
+        # quota-bound: each active period uses about its 50 ms quota
+        assert row.usage_ms_per_period == pytest.approx(50, abs=5), name
+    assert tot.loc["cpu-0.5cpu-gmp1", "cpus_throttled"] == pytest.approx(1.0, abs=0.25)
+    for g in ("cpu-0.5cpu-gmp2", "cpu-0.5cpu-gmp8"):
+        assert tot.loc[g, "cpus_throttled"] == pytest.approx(2.0, abs=0.3)
+        assert tot.loc[g, "throttled_ms_per_throttled"] > 2 * tot.loc["cpu-0.5cpu-gmp1", "throttled_ms_per_throttled"]
+
+
+# --- bad input -------------------------------------------------------------------------
+
+GOOD = b"t_ns,read_ns,usage_us,nr_periods,nr_throttled,throttled_us,nr_bursts,burst_us\n" + b"".join(
+    b"%d,7000,%d.500,%d,%d,0.000,0,0.000\n" % (1_000_000_000 + i * 997_000, i * 400, i // 100, 0) for i in range(300)
+)
+
+
+@pytest.mark.parametrize("cut", range(1, 45))
+def test_truncated_last_line_is_dropped_and_reported(cut):
+    data = GOOD[:-cut]  # cut inside the last row, at every offset
+    with pytest.warns(TruncatedLineWarning, match="last line was incomplete"):
+        df = parse_cpu_stat(data, source="x/cpu_stat.csv")
+    assert df.attrs["truncated_last_line"]
+    assert len(df) == 299
+    assert df["t_ns"].iloc[-1] == 1_000_000_000 + 298 * 997_000
+
+
+def test_whole_file_has_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(parse_cpu_stat(GOOD)) == 300
+
+
+def _err(data, match, parse=parse_cpu_stat):
+    with pytest.raises(gmp.BundleError, match=match):
+        parse(data, source="b/cpu_stat.csv")
+
+
+def test_malformed_middle_line_names_it():
+    lines = GOOD.split(b"\n")
+    lines[41] = b"1,2,3"
+    _err(b"\n".join(lines), r"b/cpu_stat.csv line 42: malformed row")
+    lines[41] = b"1,2,abc,4,5,6,7,8"
+    _err(b"\n".join(lines), r"line 42: malformed row")
+
+
+def test_missing_column_named():
+    _err(GOOD.replace(b"nr_throttled,", b"nr_thr,"), r"line 1: missing column\(s\) nr_throttled")
+
+
+def test_empty_and_header_only():
+    _err(b"", r"empty, not even a header")
+    _err(b"t_ns,read_ns,usa", r"empty, not even a header")
+
+
+def test_time_going_backwards_named():
+    lines = GOOD.split(b"\n")
+    lines[10], lines[11] = lines[11], lines[10]
+    # rows 10 and 11 (file lines 11 and 12) swapped: the step back is at file line 12
+    _err(b"\n".join(lines), r"line 12: t_ns goes backwards")
+
+
+def test_requests_bad_rows():
+    with pytest.raises(gmp.BundleError, match=r"r.csv line 3: malformed"):
+        parse_requests(b"sched_ns,start_ns,end_ns,status\n1,2,3,200\n1,2,x,200\n", source="r.csv")
+
+
+def _copy(tmp_path, name="cpu-0.5cpu-gmp8"):
+    src = next(p for p in RUNS if p.name == name)
+    dst = tmp_path / name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_load_run_missing_pieces(tmp_path):
+    with pytest.raises(gmp.BundleError, match="not a directory"):
+        gmp.load_run(tmp_path / "nope")
+    d = _copy(tmp_path)
+    (d / "cpu_stat.csv").unlink()
+    with pytest.raises(gmp.BundleError, match=r"cpu_stat.csv: missing"):
+        gmp.load_run(d)
+    (d / "meta.json").unlink()
+    with pytest.raises(gmp.BundleError, match=r"meta.json: missing"):
+        gmp.load_run(d)
+
+
+def test_load_run_bad_meta(tmp_path):
+    d = _copy(tmp_path)
+    text = (d / "meta.json").read_text()
+    (d / "meta.json").write_text(text[:200])
+    with pytest.raises(gmp.BundleError, match=r"meta.json line \d+ column \d+: invalid JSON"):
+        gmp.load_run(d)
+    meta = json.loads(text)
+    for key, value, match in [
+        ("schema", 99, "schema 99 is not supported"),
+        ("quota_us", -5, "quota_us must be a positive integer or null"),
+        ("period_us", 5, "outside the kernel's range"),
+        ("cgroup_version", 3, "cgroup_version must be 1 or 2"),
+    ]:
+        (d / "meta.json").write_text(json.dumps({**meta, key: value}))
+        with pytest.raises(gmp.BundleError, match=match):
+            gmp.load_run(d)
+    bad = dict(meta)
+    del bad["source"]
+    (d / "meta.json").write_text(json.dumps(bad))
+    with pytest.raises(gmp.BundleError, match="missing key 'source'"):
+        gmp.load_run(d)
+
+
+def test_load_run_inconsistent_clocks(tmp_path):
+    d = _copy(tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["mono_start_ns"] += 3600 * 10**9
+    meta["mono_end_ns"] += 3600 * 10**9
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(gmp.BundleError, match="different runs or clocks"):
+        gmp.load_run(d)
+
+
+def test_load_run_tolerates_unfinished_collection(tmp_path):
+    d = _copy(tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["complete"] = False
+    meta["mono_end_ns"] = None
+    (d / "meta.json").write_text(json.dumps(meta))
+    data = (d / "cpu_stat.csv").read_bytes()
+    (d / "cpu_stat.csv").write_bytes(data[: len(data) // 2 + 17])  # cut mid-line
+    run = gmp.load_run(d)
+    assert any("did not finish" in n for n in run.notes)
+    assert any("last line was incomplete" in n for n in run.notes)
+    assert run.samples.attrs["truncated_last_line"]
+
+
+def test_unknown_meta_keys_are_kept(tmp_path):
+    d = _copy(tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["x_future"] = {"a": 1}
+    (d / "meta.json").write_text(json.dumps(meta))
+    assert gmp.load_run(d).meta["x_future"] == {"a": 1}
+
+
+def test_empty_trace_is_noted(tmp_path):
+    d = _copy(tmp_path)
+    (d / "trace.out").write_bytes(b"")
+    run = gmp.load_run(d)
+    assert run.trace is None and any("trace.out is empty" in n for n in run.notes)

@@ -1,0 +1,98 @@
+"""Short real lab runs: a real quota, the real demo app, sampler, load generator and trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import requires_lab
+
+import gmpanalysis as gmp
+from gmpanalysis.lab import LabConfig, run_lab
+
+pytestmark = [requires_lab, pytest.mark.lab]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not running: look at its state
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_short_lab_run_records_real_throttling(bins, tmp_path):
+    cfg = LabConfig(
+        name="t",
+        cpu_limit=0.5,
+        gomaxprocs=2,
+        workload="cpu",
+        work_ms=20,
+        rate=40,
+        duration_s=3.0,
+        trace_start_s=0.5,
+        trace_s=1.5,
+    )
+    out = run_lab(cfg, tmp_path / "t", bins=bins)
+    run = gmp.load_run(out)
+    m = run.meta
+    assert m["complete"] and run.notes == []
+    assert (m["quota_us"], m["period_us"]) == (50_000, 100_000)
+    assert m["gomaxprocs_env"] == "2" and m["gomaxprocs_effective"] == 2
+    assert m["go_version"].startswith("go1.") and m["kernel"] and m["cgroup_version"] in (1, 2)
+    s = run.samples
+    d_thr = s["nr_throttled"].iloc[-1] - s["nr_throttled"].iloc[0]
+    assert d_thr > 0, "offered load of 2x the quota must be throttled"
+    assert s["throttled_us"].iloc[-1] > s["throttled_us"].iloc[0]
+    # the quota caps usage: at most ~50 ms per active period (5 ms slices, enforced at ticks)
+    d_use = s["usage_us"].iloc[-1] - s["usage_us"].iloc[0]
+    d_per = s["nr_periods"].iloc[-1] - s["nr_periods"].iloc[0]
+    assert d_use / d_per < 60_000
+    assert np.median(np.diff(s["t_ns"])) == pytest.approx(997_000, abs=20_000)
+    assert m["sampler"]["rows"] >= len(s)
+    assert run.trace is not None and run.trace.read_bytes()[:5] == b"go 1."
+    assert m["trace"]["http_status"] == 200
+    r = run.requests
+    assert len(r) > 20 and (r["status"] == 200).all()
+    assert (r["start_ns"] >= r["sched_ns"] - 1_000_000).all()  # sent at (or after) its scheduled time
+    # everything the run started is gone, and so is its cgroup
+    assert not alive(m["app_pid"])
+    assert not any(Path(p).exists() for p in m["cgroup_paths"])
+
+
+def test_ctrl_c_cleans_up(bins, tmp_path):
+    """SIGINT mid-run: processes ended by PID, cgroup removed, what was collected kept."""
+    out = tmp_path / "b"
+    code = (
+        "import sys; from gmpanalysis.lab import LabConfig, run_lab\n"
+        "from gmpanalysis.lab import ensure_binaries\n"
+        f"run_lab(LabConfig(duration_s=20, trace_s=0, rate=10), {str(out)!r}, bins=ensure_binaries(),"
+        " progress=lambda m: print(m, flush=True))\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until the load has started, then interrupt
+    deadline = time.monotonic() + 60
+    for line in p.stdout:
+        if line.startswith("load:") or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["complete"] is False
+    assert not alive(meta["app_pid"])
+    assert not any(Path(c).exists() for c in meta["cgroup_paths"])
+    run = gmp.load_run(out)
+    assert len(run.samples) > 500 and any("did not finish" in n for n in run.notes)

@@ -1,0 +1,177 @@
+"""gmp-sampler, the real binary: on fixture trees (v1 and v2 layouts, ordinary files that
+pread like the kernel's) and, where root and a cpu controller exist, on real cgroups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import DATA, requires_lab
+
+import gmpanalysis as gmp
+from gmpanalysis.bundle import SCHEMA, to_meta
+
+
+def tree(tmp_path, version):
+    case = DATA / "cgroup" / f"v{version}" / "set"
+    if version == 1:
+        for h in ("cpu", "cpuacct"):
+            (tmp_path / h / "g").mkdir(parents=True)
+        for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.stat"):
+            (tmp_path / "cpu" / "g" / f).write_text((case / f).read_text())
+        (tmp_path / "cpuacct" / "g" / "cpuacct.usage").write_text((case / "cpuacct.usage").read_text())
+    else:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+        (tmp_path / "g").mkdir()
+        for f in ("cpu.max", "cpu.stat"):
+            (tmp_path / "g" / f).write_text((case / f).read_text())
+    return tmp_path
+
+
+def sample(bins, root, *cgroups, duration="60ms", extra=()):
+    out = root / "out.csv"
+    r = subprocess.run(
+        [
+            str(bins["gmp-sampler"]),
+            "--root",
+            str(root),
+            *sum((["--cgroup", c] for c in cgroups), []),
+            "--interval",
+            "5ms",
+            "--duration",
+            duration,
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return r, out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_units_are_normalised_to_us(bins, tmp_path, version):
+    r, out = sample(bins, tree(tmp_path, version), "g")
+    assert r.returncode == 0, r.stderr
+    df = gmp.read_cpu_stat(out)
+    assert len(df) >= 5
+    # the fixture's v1 ns values and v2 µs values describe the same counters
+    want_usage = 3012345.678 if version == 1 else 3012345
+    want_thr = 2636400.123 if version == 1 else 2636400
+    assert df["usage_us"].iloc[0] == pytest.approx(want_usage)
+    assert df["throttled_us"].iloc[0] == pytest.approx(want_thr)
+    assert (df["nr_periods"] == 61).all() and (df["nr_throttled"] == 52).all()
+    assert "rows" in r.stderr and "lateness" in r.stderr
+
+
+def test_several_cgroups_add_a_column(bins, tmp_path):
+    root = tree(tmp_path, 2)
+    (root / "h").mkdir()
+    (root / "h" / "cpu.stat").write_text("usage_usec 1\nnr_periods 2\nnr_throttled 0\nthrottled_usec 0\n")
+    r, out = sample(bins, root, "pod=g", "ctr=h")
+    assert r.returncode == 0, r.stderr
+    df = gmp.read_cpu_stat(out)
+    assert set(df["cgroup"]) == {"pod", "ctr"}
+    assert (df[df.cgroup == "ctr"]["usage_us"] == 1).all()
+
+
+def test_appends_without_a_second_header(bins, tmp_path):
+    root = tree(tmp_path, 2)
+    sample(bins, root, "g")
+    r, out = sample(bins, root, "g")
+    assert r.returncode == 0
+    assert out.read_text().count("t_ns") == 1
+
+
+def test_unknown_cgroup_is_a_clear_error(bins, tmp_path):
+    r, _ = sample(bins, tree(tmp_path, 2), "nope")
+    assert r.returncode == 2
+    assert 'cgroup "nope": no cpu.stat under' in r.stderr
+
+
+def test_summary_json(bins, tmp_path):
+    import json
+
+    r, _ = sample(bins, tree(tmp_path, 2), "g", extra=("--summary", str(tmp_path / "s.json")))
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["interval_ns"] == 5_000_000 and s["rows"] >= 5 and s["policy"] == "SCHED_OTHER"
+    assert s["lateness_p99_ns"] >= s["lateness_p50_ns"] >= 0
+
+
+@requires_lab
+def test_refuses_to_sample_its_own_cgroup(bins, busy_cgroup):
+    cg, _ = busy_cgroup
+    r = subprocess.run(
+        [str(bins["gmp-sampler"]), "--cgroup", cg.rel, "--duration", "50ms"],
+        preexec_fn=cg.join_in_child,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2
+    assert "runs inside cgroup" in r.stderr and "throttled with its target" in r.stderr
+
+
+@requires_lab
+def test_sigkill_mid_run_leaves_a_bundle_that_loads(bins, busy_cgroup, tmp_path):
+    """The sampler appends rows as it goes: SIGKILL at any moment loses at most the last
+    flush interval, and the bundle (meta written at start, complete=false) loads."""
+    cg, _ = busy_cgroup
+    d = tmp_path / "bundle"
+    d.mkdir()
+    to_meta(
+        d / "meta.json",
+        {
+            "schema": SCHEMA,
+            "source": "lab",
+            "name": "killed",
+            "complete": False,
+            "period_us": 100_000,
+            "quota_us": 50_000,
+            "cgroup_version": cg.version,
+            "mono_start_ns": time.monotonic_ns(),
+            "mono_end_ns": None,
+        },
+    )
+    p = subprocess.Popen(
+        [str(bins["gmp-sampler"]), "--cgroup", cg.rel, "--fifo", "--out", str(d / "cpu_stat.csv")],
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1.5)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    run = gmp.load_run(d)
+    assert any("did not finish" in n for n in run.notes)
+    s = run.samples
+    assert len(s) > 1000  # ~1.5 s at 997 µs, less at most 10 ms of unflushed rows
+    # the cgroup was really throttled while the sampler ran
+    assert s["nr_throttled"].iloc[-1] > s["nr_throttled"].iloc[0]
+
+
+@requires_lab
+def test_stops_cleanly_when_the_cgroup_goes(bins, tmp_path):
+    """A removed cgroup (a restarted container) ends the sampler with a readable file."""
+    from gmpanalysis.lab import LabCgroup
+
+    cg = LabCgroup(f"gmp-lab-test-gone-{os.getpid()}")
+    cg.create(quota_us=50_000)
+    out = tmp_path / "s.csv"
+    p = subprocess.Popen(
+        [str(bins["gmp-sampler"]), "--cgroup", cg.rel, "--out", str(out)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(0.5)
+        cg.remove()
+        _, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        cg.remove()
+    assert p.returncode == 3
+    assert "cgroup gone" in err
+    assert len(gmp.read_cpu_stat(out)) > 100
