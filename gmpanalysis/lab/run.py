@@ -104,18 +104,32 @@ def calibrate(bins: dict[str, Path]) -> int:
     return int(out.stdout.strip())
 
 
+def kernel_hz() -> int | None:
+    """CONFIG_HZ of the running kernel, from /proc/config.gz or /boot/config-RELEASE.
+
+    The tick rate bounds how stale cpuacct usage can be and when quota is enforced
+    (at ticks); USER_HZ from sysconf is a different, fixed number.
+    """
+    import gzip
+
+    for path, opener in (("/proc/config.gz", gzip.open), (f"/boot/config-{platform.release()}", open)):
+        try:
+            with opener(path, "rt") as f:
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def _host_meta(cg: LabCgroup) -> dict[str, Any]:
-    hz = None
-    try:
-        hz = os.sysconf("SC_CLK_TCK")  # USER_HZ, not the kernel tick; recorded for humans
-    except (ValueError, OSError):
-        pass
     return {
         "kernel": platform.release(),
         "cgroup_version": cg.version,
         "cgroup_paths": cg.paths,
         "ncpu": os.cpu_count(),
-        "user_hz": hz,
+        "hz": kernel_hz(),
         "hostname": platform.node(),
     }
 
