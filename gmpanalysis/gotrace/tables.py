@@ -1,0 +1,246 @@
+"""Decoded event columns -> GoTrace tables (intervals, ranges, metrics).
+
+Every event is emitted by a thread (M), and an M's own stream is authoritative for what it
+ran: a goroutine runs on an M from a start event (GoStart, GoSwitch, GoSyscallEnd, or a
+GoStatus "running" at a generation start) to the next stop event on the same M. The state
+an M carries (its P, its goroutine, whether that goroutine runs) is forward-filled along
+each M's stream with array operations, never with a loop over events. STW, GC cycles and
+mark assists are few and paired in plain Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import spec as s
+
+SCHED = (
+    s.EV_PROCSTART, s.EV_PROCSTOP, s.EV_PROCSTATUS, s.EV_GOSTART, s.EV_GOSTOP, s.EV_GOBLOCK, s.EV_GODESTROY,
+    s.EV_GOSYSCALLBEGIN, s.EV_GOSYSCALLEND, s.EV_GOSYSCALLENDBLOCKED, s.EV_GOSTATUS, s.EV_GOSTATUSSTACK,
+    s.EV_GOSWITCH, s.EV_GOSWITCHDESTROY, s.EV_GOCREATESYSCALL, s.EV_GODESTROYSYSCALL,
+)
+ON_M = (s.EV_GOLABEL, s.EV_STWBEGIN, s.EV_STWEND, s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND,
+        s.EV_GCMARKASSISTACTIVE, s.EV_USERLOG, s.EV_GCSWEEPBEGIN, s.EV_GCSWEEPEND, s.EV_GCSWEEPACTIVE)
+GLOBAL = (s.EV_PROCSCHANGE, s.EV_GCACTIVE, s.EV_GCBEGIN, s.EV_GCEND, s.EV_HEAPALLOC, s.EV_HEAPGOAL)
+USED_TYPES = frozenset(SCHED + ON_M + GLOBAL)
+
+
+def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
+    lut = np.zeros(256, dtype=bool)
+    lut[list(ids)] = True
+    return lut[typ]
+
+
+def _carry(values: np.ndarray, setter: np.ndarray, mstart: np.ndarray, default: int = -1) -> np.ndarray:
+    """Value after each event: the value of the last setter at or before it on the same M."""
+    idx = np.arange(len(values))
+    last = np.maximum.accumulate(np.where(setter, idx, -1))
+    ok = last >= mstart
+    return np.where(ok, values[np.maximum(last, 0)], default)
+
+
+def _before(after: np.ndarray, new_m: np.ndarray, default: int = -1) -> np.ndarray:
+    out = np.empty_like(after)
+    out[0] = default
+    out[1:] = after[:-1]
+    out[new_m] = default
+    return out
+
+
+def _next_index(mask: np.ndarray) -> np.ndarray:
+    """For each i, the smallest j > i with mask[j] (len(mask) if none)."""
+    n = len(mask)
+    idx = np.where(mask, np.arange(n), n)
+    nxt = np.minimum.accumulate(idx[::-1])[::-1]
+    return np.r_[nxt[1:], n]
+
+
+def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
+    df = pd.DataFrame(cols, columns=list(dtypes))
+    return df.astype(dtypes)
+
+
+def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_ns: int, last_ns: int
+          ) -> dict[str, object]:
+    """Build every table; ranges still open at the end of the trace close at ``last_ns``."""
+
+    # --- per-M streams -----------------------------------------------------------------
+    on_m = _isin(c["type"], SCHED + ON_M)
+    sel = np.flatnonzero(on_m)
+    order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
+    M, T, TY = c["m"][order], c["ts"][order], c["type"][order]
+    A0, A1, A2, GEN = c["a0"][order], c["a1"][order], c["a2"][order], c["gen"][order]
+    n = len(M)
+    running = assist = sweep = logs = stw = None
+    if n:
+        new_m = np.r_[True, M[1:] != M[:-1]]
+        mstart = np.maximum.accumulate(np.where(new_m, np.arange(n), 0))
+        is_ = {k: TY == k for k in set(TY.tolist())}
+
+        def ev(k: int) -> np.ndarray:
+            return is_.get(k, np.zeros(n, dtype=bool))
+
+        status = ev(s.EV_GOSTATUS) | ev(s.EV_GOSTATUSSTACK)
+        on_this_m = A1 == M  # GoStatus: the thread the goroutine is on
+        st_run = status & (A2 == s.GO_RUNNING) & on_this_m
+        st_sys = status & (A2 == s.GO_SYSCALL) & on_this_m
+        switch = ev(s.EV_GOSWITCH) | ev(s.EV_GOSWITCHDESTROY)
+        leave = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLENDBLOCKED) \
+            | ev(s.EV_GODESTROYSYSCALL)
+
+        # the goroutine bound to the M (running or in a syscall), and whether it runs
+        g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
+        g_val = np.where(leave, -1, A0)
+        g_after = _carry(g_val, g_set, mstart)
+        g_before = _before(g_after, new_m)
+        run_set = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) \
+            | leave | ev(s.EV_GOSYSCALLBEGIN)
+        run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int64)
+        run_after = _carry(run_val, run_set, mstart, 0)
+        run_before = _before(run_after, new_m, 0)
+        # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
+        p_set = ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING,
+                                                                                            s.PROC_SYSCALL)))
+        p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart)
+
+        already = (run_before == 1) & (g_before == A0)
+        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~already)
+        stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
+        start_g = np.where(ev(s.EV_GOSYSCALLEND), g_before, A0)
+
+        si = np.flatnonzero(start)
+        nxt = _next_index(stop)[si]
+        closed = (nxt < n)
+        closed[closed] = M[nxt[closed]] == M[si[closed]]
+        end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
+        labels = np.full(len(si), "", dtype=object)
+        li = np.flatnonzero(ev(s.EV_GOLABEL))
+        if li.size:
+            last_start = np.maximum.accumulate(np.where(start, np.arange(n), -1))[li]
+            ok = last_start >= mstart[li]
+            pos = np.searchsorted(si, last_start[ok])
+            labels[pos] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
+        running = _frame(
+            {"g": start_g[si], "p": p_after[si], "m": M[si], "start_ns": T[si], "end_ns": end_t,
+             "label": labels, "open": ~closed},
+            {"g": "int64", "p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "label": "object",
+             "open": "bool"},
+        ).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+
+        # sweeps: P-scoped, non-preemptible, so they end on the M they began on
+        sb = ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE)
+        se = ev(s.EV_GCSWEEPEND)
+        bi = np.flatnonzero(sb)
+        nx = _next_index(se)[bi]
+        ok = nx < n
+        ok[ok] = M[nx[ok]] == M[bi[ok]]
+        nxc = np.minimum(nx, n - 1)
+        sweep = _frame(
+            {"p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]), "m": M[bi], "start_ns": T[bi],
+             "end_ns": np.where(ok, T[nxc], last_ns), "swept_bytes": np.where(ok, A0[nxc], 0),
+             "reclaimed_bytes": np.where(ok, A1[nxc], 0), "open": ~ok},
+            {"p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "swept_bytes": "int64",
+             "reclaimed_bytes": "int64", "open": "bool"},
+        ).sort_values("start_ns", kind="stable", ignore_index=True)
+
+        # goroutine-scoped ranges (few): pair in time order by goroutine
+        stw = _pair_by_g(
+            T, g_before, GEN, A0, ev(s.EV_STWBEGIN), ev(s.EV_STWEND), None, strings, last_ns, kind=True)
+        assist = _pair_by_g(
+            T, g_before, GEN, A0, ev(s.EV_GCMARKASSISTBEGIN), ev(s.EV_GCMARKASSISTEND),
+            ev(s.EV_GCMARKASSISTACTIVE), strings, last_ns, kind=False)
+        lg = np.flatnonzero(ev(s.EV_USERLOG))
+        lg = lg[np.argsort(T[lg], kind="stable")]
+        logs = _frame(
+            {"t_ns": T[lg], "g": g_before[lg], "m": M[lg], "task": A0[lg],
+             "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
+             "message": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A2[lg], strict=True)]},
+            {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
+        )
+
+    empty = {
+        "running": ({"g": "int64", "p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64",
+                     "label": "object", "open": "bool"}),
+        "sweep": {"p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "swept_bytes": "int64",
+                  "reclaimed_bytes": "int64", "open": "bool"},
+        "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
+        "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+        "logs": {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object",
+                 "message": "object"},
+    }
+    out: dict[str, object] = {}
+    for name, df in (("running", running), ("sweep", sweep), ("stw", stw), ("assist", assist), ("logs", logs)):
+        out[name] = df if df is not None else _frame({}, empty[name])
+
+    # --- global events -------------------------------------------------------------------
+    gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
+    gsel = gsel[np.argsort(c["ts"][gsel], kind="stable")]
+    gt, gty, ga0 = c["ts"][gsel], c["type"][gsel], c["a0"][gsel]
+    pc = gty == s.EV_PROCSCHANGE
+    procs_t, procs_v = gt[pc], ga0[pc]
+    keep = np.r_[True, procs_v[1:] != procs_v[:-1]] if len(procs_v) else np.zeros(0, dtype=bool)
+    out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
+    out["gc"] = _gc_cycles(gt, gty, ga0, last_ns)
+    hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
+    heap = pd.DataFrame({
+        "t_ns": gt[hm],
+        "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
+        "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
+    })
+    out["heap"] = heap.ffill()
+    return out
+
+
+def _pair_by_g(T: np.ndarray, G: np.ndarray, GEN: np.ndarray, A0: np.ndarray, begin: np.ndarray, end: np.ndarray,
+               active: np.ndarray | None, strings: dict[tuple[int, int], str], last_ns: int, *, kind: bool
+               ) -> pd.DataFrame:
+    mask = begin | end | (active if active is not None else False)
+    idx = np.flatnonzero(mask)
+    idx = idx[np.argsort(T[idx], kind="stable")]
+    opened: dict[int, tuple[int, str]] = {}
+    rows = []
+    for i in idx.tolist():
+        if begin[i]:
+            g = int(G[i])
+            opened[g] = (int(T[i]), strings.get((int(GEN[i]), int(A0[i])), "") if kind else "")
+        elif active is not None and active[i]:
+            g = int(A0[i])  # GCMarkAssistActive names its goroutine
+            opened.setdefault(g, (int(T[i]), ""))
+        else:
+            g = int(G[i])
+            if g in opened:
+                t0, k = opened.pop(g)
+                rows.append((t0, int(T[i]), k, g, False))
+    rows.extend((t0, last_ns, k, g, True) for g, (t0, k) in opened.items())
+    rows.sort()
+    if kind:
+        return _frame({"start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
+                       "kind": [r[2] for r in rows], "g": [r[3] for r in rows], "open": [r[4] for r in rows]},
+                      {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"})
+    return _frame({"g": [r[3] for r in rows], "start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
+                   "open": [r[4] for r in rows]},
+                  {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"})
+
+
+def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> pd.DataFrame:
+    """GC mark phases: GCBegin .. GCEnd, or GCActive (already running when the generation
+    began) .. GCEnd. gc_seq is one global counter, so cycles pair in time order."""
+    rows = []
+    cur: tuple[int, int] | None = None
+    sel = np.flatnonzero((ty == s.EV_GCBEGIN) | (ty == s.EV_GCEND) | (ty == s.EV_GCACTIVE))
+    for i in sel.tolist():
+        k = int(ty[i])
+        if k == s.EV_GCBEGIN:
+            cur = (int(a0[i]), int(t[i]))
+        elif k == s.EV_GCACTIVE:
+            if cur is None:
+                cur = (int(a0[i]), int(t[i]))
+        elif cur is not None:
+            rows.append((cur[0], cur[1], int(t[i]), False))
+            cur = None
+    if cur is not None:
+        rows.append((cur[0], cur[1], last_ns, True))
+    return _frame({"seq": [r[0] for r in rows], "start_ns": [r[1] for r in rows], "end_ns": [r[2] for r in rows],
+                   "open": [r[3] for r in rows]},
+                  {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"})

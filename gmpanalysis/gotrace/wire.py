@@ -1,0 +1,272 @@
+"""Wire level: header, batches, generations, and the vectorised event walk.
+
+Layout (see go-trace-format notes): a 16-byte header ``go 1.NN trace``, then batches
+``01 gen m ts len payload`` (or ``31 exp gen m ts len payload``), and from Go 1.26 a bare
+``34`` byte after each generation. Batches of generation N all precede those of N+1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from ..errors import TraceFormatError
+from . import spec
+
+HEADER_LEN = 16
+
+
+class UnknownVersionWarning(UserWarning):
+    """The trace header names a version newer than this reader knows."""
+
+
+@dataclasses.dataclass
+class Batch:
+    gen: int
+    m: int  # thread id (kernel TID on Linux); NONE_ID for runtime/global batches
+    ts: int  # trace ticks at the batch start
+    start: int  # payload offset in the file
+    end: int  # payload end (exclusive)
+    exp: int | None = None  # experiment id of an experimental batch
+
+
+@dataclasses.dataclass
+class Generation:
+    gen: int
+    batches: list[Batch]
+    start: int  # file offset of its first batch
+    end: int  # file offset after its last batch
+
+
+def parse_header(data: bytes | memoryview, source: str) -> int:
+    """Return the minor version written in the header (22 for "go 1.22 trace")."""
+    head = bytes(data[:HEADER_LEN])
+    if not head.startswith(b"go 1."):
+        raise TraceFormatError(
+            f"{source} offset 0: not a Go execution trace (header {head[:16]!r}); expected 'go 1.NN trace' "
+            "as written by runtime/trace, go test -trace or /debug/pprof/trace"
+        )
+    rest = head[5:]
+    digits = rest[: len(rest) - len(rest.lstrip(b"0123456789"))]
+    if not digits or not rest[len(digits) :].startswith(b" trace"):
+        raise TraceFormatError(f"{source} offset 0: malformed trace header {head!r}")
+    minor = int(digits)
+    if len(data) < HEADER_LEN:
+        raise TraceFormatError(f"{source}: only {len(data)} bytes, shorter than the 16-byte header; file truncated")
+    if minor <= 21:
+        raise TraceFormatError(
+            f"{source} offset 0: Go 1.{minor} trace format (the pre-1.22 format, with TSC timestamps that cannot "
+            "be tied to CLOCK_MONOTONIC) is not supported; re-record with Go >= 1.22"
+        )
+    if minor not in spec.KNOWN_VERSIONS and minor > max(spec.KNOWN_VERSIONS):
+        warnings.warn(
+            f"{source}: trace version go 1.{minor} is newer than this reader knows (up to 1.{max(spec.KNOWN_VERSIONS)}); "
+            "reading it on the rule that new versions only append event types",
+            UnknownVersionWarning,
+            stacklevel=3,
+        )
+    return minor
+
+
+class _Short(Exception):
+    """Ran out of bytes: the file is truncated here."""
+
+
+def uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Decode one unsigned LEB128 varint at pos; padded (non-minimal) forms are accepted."""
+    v = 0
+    shift = 0
+    for i in range(pos, min(end, pos + 10)):
+        b = data[i]
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, i + 1
+        shift += 7
+    if end - pos < 10:
+        raise _Short
+    raise TraceFormatError(f"offset {pos}: varint longer than 10 bytes; the trace is corrupt")
+
+
+def split_generations(data: bytes | memoryview, version: int, source: str) -> tuple[list[Generation], int | None]:
+    """Frame the file into generations. Returns (complete generations, truncation offset or None).
+
+    A generation is complete when the next one begins (a batch of another generation, or the
+    EndOfGeneration byte of Go >= 1.26), or, before 1.26, when the file ends cleanly after it.
+    A cut anywhere else drops the generation it falls in and reports where.
+    """
+    n = len(data)
+    pos = HEADER_LEN
+    gens: list[Generation] = []
+    cur: list[Batch] = []
+    cur_gen: int | None = None
+    cur_start = pos
+    has_eog = version >= 26
+
+    def close(end: int) -> None:
+        nonlocal cur, cur_gen
+        if cur:
+            gens.append(Generation(cur_gen or 0, cur, cur_start, end))
+        cur, cur_gen = [], None
+
+    while pos < n:
+        b = data[pos]
+        if b == spec.EV_END_OF_GENERATION and has_eog:
+            close(pos)
+            pos += 1
+            cur_start = pos
+            continue
+        batch_at = pos
+        try:
+            if b == spec.EV_EVENT_BATCH:
+                exp = None
+                p = pos + 1
+            elif b == spec.EV_EXPERIMENTAL_BATCH:
+                if pos + 1 >= n:
+                    raise _Short
+                exp = data[pos + 1]
+                p = pos + 2
+            else:
+                raise TraceFormatError(
+                    f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is corrupt "
+                    "or was written by an unsupported tracer"
+                )
+            gen, p = uvarint(data, p, n)
+            m, p = uvarint(data, p, n)
+            ts, p = uvarint(data, p, n)
+            length, p = uvarint(data, p, n)
+        except _Short:
+            return _finish_truncated(gens, cur, has_eog, batch_at)
+        if length > 1 << 20:
+            raise TraceFormatError(f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
+                                   "at most 64 KiB); the trace is corrupt")
+        if p + length > n:
+            return _finish_truncated(gens, cur, has_eog, batch_at)
+        if cur_gen is not None and gen != cur_gen:
+            if has_eog:
+                raise TraceFormatError(
+                    f"{source} offset {batch_at}: batch of generation {gen} inside generation {cur_gen} "
+                    "without an end-of-generation marker; the trace is corrupt"
+                )
+            close(batch_at)
+            cur_start = batch_at
+        if gen == 0:
+            raise TraceFormatError(f"{source} offset {batch_at}: generation 0 does not exist; the trace is corrupt")
+        cur_gen = gen
+        cur.append(Batch(gen, m, ts, p, p + length, exp))
+        pos = p + length
+    if has_eog and cur:
+        # Go >= 1.26 ends every generation with the marker: one without it was cut off
+        return _finish_truncated(gens, cur, has_eog, cur[-1].end)
+    close(pos)
+    return gens, None
+
+
+def _finish_truncated(gens: list[Generation], cur: list[Batch], has_eog: bool, at: int) -> tuple[list[Generation], int]:
+    # the generation in progress is incomplete: its tables may be missing
+    return gens, at
+
+
+@dataclasses.dataclass
+class Walk:
+    """Events of a set of event batches, in file order (batch by batch, in order)."""
+
+    tok: np.ndarray  # token index of the event's type byte
+    batch: np.ndarray  # index into the batch list
+    first: np.ndarray  # first byte (the event type)
+
+
+def tokenize(buf: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Start offsets (relative to lo) of the tokens of buf[lo:hi]: a token ends at every byte
+    < 0x80, so each uvarint and each type byte < 0x80 is one token."""
+    seg = buf[lo:hi]
+    ends = np.flatnonzero(seg < 0x80).astype(np.int32)
+    starts = np.empty(len(ends) + 1, dtype=np.int32)
+    starts[0] = 0
+    starts[1:] = ends + 1
+    return starts
+
+
+def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batch], version: int,
+                source: str) -> Walk:
+    """Find every event of the given event batches, all batches advancing in lockstep.
+
+    ``starts`` are the token starts of buf[lo:...] (see :func:`tokenize`). Each step moves
+    every unfinished batch forward by one event: the jump, in tokens, depends only on the
+    event's first byte.
+    """
+    jump = spec.jump_table(version)
+    nb = len(batches)
+    if nb == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Walk(z, z, z.astype(np.uint8))
+    b_start = np.array([b.start - lo for b in batches], dtype=np.int64)
+    b_end = np.array([b.end - lo for b in batches], dtype=np.int64)
+    cur = np.searchsorted(starts, b_start)
+    end_tok = np.searchsorted(starts, b_end)
+    bad = starts[np.minimum(cur, len(starts) - 1)] != b_start
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(f"{source} offset {batches[i].start}: batch payload does not start on an event")
+    seg_first = buf[lo:]
+    active = np.flatnonzero(cur < end_tok)
+    toks: list[np.ndarray] = []
+    bidx: list[np.ndarray] = []
+    firsts: list[np.ndarray] = []
+    c = cur[active]
+    e = end_tok[active]
+    while active.size:
+        f = seg_first[starts[c]]
+        j = jump[f]
+        if not j.all():
+            k = int(np.flatnonzero(j == 0)[0])
+            off = lo + int(starts[c[k]])
+            raise TraceFormatError(
+                f"{source} offset {off}: byte 0x{int(f[k]):02x} is not an event type of trace version go 1.{version}; "
+                "the trace is corrupt"
+            )
+        toks.append(c)
+        bidx.append(active)
+        firsts.append(f)
+        c = c + j
+        over = c > e
+        if over.any():
+            k = int(np.flatnonzero(over)[0])
+            raise TraceFormatError(
+                f"{source} offset {batches[int(active[k])].end}: an event runs past the end of its batch "
+                f"(batch at offset {batches[int(active[k])].start}); the trace is corrupt"
+            )
+        keep = c < e
+        if not keep.all():
+            active, c, e = active[keep], c[keep], e[keep]
+    tok = np.concatenate(toks)
+    bi = np.concatenate(bidx)
+    fi = np.concatenate(firsts)
+    # step-major -> batch-major, keeping each batch's steps in order
+    order = np.argsort(bi, kind="stable")
+    return Walk(tok[order].astype(np.int64), bi[order].astype(np.int64), fi[order])
+
+
+def token_values(buf: np.ndarray, lo: int, starts: np.ndarray, tok: np.ndarray, skip_first: np.ndarray | None = None
+                 ) -> np.ndarray:
+    """Decode the uvarints that start at the given tokens (vectorised; returns uint64).
+
+    ``skip_first`` marks tokens whose first byte is an experimental type byte merged with
+    the varint that follows it.
+    """
+    s = starts[tok].astype(np.int64) + lo
+    L = starts[tok + 1].astype(np.int64) + lo - s
+    if skip_first is not None:
+        s = s + skip_first
+        L = L - skip_first
+    out = (buf[s] & 0x7F).astype(np.uint64)
+    idx = np.flatnonzero(L > 1)
+    k = 1
+    while idx.size:
+        out[idx] |= (buf[s[idx] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        k += 1
+        idx = idx[L[idx] > k]
+        if k > 10:
+            raise TraceFormatError("varint longer than 10 bytes; the trace is corrupt")
+    return out
