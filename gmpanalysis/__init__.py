@@ -7,6 +7,7 @@ run.samples            # cpu.stat reads, units normalised
 
 from .bundle import Run, load_run, read_cpu_stat, read_requests
 from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
+from .gotrace import GoTrace, read_trace
 
 __version__ = "0.1.0"
 
@@ -14,6 +15,7 @@ __all__ = [
     "BundleError",
     "CgroupFormatError",
     "GmpError",
+    "GoTrace",
     "LabError",
     "MissingDataError",
     "Run",
@@ -21,4 +23,5 @@ __all__ = [
     "load_run",
     "read_cpu_stat",
     "read_requests",
+    "read_trace",
 ]

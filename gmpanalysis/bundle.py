@@ -51,16 +51,27 @@ class Run:
     """One run bundle, loaded.
 
     ``samples`` is the cpu.stat table (:func:`read_cpu_stat`), ``requests`` the per-request
-    table or None, ``trace`` the path of the raw Go execution trace or None. ``notes`` lists
+    table or None, ``trace_path`` the raw Go execution trace or None, and ``trace`` its
+    tables (:class:`~gmpanalysis.gotrace.GoTrace`), parsed on first use. ``notes`` lists
     what the reader tolerated (a dropped partial line, an unfinished collection).
     """
 
     path: Path
     meta: dict[str, Any]
     samples: pd.DataFrame
-    trace: Path | None
+    trace_path: Path | None
     requests: pd.DataFrame | None
     notes: list[str] = dataclasses.field(default_factory=list)
+    _trace: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def trace(self) -> Any:
+        """The Go execution trace as GoTrace tables (None if the bundle has no trace)."""
+        if self._trace is None and self.trace_path is not None:
+            from .gotrace import read_trace
+
+            self._trace = read_trace(self.trace_path)
+        return self._trace
 
     @property
     def name(self) -> str:
@@ -72,7 +83,7 @@ class Run:
             f"Run({self.name!r}, gomaxprocs={m.get('gomaxprocs_effective', m.get('gomaxprocs_env'))}, "
             f"quota_us={m.get('quota_us')}/{m.get('period_us')}, samples={len(self.samples)}, "
             f"requests={None if self.requests is None else len(self.requests)}, "
-            f"trace={'yes' if self.trace else 'no'})"
+            f"trace={'yes' if self.trace_path else 'no'})"
         )
 
 
@@ -295,7 +306,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         trace = None
     elif not trace.exists():
         trace = None
-    return Run(path=d, meta=meta, samples=samples, trace=trace, requests=requests, notes=notes)
+    return Run(path=d, meta=meta, samples=samples, trace_path=trace, requests=requests, notes=notes)
 
 
 def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:

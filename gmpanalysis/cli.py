@@ -128,6 +128,59 @@ def cmd_summary(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .gotrace import read_trace
+    from .gotrace.summary import df_running_by_p, df_stw_by_kind
+
+    path = Path(a.file)
+    size = path.stat().st_size if path.exists() else 0
+    bar = None
+    progress = None
+    if size > 8 << 20 and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=path.name, leave=False)
+        done = [0]
+
+        def progress(offset: int) -> None:
+            bar.update(offset - done[0])
+            done[0] = offset
+
+    try:
+        tr = read_trace(path, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    m = tr.meta
+    span = (m["last_ns"] - m["first_ns"]) / 1e9
+    print(f"{path}: go 1.{m['version']} trace, {m['events']:,} events, {size:,} bytes, {m['generations']} generations")
+    print(f"span: {span:.3f} s  (CLOCK_MONOTONIC {m['first_ns']} .. {m['last_ns']} ns)")
+    if m["truncated"] is not None:
+        print(f"TRUNCATED at offset {m['truncated']}: the complete generations before it were read")
+    gc = tr.gc
+    if len(gc):
+        mark = (gc.end_ns - gc.start_ns) / 1e6
+        print(f"GC cycles: {len(gc)}  (mark phase p50 {mark.median():.2f} ms, max {mark.max():.2f} ms)")
+    else:
+        print("GC cycles: 0")
+    print(
+        "GOMAXPROCS: "
+        + (
+            ", ".join(f"{v} at +{(t - m['first_ns']) / 1e9:.3f}s" for t, v in tr.gomaxprocs.itertuples(index=False))
+            or "no event"
+        )
+    )
+    with pd.option_context("display.width", 120, "display.float_format", "{:.1f}".format):
+        stw = df_stw_by_kind(tr)
+        print("\nstop-the-world pauses by kind (µs):")
+        print(stw.to_string(index=False) if len(stw) else "  none")
+        print("\ngoroutine running time per P:")
+        print(df_running_by_p(tr).to_string(index=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -135,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("summary", help="whole-run totals of bundles (default: the shipped fixtures)")
     sp.add_argument("bundles", nargs="*", help="bundle directories")
     sp.set_defaults(func=cmd_summary)
+
+    tp = sub.add_parser("trace", help="summary of a Go execution trace file")
+    tp.add_argument("file", help="trace file (runtime/trace, go test -trace, /debug/pprof/trace)")
+    tp.set_defaults(func=cmd_trace)
 
     lab = sub.add_parser("lab", help="experiments under real cgroup quotas (root)")
     labsub = lab.add_subparsers(dest="labcmd", required=True)

@@ -109,6 +109,6 @@ def df_run_totals(runs: Iterable[Run]) -> pd.DataFrame:
             )
         else:
             row.update(requests=0, ok=0, throughput_rps=np.nan, latency_p50_ms=np.nan, latency_p99_ms=np.nan)
-        row["trace_bytes"] = run.trace.stat().st_size if run.trace is not None else 0
+        row["trace_bytes"] = run.trace_path.stat().st_size if run.trace_path is not None else 0
         rows.append(row)
     return pd.DataFrame(rows)

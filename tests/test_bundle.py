@@ -43,7 +43,7 @@ def test_fixture_loads_whole(run):
     for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us"):
         assert (np.diff(s[c].to_numpy()) >= 0).all(), c
     assert run.meta["mono_start_ns"] <= s["t_ns"].iloc[0] and s["t_ns"].iloc[-1] <= run.meta["mono_end_ns"]
-    assert run.trace is not None and run.trace.read_bytes()[:16].startswith(b"go 1.")
+    assert run.trace_path is not None and run.trace_path.read_bytes()[:16].startswith(b"go 1.")
     assert run.requests is not None and (run.requests["status"] == 200).all()
 
 
@@ -208,4 +208,4 @@ def test_empty_trace_is_noted(tmp_path):
     d = _copy(tmp_path)
     (d / "trace.out").write_bytes(b"")
     run = gmp.load_run(d)
-    assert run.trace is None and any("trace.out is empty" in n for n in run.notes)
+    assert run.trace_path is None and run.trace is None and any("trace.out is empty" in n for n in run.notes)

@@ -61,7 +61,9 @@ def test_short_lab_run_records_real_throttling(bins, tmp_path):
     assert d_use / d_per < 60_000
     assert np.median(np.diff(s["t_ns"])) == pytest.approx(997_000, abs=20_000)
     assert m["sampler"]["rows"] >= len(s)
-    assert run.trace is not None and run.trace.read_bytes()[:5] == b"go 1."
+    assert run.trace_path is not None and run.trace_path.read_bytes()[:5] == b"go 1."
+    # the trace window lies inside the sampled span, on the same clock
+    assert s["t_ns"].iloc[0] <= run.trace.meta["first_ns"] and run.trace.meta["last_ns"] <= s["t_ns"].iloc[-1]
     assert m["trace"]["http_status"] == 200
     r = run.requests
     assert len(r) > 20 and (r["status"] == 200).all()

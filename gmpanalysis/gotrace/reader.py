@@ -14,7 +14,26 @@ import pandas as pd
 
 from ..errors import TraceFormatError
 from . import spec, tables
-from .wire import Batch, Generation, parse_header, split_generations, token_values, tokenize, uvarint, walk_events
+from .wire import (
+    Batch,
+    Generation,
+    _Short,
+    parse_header,
+    split_generations,
+    token_values,
+    tokenize,
+    walk_events,
+)
+from .wire import uvarint as _uvarint
+
+
+def uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A varint inside a batch: running out of bytes there means a corrupt batch."""
+    try:
+        return _uvarint(data, pos, end)
+    except _Short:
+        raise TraceFormatError(f"offset {pos}: a value runs past the end of its batch; the trace is corrupt") from None
+
 
 # Generations are decoded in groups of about this many bytes: the token index costs 4 bytes
 # per token, so memory stays bounded whatever the file size.
@@ -129,8 +148,14 @@ def _chunks(gens: list[Generation]) -> list[list[Generation]]:
     return out
 
 
-def _decode(data: bytes, buf: np.ndarray, gens: list[Generation], version: int, source: str,
-            progress: Callable[[int], None] | None) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str], dict]:
+def _decode(
+    data: bytes,
+    buf: np.ndarray,
+    gens: list[Generation],
+    version: int,
+    source: str,
+    progress: Callable[[int], None] | None,
+) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str], dict]:
     """Decode every event of the generations into flat columns (file order)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("m", "gen", "ts", "type", "a0", "a1", "a2")}
     strings: dict[tuple[int, int], str] = {}
@@ -163,8 +188,14 @@ def _decode(data: bytes, buf: np.ndarray, gens: list[Generation], version: int, 
             for sid, s in strs.items():
                 strings[(g.gen, sid)] = s
             info["clock_snapshots"].extend(
-                {"gen": g.gen, "trace_ns": int(t * 1_000_000_000 // freq), "mono_ns": mono, "wall_sec": sec,
-                 "wall_nsec": nsec} for t, mono, sec, nsec in snaps
+                {
+                    "gen": g.gen,
+                    "trace_ns": int(t * 1_000_000_000 // freq),
+                    "mono_ns": mono,
+                    "wall_sec": sec,
+                    "wall_nsec": nsec,
+                }
+                for t, mono, sec, nsec in snaps
             )
             ev_batches.extend(events)
             b_gen.extend([g.gen] * len(events))
@@ -189,8 +220,7 @@ def _decode(data: bytes, buf: np.ndarray, gens: list[Generation], version: int, 
         bsel = w.batch[sel]
         freq_arr = np.array(b_freq, dtype=np.int64)[bsel]
         t = ticks[sel].astype(np.int64)
-        ns = np.where(freq_arr == TICKS_PER_S_LINUX, t * 64,
-                      (t.astype(np.float64) * (1e9 / freq_arr)).astype(np.int64))
+        ns = np.where(freq_arr == TICKS_PER_S_LINUX, t * 64, (t.astype(np.float64) * (1e9 / freq_arr)).astype(np.int64))
         typ = w.first[sel]
         tok = w.tok[sel]
         na = nargs[typ]
@@ -209,8 +239,10 @@ def _decode(data: bytes, buf: np.ndarray, gens: list[Generation], version: int, 
             cols[f"a{j}"].append(args[j])
         if progress is not None:
             progress(hi)
-    flat = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.uint8 if k == "type" else np.int64))
-            for k, v in cols.items()}
+    flat = {
+        k: (np.concatenate(v) if v else np.zeros(0, dtype=np.uint8 if k == "type" else np.int64))
+        for k, v in cols.items()
+    }
     return flat, strings, info
 
 
@@ -246,8 +278,9 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
     return GoTrace(meta=meta, **built)
 
 
-def read_trace(path_or_bytes: str | os.PathLike[str] | bytes, *,
-               progress: Callable[[int], None] | None = None) -> GoTrace:
+def read_trace(
+    path_or_bytes: str | os.PathLike[str] | bytes, *, progress: Callable[[int], None] | None = None
+) -> GoTrace:
     """Read a Go execution trace (Go 1.22 - 1.27 formats) into :class:`GoTrace` tables.
 
     Times are the raw wire timestamps × 1e9/frequency: on Linux, CLOCK_MONOTONIC ns in

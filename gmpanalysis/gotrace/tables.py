@@ -16,12 +16,35 @@ import pandas as pd
 from . import spec as s
 
 SCHED = (
-    s.EV_PROCSTART, s.EV_PROCSTOP, s.EV_PROCSTATUS, s.EV_GOSTART, s.EV_GOSTOP, s.EV_GOBLOCK, s.EV_GODESTROY,
-    s.EV_GOSYSCALLBEGIN, s.EV_GOSYSCALLEND, s.EV_GOSYSCALLENDBLOCKED, s.EV_GOSTATUS, s.EV_GOSTATUSSTACK,
-    s.EV_GOSWITCH, s.EV_GOSWITCHDESTROY, s.EV_GOCREATESYSCALL, s.EV_GODESTROYSYSCALL,
+    s.EV_PROCSTART,
+    s.EV_PROCSTOP,
+    s.EV_PROCSTATUS,
+    s.EV_GOSTART,
+    s.EV_GOSTOP,
+    s.EV_GOBLOCK,
+    s.EV_GODESTROY,
+    s.EV_GOSYSCALLBEGIN,
+    s.EV_GOSYSCALLEND,
+    s.EV_GOSYSCALLENDBLOCKED,
+    s.EV_GOSTATUS,
+    s.EV_GOSTATUSSTACK,
+    s.EV_GOSWITCH,
+    s.EV_GOSWITCHDESTROY,
+    s.EV_GOCREATESYSCALL,
+    s.EV_GODESTROYSYSCALL,
 )
-ON_M = (s.EV_GOLABEL, s.EV_STWBEGIN, s.EV_STWEND, s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND,
-        s.EV_GCMARKASSISTACTIVE, s.EV_USERLOG, s.EV_GCSWEEPBEGIN, s.EV_GCSWEEPEND, s.EV_GCSWEEPACTIVE)
+ON_M = (
+    s.EV_GOLABEL,
+    s.EV_STWBEGIN,
+    s.EV_STWEND,
+    s.EV_GCMARKASSISTBEGIN,
+    s.EV_GCMARKASSISTEND,
+    s.EV_GCMARKASSISTACTIVE,
+    s.EV_USERLOG,
+    s.EV_GCSWEEPBEGIN,
+    s.EV_GCSWEEPEND,
+    s.EV_GCSWEEPACTIVE,
+)
 GLOBAL = (s.EV_PROCSCHANGE, s.EV_GCACTIVE, s.EV_GCBEGIN, s.EV_GCEND, s.EV_HEAPALLOC, s.EV_HEAPGOAL)
 USED_TYPES = frozenset(SCHED + ON_M + GLOBAL)
 
@@ -57,12 +80,14 @@ def _next_index(mask: np.ndarray) -> np.ndarray:
 
 
 def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
-    df = pd.DataFrame(cols, columns=list(dtypes))
-    return df.astype(dtypes)
+    """A frame with exactly these columns and dtypes, built from arrays that already have
+    them (pandas' astype on many small frames dominated the cost of short traces)."""
+    return pd.DataFrame({k: np.asarray(cols.get(k, ()), dtype=t) for k, t in dtypes.items()}, copy=False)
 
 
-def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_ns: int, last_ns: int
-          ) -> dict[str, object]:
+def build(
+    c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_ns: int, last_ns: int
+) -> dict[str, object]:
     """Build every table; ranges still open at the end of the trace close at ``last_ns``."""
 
     # --- per-M streams -----------------------------------------------------------------
@@ -86,22 +111,38 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_n
         st_run = status & (A2 == s.GO_RUNNING) & on_this_m
         st_sys = status & (A2 == s.GO_SYSCALL) & on_this_m
         switch = ev(s.EV_GOSWITCH) | ev(s.EV_GOSWITCHDESTROY)
-        leave = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLENDBLOCKED) \
+        leave = (
+            ev(s.EV_GOSTOP)
+            | ev(s.EV_GOBLOCK)
+            | ev(s.EV_GODESTROY)
+            | ev(s.EV_GOSYSCALLENDBLOCKED)
             | ev(s.EV_GODESTROYSYSCALL)
+        )
 
         # the goroutine bound to the M (running or in a syscall), and whether it runs
         g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
         g_val = np.where(leave, -1, A0)
         g_after = _carry(g_val, g_set, mstart)
         g_before = _before(g_after, new_m)
-        run_set = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) \
-            | leave | ev(s.EV_GOSYSCALLBEGIN)
+        run_set = (
+            ev(s.EV_GOSTART)
+            | switch
+            | ev(s.EV_GOSYSCALLEND)
+            | st_run
+            | st_sys
+            | ev(s.EV_GOCREATESYSCALL)
+            | leave
+            | ev(s.EV_GOSYSCALLBEGIN)
+        )
         run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int64)
         run_after = _carry(run_val, run_set, mstart, 0)
         run_before = _before(run_after, new_m, 0)
         # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
-        p_set = ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING,
-                                                                                            s.PROC_SYSCALL)))
+        p_set = (
+            ev(s.EV_PROCSTART)
+            | ev(s.EV_PROCSTOP)
+            | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
+        )
         p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart)
 
         already = (run_before == 1) & (g_before == A0)
@@ -111,7 +152,7 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_n
 
         si = np.flatnonzero(start)
         nxt = _next_index(stop)[si]
-        closed = (nxt < n)
+        closed = nxt < n
         closed[closed] = M[nxt[closed]] == M[si[closed]]
         end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
         labels = np.full(len(si), "", dtype=object)
@@ -122,10 +163,24 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_n
             pos = np.searchsorted(si, last_start[ok])
             labels[pos] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
         running = _frame(
-            {"g": start_g[si], "p": p_after[si], "m": M[si], "start_ns": T[si], "end_ns": end_t,
-             "label": labels, "open": ~closed},
-            {"g": "int64", "p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "label": "object",
-             "open": "bool"},
+            {
+                "g": start_g[si],
+                "p": p_after[si],
+                "m": M[si],
+                "start_ns": T[si],
+                "end_ns": end_t,
+                "label": labels,
+                "open": ~closed,
+            },
+            {
+                "g": "int64",
+                "p": "int64",
+                "m": "int64",
+                "start_ns": "int64",
+                "end_ns": "int64",
+                "label": "object",
+                "open": "bool",
+            },
         ).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
 
         # sweeps: P-scoped, non-preemptible, so they end on the M they began on
@@ -137,37 +192,85 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_n
         ok[ok] = M[nx[ok]] == M[bi[ok]]
         nxc = np.minimum(nx, n - 1)
         sweep = _frame(
-            {"p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]), "m": M[bi], "start_ns": T[bi],
-             "end_ns": np.where(ok, T[nxc], last_ns), "swept_bytes": np.where(ok, A0[nxc], 0),
-             "reclaimed_bytes": np.where(ok, A1[nxc], 0), "open": ~ok},
-            {"p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "swept_bytes": "int64",
-             "reclaimed_bytes": "int64", "open": "bool"},
+            {
+                "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
+                "m": M[bi],
+                "start_ns": T[bi],
+                "end_ns": np.where(ok, T[nxc], last_ns),
+                "swept_bytes": np.where(ok, A0[nxc], 0),
+                "reclaimed_bytes": np.where(ok, A1[nxc], 0),
+                "open": ~ok,
+            },
+            {
+                "p": "int64",
+                "m": "int64",
+                "start_ns": "int64",
+                "end_ns": "int64",
+                "swept_bytes": "int64",
+                "reclaimed_bytes": "int64",
+                "open": "bool",
+            },
         ).sort_values("start_ns", kind="stable", ignore_index=True)
 
         # goroutine-scoped ranges (few): pair in time order by goroutine
-        stw = _pair_by_g(
-            T, g_before, GEN, A0, ev(s.EV_STWBEGIN), ev(s.EV_STWEND), None, strings, last_ns, kind=True)
+        stw = _pair_by_g(T, g_before, GEN, A0, ev(s.EV_STWBEGIN), ev(s.EV_STWEND), None, strings, last_ns, kind=True)
         assist = _pair_by_g(
-            T, g_before, GEN, A0, ev(s.EV_GCMARKASSISTBEGIN), ev(s.EV_GCMARKASSISTEND),
-            ev(s.EV_GCMARKASSISTACTIVE), strings, last_ns, kind=False)
+            T,
+            g_before,
+            GEN,
+            A0,
+            ev(s.EV_GCMARKASSISTBEGIN),
+            ev(s.EV_GCMARKASSISTEND),
+            ev(s.EV_GCMARKASSISTACTIVE),
+            strings,
+            last_ns,
+            kind=False,
+        )
         lg = np.flatnonzero(ev(s.EV_USERLOG))
         lg = lg[np.argsort(T[lg], kind="stable")]
         logs = _frame(
-            {"t_ns": T[lg], "g": g_before[lg], "m": M[lg], "task": A0[lg],
-             "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
-             "message": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A2[lg], strict=True)]},
+            {
+                "t_ns": T[lg],
+                "g": g_before[lg],
+                "m": M[lg],
+                "task": A0[lg],
+                "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
+                "message": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A2[lg], strict=True)],
+            },
             {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
         )
 
     empty = {
-        "running": ({"g": "int64", "p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64",
-                     "label": "object", "open": "bool"}),
-        "sweep": {"p": "int64", "m": "int64", "start_ns": "int64", "end_ns": "int64", "swept_bytes": "int64",
-                  "reclaimed_bytes": "int64", "open": "bool"},
+        "running": (
+            {
+                "g": "int64",
+                "p": "int64",
+                "m": "int64",
+                "start_ns": "int64",
+                "end_ns": "int64",
+                "label": "object",
+                "open": "bool",
+            }
+        ),
+        "sweep": {
+            "p": "int64",
+            "m": "int64",
+            "start_ns": "int64",
+            "end_ns": "int64",
+            "swept_bytes": "int64",
+            "reclaimed_bytes": "int64",
+            "open": "bool",
+        },
         "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
         "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
-        "logs": {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object",
-                 "message": "object"},
+        "logs": {
+            "t_ns": "int64",
+            "g": "int64",
+            "m": "int64",
+            "task": "int64",
+            "category": "object",
+            "message": "object",
+        },
     }
     out: dict[str, object] = {}
     for name, df in (("running", running), ("sweep", sweep), ("stw", stw), ("assist", assist), ("logs", logs)):
@@ -183,18 +286,30 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_n
     out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
     out["gc"] = _gc_cycles(gt, gty, ga0, last_ns)
     hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
-    heap = pd.DataFrame({
-        "t_ns": gt[hm],
-        "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
-        "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
-    })
+    heap = pd.DataFrame(
+        {
+            "t_ns": gt[hm],
+            "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
+            "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
+        }
+    )
     out["heap"] = heap.ffill()
     return out
 
 
-def _pair_by_g(T: np.ndarray, G: np.ndarray, GEN: np.ndarray, A0: np.ndarray, begin: np.ndarray, end: np.ndarray,
-               active: np.ndarray | None, strings: dict[tuple[int, int], str], last_ns: int, *, kind: bool
-               ) -> pd.DataFrame:
+def _pair_by_g(
+    T: np.ndarray,
+    G: np.ndarray,
+    GEN: np.ndarray,
+    A0: np.ndarray,
+    begin: np.ndarray,
+    end: np.ndarray,
+    active: np.ndarray | None,
+    strings: dict[tuple[int, int], str],
+    last_ns: int,
+    *,
+    kind: bool,
+) -> pd.DataFrame:
     mask = begin | end | (active if active is not None else False)
     idx = np.flatnonzero(mask)
     idx = idx[np.argsort(T[idx], kind="stable")]
@@ -215,12 +330,25 @@ def _pair_by_g(T: np.ndarray, G: np.ndarray, GEN: np.ndarray, A0: np.ndarray, be
     rows.extend((t0, last_ns, k, g, True) for g, (t0, k) in opened.items())
     rows.sort()
     if kind:
-        return _frame({"start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
-                       "kind": [r[2] for r in rows], "g": [r[3] for r in rows], "open": [r[4] for r in rows]},
-                      {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"})
-    return _frame({"g": [r[3] for r in rows], "start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
-                   "open": [r[4] for r in rows]},
-                  {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"})
+        return _frame(
+            {
+                "start_ns": [r[0] for r in rows],
+                "end_ns": [r[1] for r in rows],
+                "kind": [r[2] for r in rows],
+                "g": [r[3] for r in rows],
+                "open": [r[4] for r in rows],
+            },
+            {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
+        )
+    return _frame(
+        {
+            "g": [r[3] for r in rows],
+            "start_ns": [r[0] for r in rows],
+            "end_ns": [r[1] for r in rows],
+            "open": [r[4] for r in rows],
+        },
+        {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+    )
 
 
 def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> pd.DataFrame:
@@ -241,6 +369,12 @@ def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> p
             cur = None
     if cur is not None:
         rows.append((cur[0], cur[1], last_ns, True))
-    return _frame({"seq": [r[0] for r in rows], "start_ns": [r[1] for r in rows], "end_ns": [r[2] for r in rows],
-                   "open": [r[3] for r in rows]},
-                  {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"})
+    return _frame(
+        {
+            "seq": [r[0] for r in rows],
+            "start_ns": [r[1] for r in rows],
+            "end_ns": [r[2] for r in rows],
+            "open": [r[3] for r in rows],
+        },
+        {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+    )

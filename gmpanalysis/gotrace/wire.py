@@ -62,8 +62,8 @@ def parse_header(data: bytes | memoryview, source: str) -> int:
         )
     if minor not in spec.KNOWN_VERSIONS and minor > max(spec.KNOWN_VERSIONS):
         warnings.warn(
-            f"{source}: trace version go 1.{minor} is newer than this reader knows (up to 1.{max(spec.KNOWN_VERSIONS)}); "
-            "reading it on the rule that new versions only append event types",
+            f"{source}: trace version go 1.{minor} is newer than this reader knows "
+            f"(up to 1.{max(spec.KNOWN_VERSIONS)}); reading it on the rule that new versions only append event types",
             UnknownVersionWarning,
             stacklevel=3,
         )
@@ -82,6 +82,8 @@ def uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
         b = data[i]
         v |= (b & 0x7F) << shift
         if b < 0x80:
+            if v >> 64:
+                raise TraceFormatError(f"offset {pos}: varint overflows 64 bits; the trace is corrupt")
             return v, i + 1
         shift += 7
     if end - pos < 10:
@@ -137,12 +139,14 @@ def split_generations(data: bytes | memoryview, version: int, source: str) -> tu
             ts, p = uvarint(data, p, n)
             length, p = uvarint(data, p, n)
         except _Short:
-            return _finish_truncated(gens, cur, has_eog, batch_at)
+            return gens, batch_at
         if length > 1 << 20:
-            raise TraceFormatError(f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
-                                   "at most 64 KiB); the trace is corrupt")
+            raise TraceFormatError(
+                f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
+                "at most 64 KiB); the trace is corrupt"
+            )
         if p + length > n:
-            return _finish_truncated(gens, cur, has_eog, batch_at)
+            return gens, batch_at
         if cur_gen is not None and gen != cur_gen:
             if has_eog:
                 raise TraceFormatError(
@@ -158,14 +162,9 @@ def split_generations(data: bytes | memoryview, version: int, source: str) -> tu
         pos = p + length
     if has_eog and cur:
         # Go >= 1.26 ends every generation with the marker: one without it was cut off
-        return _finish_truncated(gens, cur, has_eog, cur[-1].end)
+        return gens, cur[-1].end
     close(pos)
     return gens, None
-
-
-def _finish_truncated(gens: list[Generation], cur: list[Batch], has_eog: bool, at: int) -> tuple[list[Generation], int]:
-    # the generation in progress is incomplete: its tables may be missing
-    return gens, at
 
 
 @dataclasses.dataclass
@@ -188,8 +187,7 @@ def tokenize(buf: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return starts
 
 
-def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batch], version: int,
-                source: str) -> Walk:
+def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batch], version: int, source: str) -> Walk:
     """Find every event of the given event batches, all batches advancing in lockstep.
 
     ``starts`` are the token starts of buf[lo:...] (see :func:`tokenize`). Each step moves
@@ -248,8 +246,9 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
     return Walk(tok[order].astype(np.int64), bi[order].astype(np.int64), fi[order])
 
 
-def token_values(buf: np.ndarray, lo: int, starts: np.ndarray, tok: np.ndarray, skip_first: np.ndarray | None = None
-                 ) -> np.ndarray:
+def token_values(
+    buf: np.ndarray, lo: int, starts: np.ndarray, tok: np.ndarray, skip_first: np.ndarray | None = None
+) -> np.ndarray:
     """Decode the uvarints that start at the given tokens (vectorised; returns uint64).
 
     ``skip_first`` marks tokens whose first byte is an experimental type byte merged with

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import LabError
 
-PROGRAMS = ("gmp-sampler", "gmp-demoapp", "gmp-loadgen")
+PROGRAMS = ("gmp-sampler", "gmp-demoapp", "gmp-loadgen", "gmp-tracedump")
 
 
 def collectors_dir() -> Path | None:

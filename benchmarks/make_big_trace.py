@@ -1,0 +1,63 @@
+"""Record a large real trace of a busy HTTP server for the reader benchmark.
+
+    .venv/bin/python benchmarks/make_big_trace.py [OUT] [SECONDS]
+
+Starts gmp-demoapp (no CPU limit) on loopback, drives it with gmp-loadgen in closed loop
+(16 clients, tiny requests: the scheduler-heavy mix of a real server), and saves
+/debug/pprof/trace?seconds=N. Default: benchmarks/data/http-server.trace, 9 s (≈30 MB here).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from gmpanalysis.lab import ensure_binaries
+from gmpanalysis.lab.run import _stop, _wait_listening
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "benchmarks" / "data" / "http-server.trace"
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 9.0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bins = ensure_binaries()
+    app = subprocess.Popen(
+        [str(bins["gmp-demoapp"]), "-addr", "127.0.0.1:0", "-work-ms", "0.02", "-alloc-kb", "16"],
+        stdout=subprocess.PIPE,
+    )
+    load = None
+    try:
+        addr = _wait_listening(app)
+        load = subprocess.Popen(
+            [
+                str(bins["gmp-loadgen"]),
+                "-url",
+                f"http://{addr}/work",
+                "-mode",
+                "closed",
+                "-concurrency",
+                "16",
+                "-duration",
+                f"{seconds + 3}s",
+                "-out",
+                "/dev/null",
+            ],
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1)
+        with urllib.request.urlopen(f"http://{addr}/debug/pprof/trace?seconds={seconds:g}", timeout=seconds + 30) as r:
+            out.write_bytes(r.read())
+        print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
+    finally:
+        _stop(load)
+        _stop(app)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
