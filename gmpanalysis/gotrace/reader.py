@@ -45,6 +45,10 @@ class TruncatedTraceWarning(UserWarning):
     """The trace ends inside a generation; the complete generations before it were read."""
 
 
+class ClockWarning(UserWarning):
+    """The trace clock is not Linux's nanotime/64: times are not CLOCK_MONOTONIC ns."""
+
+
 @dataclasses.dataclass
 class GoTrace:
     """A Go execution trace as tables; every time is int64 CLOCK_MONOTONIC ns (Linux).
@@ -182,6 +186,7 @@ def _decode(
                 warnings.warn(
                     f"{source}: trace clock runs at {freq} ticks/s, not the Linux 15625000: "
                     "times are converted by the frequency but are not CLOCK_MONOTONIC",
+                    ClockWarning,
                     stacklevel=4,
                 )
             info["frequency"] = freq

@@ -162,12 +162,17 @@ def build(
             ok = last_start >= mstart[li]
             pos = np.searchsorted(si, last_start[ok])
             labels[pos] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
+        start_t = T[si].copy()
+        # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
+        # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
+        seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
+        _resolve_overlaps(start_g[si], GEN[si], seq, start_t, end_t)
         running = _frame(
             {
                 "g": start_g[si],
                 "p": p_after[si],
                 "m": M[si],
-                "start_ns": T[si],
+                "start_ns": start_t,
                 "end_ns": end_t,
                 "label": labels,
                 "open": ~closed,
@@ -295,6 +300,22 @@ def build(
     )
     out["heap"] = heap.ffill()
     return out
+
+
+def _resolve_overlaps(g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """A goroutine runs on one M at a time; when two of its intervals overlap, the clocks of
+    two threads disagreed with the order of events. Go's reader orders such events by the
+    goroutine's sequence number and moves the later one's time forward; do the same: the
+    interval that comes second may not start before the first one ends. In place."""
+    order = np.lexsort((start, g))
+    gs, st, en = g[order], start[order], end[order]
+    clash = np.flatnonzero((gs[1:] == gs[:-1]) & (st[1:] < en[:-1])) + 1
+    for k in clash.tolist():  # rare: none in the real traces seen so far
+        a, b = order[k - 1], order[k]  # a starts first by time
+        if gen[a] == gen[b] and seq[a] >= 0 and seq[b] >= 0 and seq[b] < seq[a]:
+            a, b = b, a  # the sequence says b's interval came first
+        start[b] = max(start[b], end[a])
+        end[b] = max(end[b], start[b])
 
 
 def _pair_by_g(
