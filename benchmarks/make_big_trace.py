@@ -44,6 +44,8 @@ def main() -> int:
                 "16",
                 "-duration",
                 f"{seconds + 3}s",
+                "-max-requests",
+                "10000000",
                 "-out",
                 "/dev/null",
             ],
