@@ -166,9 +166,10 @@ def _decode(
     info: dict[str, Any] = {"frequency": None, "clock_snapshots": [], "events": 0, "first_ns": None, "last_ns": None}
     keep_types = np.zeros(256, dtype=bool)
     keep_types[list(tables.USED_TYPES)] = True
-    nargs = np.zeros(256, dtype=np.int64)
-    for eid, (_, args) in spec.EVENTS.items():
-        nargs[eid] = len(args)
+    # decode only the arguments the tables use
+    need_arg = np.zeros((3, 256), dtype=bool)
+    for eid, idx in tables.ARGS_USED.items():
+        need_arg[list(idx), eid] = True
     for chunk in _chunks(gens):
         lo, hi = chunk[0].start, chunk[-1].end
         starts = tokenize(buf, lo, hi)
@@ -206,42 +207,54 @@ def _decode(
             b_gen.extend([g.gen] * len(events))
             b_freq.extend([freq] * len(events))
         w = walk_events(buf, lo, starts, ev_batches, version, source)
-        info["events"] += len(w.tok)
-        if not len(w.tok):
+        n_ev = len(w.tok)
+        info["events"] += n_ev
+        if not n_ev:
             continue
-        exp = (w.first >= 128).astype(np.int64)
+        exp = (w.first >= 128).astype(np.int32)
         # dt follows the type byte; an experimental type byte shares its token with dt
-        dt = token_values(buf, lo, starts, w.tok + 1 - exp, skip_first=exp)
-        b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64)
+        dt = token_values(buf, lo, starts, w.tok + 1 - exp, skip_first=exp).view(np.int64)
+        del exp
+        # event times are running sums of dt from each batch's base time; events are in
+        # batch order, so one cumulative sum serves every batch after a per-batch offset
         cs = np.cumsum(dt)
-        first_of_batch = np.r_[True, w.batch[1:] != w.batch[:-1]]
-        base = np.maximum.accumulate(np.where(first_of_batch, np.arange(len(cs)), 0))
-        ticks = b_ts[w.batch] + cs - cs[base] + dt[base]
+        counts = np.bincount(w.batch, minlength=len(ev_batches))
+        b_first = np.cumsum(counts) - counts
+        nonempty = counts > 0
+        b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64).view(np.int64)
+        offset = np.zeros(len(ev_batches), dtype=np.int64)
+        offset[nonempty] = cs[b_first[nonempty]] - dt[b_first[nonempty]] - b_ts[nonempty]
+        del dt
         f0 = b_freq[0]
-        for key, v, pick in (("first_ns", int(ticks.min()), min), ("last_ns", int(ticks.max()), max)):
+        first_t = int((cs[b_first[nonempty]] - offset[nonempty]).min())
+        last_t = int((cs[(b_first + counts - 1)[nonempty]] - offset[nonempty]).max())
+        for key, v, pick in (("first_ns", first_t, min), ("last_ns", last_t, max)):
             v = v * 64 if f0 == TICKS_PER_S_LINUX else int(v * 1e9 / f0)
             info[key] = v if info[key] is None else pick(info[key], v)
         sel = np.flatnonzero(keep_types[w.first])
         bsel = w.batch[sel]
-        freq_arr = np.array(b_freq, dtype=np.int64)[bsel]
-        t = ticks[sel].astype(np.int64)
-        ns = np.where(freq_arr == TICKS_PER_S_LINUX, t * 64, (t.astype(np.float64) * (1e9 / freq_arr)).astype(np.int64))
+        t = cs[sel] - offset[bsel]
+        del cs
+        freq_b = np.array(b_freq, dtype=np.int64)
+        if (freq_b == TICKS_PER_S_LINUX).all():
+            ns = t * 64  # nanotime()/64 ticks: exact CLOCK_MONOTONIC ns
+        else:
+            ns = (t.astype(np.float64) * (1e9 / freq_b[bsel])).astype(np.int64)
+        del t
         typ = w.first[sel]
         tok = w.tok[sel]
-        na = nargs[typ]
-        args = []
+        del w, sel
         for j in range(3):
-            a = np.full(len(sel), -1, dtype=np.int64)
-            has = np.flatnonzero(na > j)
+            a = np.full(len(tok), -1, dtype=np.int64)
+            has = np.flatnonzero(need_arg[j][typ])
             if has.size:
                 a[has] = token_values(buf, lo, starts, tok[has] + 2 + j).view(np.int64)
-            args.append(a)
+            cols[f"a{j}"].append(a)
         cols["m"].append(np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)[bsel])
-        cols["gen"].append(np.array(b_gen, dtype=np.int64)[bsel])
+        cols["gen"].append(np.array(b_gen, dtype=np.int32)[bsel])
         cols["ts"].append(ns)
         cols["type"].append(typ)
-        for j in range(3):
-            cols[f"a{j}"].append(args[j])
+        del tok, bsel, starts
         if progress is not None:
             progress(hi)
     flat = {

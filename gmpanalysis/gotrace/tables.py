@@ -47,6 +47,29 @@ ON_M = (
 )
 GLOBAL = (s.EV_PROCSCHANGE, s.EV_GCACTIVE, s.EV_GCBEGIN, s.EV_GCEND, s.EV_HEAPALLOC, s.EV_HEAPGOAL)
 USED_TYPES = frozenset(SCHED + ON_M + GLOBAL)
+# argument positions (after dt) the tables read, per event type
+ARGS_USED: dict[int, tuple[int, ...]] = {
+    s.EV_PROCSTART: (0,),
+    s.EV_PROCSTATUS: (0, 1),
+    s.EV_GOSTART: (0, 1),
+    s.EV_GOSTATUS: (0, 1, 2),
+    s.EV_GOSTATUSSTACK: (0, 1, 2),
+    s.EV_GOSWITCH: (0, 1),
+    s.EV_GOSWITCHDESTROY: (0, 1),
+    s.EV_GOCREATESYSCALL: (0,),
+    s.EV_GOLABEL: (0,),
+    s.EV_STWBEGIN: (0,),
+    s.EV_GCMARKASSISTACTIVE: (0,),
+    s.EV_GCSWEEPACTIVE: (0,),
+    s.EV_GCSWEEPEND: (0, 1),
+    s.EV_USERLOG: (0, 1, 2),
+    s.EV_PROCSCHANGE: (0,),
+    s.EV_GCACTIVE: (0,),
+    s.EV_GCBEGIN: (0,),
+    s.EV_GCEND: (0,),
+    s.EV_HEAPALLOC: (0,),
+    s.EV_HEAPGOAL: (0,),
+}
 
 
 def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
@@ -57,8 +80,8 @@ def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
 
 def _carry(values: np.ndarray, setter: np.ndarray, mstart: np.ndarray, default: int = -1) -> np.ndarray:
     """Value after each event: the value of the last setter at or before it on the same M."""
-    idx = np.arange(len(values))
-    last = np.maximum.accumulate(np.where(setter, idx, -1))
+    idx = np.arange(len(values), dtype=np.int32)
+    last = np.maximum.accumulate(np.where(setter, idx, np.int32(-1)))
     ok = last >= mstart
     return np.where(ok, values[np.maximum(last, 0)], default)
 
@@ -82,7 +105,13 @@ def _next_index(mask: np.ndarray) -> np.ndarray:
 def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
     """A frame with exactly these columns and dtypes, built from arrays that already have
     them (pandas' astype on many small frames dominated the cost of short traces)."""
-    return pd.DataFrame({k: np.asarray(cols.get(k, ()), dtype=t) for k, t in dtypes.items()}, copy=False)
+    return pd.DataFrame(
+        {
+            k: pd.Categorical(cols.get(k, ())) if t == "category" else np.asarray(cols.get(k, ()), dtype=t)
+            for k, t in dtypes.items()
+        },
+        copy=False,
+    )
 
 
 def build(
@@ -90,26 +119,36 @@ def build(
 ) -> dict[str, object]:
     """Build every table; ranges still open at the end of the trace close at ``last_ns``."""
 
+    # --- global events (few): taken first, so the big columns can be released below -----
+    gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
+    gsel = gsel[np.argsort(c["ts"][gsel], kind="stable")]
+    glob = (c["ts"][gsel], c["type"][gsel], c["a0"][gsel])
+
     # --- per-M streams -----------------------------------------------------------------
-    on_m = _isin(c["type"], SCHED + ON_M)
-    sel = np.flatnonzero(on_m)
+    sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M))
     order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
-    M, T, TY = c["m"][order], c["ts"][order], c["type"][order]
-    A0, A1, A2, GEN = c["a0"][order], c["a1"][order], c["a2"][order], c["gen"][order]
+    del sel
+    # take each column in M order and drop the file-order one at once: peak memory
+    M, T, TY = c.pop("m")[order], c.pop("ts")[order], c.pop("type")[order]
+    A0, A1, A2, GEN = c.pop("a0")[order], c.pop("a1")[order], c.pop("a2")[order], c.pop("gen")[order]
+    del order
     n = len(M)
     running = assist = sweep = logs = stw = None
     if n:
         new_m = np.r_[True, M[1:] != M[:-1]]
-        mstart = np.maximum.accumulate(np.where(new_m, np.arange(n), 0))
-        is_ = {k: TY == k for k in set(TY.tolist())}
+        mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
+        is_: dict[int, np.ndarray] = {}
 
         def ev(k: int) -> np.ndarray:
-            return is_.get(k, np.zeros(n, dtype=bool))
+            if k not in is_:
+                is_[k] = TY == k
+            return is_[k]
 
         status = ev(s.EV_GOSTATUS) | ev(s.EV_GOSTATUSSTACK)
         on_this_m = A1 == M  # GoStatus: the thread the goroutine is on
         st_run = status & (A2 == s.GO_RUNNING) & on_this_m
         st_sys = status & (A2 == s.GO_SYSCALL) & on_this_m
+        del status, on_this_m
         switch = ev(s.EV_GOSWITCH) | ev(s.EV_GOSWITCHDESTROY)
         leave = (
             ev(s.EV_GOSTOP)
@@ -121,9 +160,8 @@ def build(
 
         # the goroutine bound to the M (running or in a syscall), and whether it runs
         g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
-        g_val = np.where(leave, -1, A0)
-        g_after = _carry(g_val, g_set, mstart)
-        g_before = _before(g_after, new_m)
+        g_before = _before(_carry(np.where(leave, -1, A0), g_set, mstart), new_m)
+        del g_set
         run_set = (
             ev(s.EV_GOSTART)
             | switch
@@ -134,59 +172,63 @@ def build(
             | leave
             | ev(s.EV_GOSYSCALLBEGIN)
         )
-        run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int64)
-        run_after = _carry(run_val, run_set, mstart, 0)
-        run_before = _before(run_after, new_m, 0)
+        run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int8)
+        run_before = _before(_carry(run_val, run_set, mstart, 0), new_m, 0)
+        del run_set, run_val, st_sys, leave
         # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
         p_set = (
             ev(s.EV_PROCSTART)
             | ev(s.EV_PROCSTOP)
             | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
         )
-        p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart)
+        p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart)
+        del p_set
 
-        already = (run_before == 1) & (g_before == A0)
-        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~already)
+        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
+        del run_before
         stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
-        start_g = np.where(ev(s.EV_GOSYSCALLEND), g_before, A0)
 
         si = np.flatnonzero(start)
         nxt = _next_index(stop)[si]
+        del stop
         closed = nxt < n
         closed[closed] = M[nxt[closed]] == M[si[closed]]
         end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
-        labels = np.full(len(si), "", dtype=object)
+        del nxt
+        start_g = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
+        # GC worker labels: a GoLabel names the goroutine the M started just before it
+        label_codes = np.zeros(len(si), dtype=np.int16)
+        categories = [""]
         li = np.flatnonzero(ev(s.EV_GOLABEL))
         if li.size:
-            last_start = np.maximum.accumulate(np.where(start, np.arange(n), -1))[li]
+            last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
             ok = last_start >= mstart[li]
             pos = np.searchsorted(si, last_start[ok])
-            labels[pos] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
-        start_t = T[si].copy()
+            names = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
+            categories = sorted(set(names) | {""})
+            lookup = {name: i for i, name in enumerate(categories)}
+            label_codes[pos] = [lookup[x] for x in names]
+        del start
+        start_t = T[si]
         # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
         # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
         seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
-        _resolve_overlaps(start_g[si], GEN[si], seq, start_t, end_t)
-        running = _frame(
+        _resolve_overlaps(start_g, GEN[si], seq, start_t, end_t)
+        del seq
+        by_time = np.lexsort((M[si], start_t))
+        running = pd.DataFrame(
             {
-                "g": start_g[si],
-                "p": p_after[si],
-                "m": M[si],
-                "start_ns": start_t,
-                "end_ns": end_t,
-                "label": labels,
-                "open": ~closed,
+                "g": start_g[by_time],
+                "p": p_after[si][by_time],
+                "m": M[si][by_time],
+                "start_ns": start_t[by_time],
+                "end_ns": end_t[by_time],
+                "label": pd.Categorical.from_codes(label_codes[by_time], categories=categories),
+                "open": ~closed[by_time],
             },
-            {
-                "g": "int64",
-                "p": "int64",
-                "m": "int64",
-                "start_ns": "int64",
-                "end_ns": "int64",
-                "label": "object",
-                "open": "bool",
-            },
-        ).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+            copy=False,
+        )
+        del start_g, start_t, end_t, closed, label_codes, by_time
 
         # sweeps: P-scoped, non-preemptible, so they end on the M they began on
         sb = ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE)
@@ -249,11 +291,11 @@ def build(
         "running": (
             {
                 "g": "int64",
-                "p": "int64",
+                "p": "int32",
                 "m": "int64",
                 "start_ns": "int64",
                 "end_ns": "int64",
-                "label": "object",
+                "label": "category",
                 "open": "bool",
             }
         ),
@@ -282,9 +324,7 @@ def build(
         out[name] = df if df is not None else _frame({}, empty[name])
 
     # --- global events -------------------------------------------------------------------
-    gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
-    gsel = gsel[np.argsort(c["ts"][gsel], kind="stable")]
-    gt, gty, ga0 = c["ts"][gsel], c["type"][gsel], c["a0"][gsel]
+    gt, gty, ga0 = glob
     pc = gty == s.EV_PROCSCHANGE
     procs_t, procs_v = gt[pc], ga0[pc]
     keep = np.r_[True, procs_v[1:] != procs_v[:-1]] if len(procs_v) else np.zeros(0, dtype=bool)

@@ -176,14 +176,22 @@ class Walk:
     first: np.ndarray  # first byte (the event type)
 
 
-def tokenize(buf: np.ndarray, lo: int, hi: int) -> np.ndarray:
+def tokenize(buf: np.ndarray, lo: int, hi: int, piece: int = 1 << 20) -> np.ndarray:
     """Start offsets (relative to lo) of the tokens of buf[lo:hi]: a token ends at every byte
-    < 0x80, so each uvarint and each type byte < 0x80 is one token."""
+    < 0x80, so each uvarint and each type byte < 0x80 is one token.
+
+    Filled piece by piece into one int32 array: np.flatnonzero's int64 result for a whole
+    chunk would cost 8 bytes per token at once.
+    """
     seg = buf[lo:hi]
-    ends = np.flatnonzero(seg < 0x80).astype(np.int32)
-    starts = np.empty(len(ends) + 1, dtype=np.int32)
+    total = int(np.count_nonzero(seg < 0x80))
+    starts = np.empty(total + 1, dtype=np.int32)
     starts[0] = 0
-    starts[1:] = ends + 1
+    k = 1
+    for a in range(0, len(seg), piece):
+        ends = np.flatnonzero(seg[a : a + piece] < 0x80)
+        starts[k : k + len(ends)] = ends + (a + 1)
+        k += len(ends)
     return starts
 
 
@@ -201,14 +209,14 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
         return Walk(z, z, z.astype(np.uint8))
     b_start = np.array([b.start - lo for b in batches], dtype=np.int64)
     b_end = np.array([b.end - lo for b in batches], dtype=np.int64)
-    cur = np.searchsorted(starts, b_start)
-    end_tok = np.searchsorted(starts, b_end)
+    cur = np.searchsorted(starts, b_start).astype(np.int32)
+    end_tok = np.searchsorted(starts, b_end).astype(np.int32)
     bad = starts[np.minimum(cur, len(starts) - 1)] != b_start
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise TraceFormatError(f"{source} offset {batches[i].start}: batch payload does not start on an event")
     seg_first = buf[lo:]
-    active = np.flatnonzero(cur < end_tok)
+    active = np.flatnonzero(cur < end_tok).astype(np.int32)
     toks: list[np.ndarray] = []
     bidx: list[np.ndarray] = []
     firsts: list[np.ndarray] = []
@@ -227,7 +235,7 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
         toks.append(c)
         bidx.append(active)
         firsts.append(f)
-        c = c + j
+        c = c + j.astype(np.int32)
         over = c > e
         if over.any():
             k = int(np.flatnonzero(over)[0])
@@ -239,11 +247,14 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
         if not keep.all():
             active, c, e = active[keep], c[keep], e[keep]
     tok = np.concatenate(toks)
+    del toks
     bi = np.concatenate(bidx)
+    del bidx
     fi = np.concatenate(firsts)
+    del firsts
     # step-major -> batch-major, keeping each batch's steps in order
     order = np.argsort(bi, kind="stable")
-    return Walk(tok[order].astype(np.int64), bi[order].astype(np.int64), fi[order])
+    return Walk(tok[order], bi[order], fi[order])
 
 
 def token_values(
