@@ -1,10 +1,11 @@
 """Comparison with Go's own trace reader (x/exp/trace through gmp-tracedump).
 
 x/exp/trace forces each event time to be later than the one before, finishing one
-generation before the next; where that moved a time, the time it reports is not a multiple
-of the 64 ns tick (e.g. lastTs+1). Our reader keeps the raw wire times. So: where x/exp's
-time is on the tick it must equal ours exactly; where it is not, ours must be earlier or
-equal (x/exp only ever moves times forward).
+generation before the next; a time it moves becomes the previous event's time + 1 ns.
+Raw Linux times are multiples of 64 ns, so gmp-tracedump marks a time as moved when it is
+off the 64 ns grid or exactly 1 ns after the event before. Our reader keeps the raw wire
+times: where x/exp moved nothing the two must be equal; where it moved a time, ours must be
+earlier or equal (x/exp only ever moves times forward).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ def oracle(bins: dict[str, Path], path: Path) -> dict:
     return out
 
 
-def same_time(ours: int, theirs: int) -> bool:
-    return ours == theirs if theirs % 64 == 0 else ours <= theirs
+def same_time(ours: int, theirs: int, moved: bool | None = None) -> bool:
+    if moved is None:
+        moved = theirs % 64 != 0
+    return ours <= theirs if moved else ours == theirs
 
 
 def assert_matches(tr, o: dict) -> int:
@@ -49,17 +52,21 @@ def assert_matches(tr, o: dict) -> int:
     mine, theirs_i = defaultdict(list), defaultdict(list)
     for g, p, a, b in tr.running[["g", "p", "start_ns", "end_ns"]].itertuples(index=False):
         mine[g].append((a, b, p))
-    for g, p, a, b in o.get("intervals") or []:
-        theirs_i[g].append((a, b, p))
+    for g, p, a, b, f in o.get("intervals") or []:
+        theirs_i[g].append((a, b, p, f))
     assert mine.keys() == theirs_i.keys()
     for g in mine:
         A, B = sorted(mine[g]), sorted(theirs_i[g])
         assert len(A) == len(B), g
-        for (a, b, p), (oa, ob, op) in zip(A, B, strict=True):
-            assert p == op and same_time(a, oa) and same_time(b, ob), (g, (a, b, p), (oa, ob, op))
+        for (a, b, p), (oa, ob, op, f) in zip(A, B, strict=True):
+            assert p == op and same_time(a, oa, bool(f & 1)) and same_time(b, ob, bool(f & 2)), (
+                g,
+                (a, b, p),
+                (oa, ob, op, f),
+            )
             worst = max(worst, oa - a, ob - b)
     # totals per P are exact wherever x/exp moved nothing
-    if not any(a % 64 or b % 64 for _, _, a, b in o.get("intervals") or []):
+    if not any(f for *_, f in o.get("intervals") or []):
         tot = (tr.running.end_ns - tr.running.start_ns).groupby(tr.running.p).sum()
         assert {str(k): int(v) for k, v in tot.items() if v} == {k: v for k, v in o["running_p_ns"].items() if v}
     return worst

@@ -31,7 +31,7 @@ type summary struct {
 	RunningG   map[string]int64 `json:"running_g_ns"`
 	RunningP   map[string]int64 `json:"running_p_ns"`
 	RunCount   int64            `json:"running_intervals"`
-	Intervals  [][4]int64       `json:"intervals,omitempty"`
+	Intervals  [][5]int64       `json:"intervals,omitempty"` // g, p, start_ns, end_ns, nudged (bit 0 start, bit 1 end)
 	Open       map[string]int   `json:"open_at_end"`
 	ReadCPUNs  int64            `json:"read_cpu_ns"`
 	ReadWallNs int64            `json:"read_wall_ns"`
@@ -40,8 +40,20 @@ type summary struct {
 }
 
 type open struct {
-	t    int64
-	proc trace.ProcID
+	t      int64
+	proc   trace.ProcID
+	nudged bool
+}
+
+func flags(start, end bool) int64 {
+	var f int64
+	if start {
+		f |= 1
+	}
+	if end {
+		f |= 2
+	}
+	return f
 }
 
 func main() {
@@ -74,6 +86,7 @@ func main() {
 	var gcOpen int64 = -1
 	running := map[trace.GoID]open{}
 	lastProcs := int64(-1)
+	var prevT int64
 	for {
 		ev, err := r.ReadEvent()
 		if err == io.EOF {
@@ -85,6 +98,10 @@ func main() {
 		}
 		s.Events++
 		t := int64(ev.Time())
+		// x/exp moves a time it cannot keep in order to the previous event's time + 1 ns;
+		// raw Linux times are multiples of 64 ns, so such a time is a moved one
+		nudged := t%64 != 0 || t == prevT+1
+		prevT = t
 		if s.FirstNs == 0 {
 			s.FirstNs = t
 		}
@@ -139,13 +156,13 @@ func main() {
 					s.RunningP[fmt.Sprint(o.proc)] += t - o.t
 					s.RunCount++
 					if *withIntervals {
-						s.Intervals = append(s.Intervals, [4]int64{int64(id), int64(o.proc), o.t, t})
+						s.Intervals = append(s.Intervals, [5]int64{int64(id), int64(o.proc), o.t, t, flags(o.nudged, nudged)})
 					}
 					delete(running, id)
 				}
 			}
 			if to == trace.GoRunning {
-				running[id] = open{t, ev.Proc()}
+				running[id] = open{t, ev.Proc(), nudged}
 			}
 		}
 	}
@@ -155,7 +172,7 @@ func main() {
 		s.RunningP[fmt.Sprint(o.proc)] += s.LastNs - o.t
 		s.RunCount++
 		if *withIntervals {
-			s.Intervals = append(s.Intervals, [4]int64{int64(id), int64(o.proc), o.t, s.LastNs})
+			s.Intervals = append(s.Intervals, [5]int64{int64(id), int64(o.proc), o.t, s.LastNs, flags(o.nudged, s.LastNs%64 != 0)})
 		}
 	}
 	s.Open["running"] = len(running)
