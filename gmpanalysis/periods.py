@@ -1,0 +1,142 @@
+"""The kernel's CFS period grid, reconstructed from cpu.stat samples.
+
+The bandwidth timer of a cgroup is an hrtimer on CLOCK_MONOTONIC: its expiries fall at
+``phase + k·period`` for the cgroup's whole life, with a phase drawn at random when the
+cgroup is created (kernels since ~6.4). Each expiry bumps ``nr_periods`` (while the timer
+runs: it stops two periods after the group goes idle and resumes on the same grid). So every
+read where nr_periods rose brackets at least one boundary between the previous read and this
+one; intersecting those brackets modulo the period pins the phase. A sampling interval that
+does not divide the period (997 µs) slides the brackets across the boundary and narrows the
+intersection to tens of µs; one that divides it (1 ms) leaves it about one interval wide.
+
+A boundary is always at or before the read that sees its increment, so every bracket's upper
+end binds; a late timer expiry (14–146 µs seen) can push an increment past the next read,
+and its bracket's lower end past the true boundary: lower ends beyond the consensus are
+dropped as late expiries. A recreated cgroup (a restarted container) restarts its counters
+and draws a new phase: the samples are split into segments there, each fitted on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from .errors import MissingDataError
+
+COUNTERS = ("usage_us", "nr_periods", "nr_throttled", "throttled_us")
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSegment:
+    """The grid of one cgroup lifetime (between counter resets)."""
+
+    first_row: int  # first sample row of the segment (position in the samples frame)
+    last_row: int  # last sample row (inclusive)
+    start_ns: int  # time of the first sample
+    end_ns: int  # time of the last sample
+    phase_ns: int  # a boundary lies at phase_ns + k·period_ns (phase_ns in [0, period))
+    uncertainty_ns: int  # half-width of the interval the phase is known to lie in
+    boundaries_used: int  # brackets that constrained the phase
+    late_dropped: int  # brackets dropped as late timer expiries
+
+    def boundaries(self, period_ns: int, start_ns: int | None = None, end_ns: int | None = None) -> np.ndarray:
+        """Boundary times (int64 ns) within [start_ns, end_ns] (default: the segment)."""
+        lo = self.start_ns if start_ns is None else start_ns
+        hi = self.end_ns if end_ns is None else end_ns
+        k0 = -((self.phase_ns - lo) // period_ns)  # ceil((lo - phase) / period)
+        k1 = (hi - self.phase_ns) // period_ns
+        return self.phase_ns + np.arange(k0, k1 + 1, dtype=np.int64) * period_ns
+
+
+@dataclasses.dataclass(frozen=True)
+class PeriodGrid:
+    """CFS period boundaries per segment; ``phase_ns``/``uncertainty_ns`` are those of the
+    longest segment."""
+
+    period_ns: int
+    segments: tuple[GridSegment, ...]
+
+    @property
+    def main(self) -> GridSegment:
+        return max(self.segments, key=lambda s: s.end_ns - s.start_ns)
+
+    @property
+    def phase_ns(self) -> int:
+        return self.main.phase_ns
+
+    @property
+    def uncertainty_ns(self) -> int:
+        return self.main.uncertainty_ns
+
+
+def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
+    """(first_row, last_row) ranges between counter resets: any cumulative counter falling
+    means the cgroup was recreated."""
+    if len(samples) == 0:
+        return []
+    fall = np.zeros(len(samples) - 1, dtype=bool)
+    for c in COUNTERS:
+        fall |= np.diff(samples[c].to_numpy()) < 0
+    cuts = np.flatnonzero(fall) + 1
+    edges = np.r_[0, cuts, len(samples)]
+    return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]
+
+
+def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> tuple[int, int, int, int]:
+    """Phase, uncertainty, brackets used, late brackets dropped, for one segment."""
+    d = np.diff(periods)
+    lo = t[:-1] - read[:-1] // 2  # the previous read started here at the earliest
+    hi = t[1:] + read[1:] // 2  # this read ended here at the latest
+    use = (d >= 1) & (hi - lo < period_ns)
+    lo, hi = lo[use], hi[use]
+    if len(lo) == 0:
+        raise MissingDataError(
+            "no nr_periods increment between two reads closer than a period: the cgroup has no CPU "
+            "limit (no period timer) or the samples are too sparse to place the period grid"
+        )
+    # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]
+    ref = int(hi[0])
+    half = period_ns // 2
+    d_hi = (hi - ref + half) % period_ns - half
+    d_lo = d_hi - (hi - lo)
+    upper = int(d_hi.min())
+    # brackets whose lower end lies past every upper end were raised late
+    late = d_lo > upper
+    lower = int(d_lo[~late].max()) if (~late).any() else upper
+    mid = (lower + upper) // 2
+    phase = (ref + mid) % period_ns
+    return int(phase), (upper - lower + 1) // 2, int(len(lo)), int(late.sum())
+
+
+def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> PeriodGrid:
+    """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc).
+
+    ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
+    it, select one first. Raises :class:`MissingDataError` when the samples cannot place
+    the grid (no limit, or reads sparser than a period).
+    """
+    if "cgroup" in samples and samples["cgroup"].nunique() > 1:
+        raise MissingDataError(
+            f"samples hold {samples['cgroup'].nunique()} cgroups ({', '.join(map(str, samples['cgroup'].unique()))}); "
+            "fit one at a time: samples[samples.cgroup == NAME]"
+        )
+    t_all = samples["t_ns"].to_numpy()
+    read_all = samples["read_ns"].to_numpy()
+    per_all = samples["nr_periods"].to_numpy()
+    segs = []
+    for a, b in split_segments(samples):
+        if b - a < 2:
+            continue
+        try:
+            phase, unc, used, late = _fit_phase(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)
+        except MissingDataError:
+            continue
+        segs.append(GridSegment(a, b, int(t_all[a]), int(t_all[b]), phase, unc, used, late))
+    if not segs:
+        raise MissingDataError(
+            "cannot place the CFS period grid: no segment of the samples has nr_periods rising between reads "
+            "closer than one period (is there a CPU limit? was the group busy?)"
+        )
+    return PeriodGrid(period_ns, tuple(segs))
