@@ -6,8 +6,12 @@ run.samples            # cpu.stat reads, units normalised
 """
 
 from .bundle import Run, load_run, read_cpu_stat, read_requests
+from .checks import df_checks
+from .compare import compare_runs, period_summary
 from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
 from .gotrace import GoTrace, read_trace
+from .periods import PeriodGrid, fit_period_grid
+from .timeline import df_periods
 
 __version__ = "0.1.0"
 
@@ -18,9 +22,15 @@ __all__ = [
     "GoTrace",
     "LabError",
     "MissingDataError",
+    "PeriodGrid",
     "Run",
     "TraceFormatError",
+    "compare_runs",
+    "df_checks",
+    "df_periods",
+    "fit_period_grid",
     "load_run",
+    "period_summary",
     "read_cpu_stat",
     "read_requests",
     "read_trace",

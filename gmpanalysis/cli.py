@@ -108,7 +108,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
     import pandas as pd
 
     from .bundle import load_run
-    from .summary import df_run_totals
+    from .compare import compare_runs
 
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
@@ -122,7 +122,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
             for n in run.notes:
                 print(f"{p}: note: {n}", file=sys.stderr)
             runs.append(run)
-    df = df_run_totals(runs)
+    df = compare_runs(runs)
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.1f}".format):
         print(df.set_index("name").T.to_string())
     return 0
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    sp = sub.add_parser("summary", help="whole-run totals of bundles (default: the shipped fixtures)")
+    sp = sub.add_parser("summary", help="runs side by side, per-period metrics (default: the shipped fixtures)")
     sp.add_argument("bundles", nargs="*", help="bundle directories")
     sp.set_defaults(func=cmd_summary)
 

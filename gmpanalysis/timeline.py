@@ -12,18 +12,21 @@ import pandas as pd
 
 from .bundle import Run
 from .errors import MissingDataError
-from .periods import PeriodGrid, fit_period_grid, split_segments
+from .periods import PeriodGrid, fit_period_grid
 
-# Usage within this much of the period's final value counts as "flat" (quota exhausted):
-# after exhaustion, threads of the group still trickle leftover 5 ms slices (36–78 µs steps
-# seen here) and cpuacct.usage lags by up to a tick per CPU.
-FLAT_TOL_US = 300.0
+# The group counts as running while its usage rises by at least RUNNING_CPUS over a window
+# of about one scheduler tick. cpuacct.usage moves in tick-sized steps (4 ms at HZ=250), so
+# shorter windows look flat even for a busy CPU; after the quota runs out, threads still
+# trickle leftover slice (36-520 µs steps seen here), far below a quarter CPU per tick.
+TICK_WINDOW_NS = 4_000_000
+RUNNING_CPUS = 0.25
 
 PERIOD_COLUMNS = [
     "period",
     "segment",
     "start_ns",
     "end_ns",
+    "gap",
     "active",
     "quota_us",
     "usage_us",
@@ -108,22 +111,36 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     d_periods = ends_credit("nr_periods")
     d_thr = ends_credit("nr_throttled")
     d_thr_us = ends_credit("throttled_us")
-    throttled = d_thr > 0
+    # across a hole, several boundaries' credits arrive in one read: they cannot be split
+    # between periods, so those periods' counters are unknown
+    d_thr_us[gap] = np.nan
+    throttled = (d_thr > 0) & ~gap
 
-    # exhaustion: the first read whose usage is within FLAT_TOL_US of the period's final usage
+    # exhaustion: the last read before the end boundary at which usage was still rising at
+    # a running CPU's pace (>= RUNNING_CPUS over about one tick); after it, only trickles
     exhausted = np.full(n, np.nan)
-    ti = np.flatnonzero(throttled & ~gap)
+    ti = np.flatnonzero(throttled)
     if len(ti):
-        target = u_at[ti + 1] - FLAT_TOL_US
-        j = np.searchsorted(u, target, side="left")
-        j = np.clip(j, 1, len(t) - 1)
-        # interpolate the crossing between reads j-1 and j
-        u0, u1, t0, t1 = u[j - 1], u[j], t[j - 1].astype(np.float64), t[j].astype(np.float64)
-        frac = np.where(u1 > u0, (target - u0) / np.where(u1 > u0, u1 - u0, 1), 1.0)
-        tx = t0 + np.clip(frac, 0, 1) * (t1 - t0)
+        med_dt = float(np.median(np.diff(t))) if len(t) > 1 else float(P)
+        k_reads = max(1, int(round(TICK_WINDOW_NS / max(med_dt, 1.0))))
+        rise = np.zeros(len(u))
+        win = np.zeros(len(u))
+        rise[k_reads:] = u[k_reads:] - u[:-k_reads]
+        win[k_reads:] = (t[k_reads:] - t[:-k_reads]) / 1e3
+        # ... and the read itself carries a running-pace step (a window ending at a read
+        # can still hold an older step)
+        step = np.r_[0.0, np.diff(u)]
+        step_win = np.r_[0.0, np.diff(t) / 1e3]
+        running = (rise >= RUNNING_CPUS * win) & (step >= RUNNING_CPUS * step_win)
+        last_running = np.maximum.accumulate(np.where(running, np.arange(len(u)), -1))
+        last_read = np.searchsorted(t, end[ti], side="left") - 1
+        j = last_running[np.maximum(last_read, 0)]
+        tx = np.where(j >= 0, t[np.maximum(j, 0)], start[ti])
         exhausted[ti] = np.clip(tx - start[ti], 0, P) / 1e3
-    stall = np.where(throttled, P / 1e3 - exhausted, 0.0)
-    cpus = np.where(throttled & (stall > 0), d_thr_us / np.where(stall > 0, stall, 1), np.nan)
+    stall = np.where(throttled, P / 1e3 - exhausted, np.where(gap, np.nan, 0.0))
+    # usage moves in tick steps, so a stall shorter than a tick cannot be measured
+    measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3)
+    cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
 
     df = pd.DataFrame(
         {
@@ -131,7 +148,8 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "segment": seg_no,
             "start_ns": start,
             "end_ns": end,
-            "active": d_periods > 0,
+            "gap": gap,
+            "active": (d_periods > 0) & ~gap,
             "quota_us": run.meta.get("quota_us"),
             "usage_us": usage,
             "throttled": throttled,
@@ -223,12 +241,17 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
 
     Columns: ``period`` int k (boundary = phase + k·period); ``segment`` cgroup lifetime
     (counters reset between segments); ``start_ns``, ``end_ns`` boundaries (CLOCK_MONOTONIC);
+    ``gap`` bool, samples are missing over part of the period (a hole of more than 10
+    reads): its usage and throttling counters are unknown (NaN, throttled/active False);
     ``active`` bool, the period timer ran (nr_periods rose at its end); ``quota_us`` µs;
     ``usage_us`` µs of CPU in the period, interpolated at the boundaries (NaN over a hole in
     the samples); ``throttled`` bool, nr_throttled rose at its end; ``throttled_rq_us`` µs of
     throttled time credited at its end, a SUM over CPUs' run queues; ``exhausted_at_us`` µs
-    from the start when usage went flat (NaN if not throttled); ``stall_us`` µs of wall time
-    frozen (period - exhaustion); ``cpus_throttled`` ≈ throttled_rq_us / stall_us;
+    from the start to the last read at which usage still rose at a running CPU's pace (NaN if
+    not throttled; tick-level accounting makes it up to ~4 ms late); ``stall_us`` µs of wall
+    time frozen (period - exhaustion); ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the
+    number of CPUs' run queues that stood throttled (NaN when the stall is shorter than a
+    4 ms tick);
     ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
     an STW still open when a throttled period ended; ``gc_mark_us`` µs of GC mark phase;
@@ -254,8 +277,3 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out.attrs["grid"] = grid
     return out
-
-
-def segments_of(samples: pd.DataFrame) -> list[tuple[int, int]]:
-    """Row ranges between counter resets (re-exported for callers of this module)."""
-    return split_segments(samples)

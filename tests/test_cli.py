@@ -15,7 +15,7 @@ def test_summary_defaults_to_shipped_fixtures(capsys):
     out = capsys.readouterr().out
     for p in RUNS:
         assert p.name in out
-    assert "cpus_throttled" in out and "throughput_rps" in out
+    assert "cpus_throttled_p50" in out and "throughput_rps" in out and "exhausted_p50_ms" in out
 
 
 def test_summary_bad_bundle_is_a_clear_error(tmp_path, capsys):

@@ -1,0 +1,110 @@
+"""Run-level summaries from the per-period table, and the side-by-side comparison of runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from .bundle import Run
+from .timeline import df_periods
+
+
+def _pct(x: pd.Series | np.ndarray, q: float) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q)) if len(x) else np.nan
+
+
+def period_summary(per: pd.DataFrame) -> dict[str, float]:
+    """Honest throttling metrics of one run, next to the classic one.
+
+    ``throttled_pct_active`` is what cAdvisor / kube-prometheus report (nr_throttled /
+    nr_periods): active periods only, so idle stretches, when the period timer stops, vanish
+    from the denominator and bursty services look worse than they are.
+    ``throttled_pct_wall`` divides by every wall-clock period of the span instead.
+    Keys: periods, active_periods, throttled_periods, throttled_pct_active (%),
+    throttled_pct_wall (%), stall_ms_per_s (ms frozen per second of wall time),
+    exhausted_p10_ms, exhausted_p50_ms, exhausted_p90_ms (quota-exhaustion offset inside
+    throttled periods), cpus_throttled_p50, throttled_rq_ms_per_throttled (throttled time, a
+    sum over CPUs, per throttled period), usage_ms_per_active (CPU per active period: about
+    the quota when quota-bound).
+    """
+    n = len(per)
+    act = int(per["active"].sum())
+    thr = int(per["throttled"].sum())
+    span_s = (per["end_ns"].iloc[-1] - per["start_ns"].iloc[0]) / 1e9 if n else np.nan
+    ex = per.loc[per["throttled"], "exhausted_at_us"] / 1e3
+    return {
+        "periods": n,
+        "active_periods": act,
+        "throttled_periods": thr,
+        "throttled_pct_active": 100 * thr / act if act else np.nan,
+        "throttled_pct_wall": 100 * thr / n if n else np.nan,
+        "stall_ms_per_s": float(per["stall_us"].sum() / 1e3 / span_s) if n else np.nan,
+        "exhausted_p10_ms": _pct(ex, 10),
+        "exhausted_p50_ms": _pct(ex, 50),
+        "exhausted_p90_ms": _pct(ex, 90),
+        "cpus_throttled_p50": _pct(per["cpus_throttled"], 50),
+        "throttled_rq_ms_per_throttled": float(per.loc[per["throttled"], "throttled_rq_us"].mean() / 1e3)
+        if thr
+        else np.nan,
+        "usage_ms_per_active": float(np.nansum(per.loc[per["active"], "usage_us"]) / 1e3 / act) if act else np.nan,
+    }
+
+
+def compare_runs(runs: Iterable[Run]) -> pd.DataFrame:
+    """One row per run: the table a GOMAXPROCS sweep is read from.
+
+    Columns: ``name``; ``gomaxprocs`` (effective); ``cpu_limit``; ``quota_us``;
+    ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
+    ``latency_p99_ms`` (from the scheduled start); every key of :func:`period_summary`;
+    ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
+    ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + assists
+    as % of goroutine running time in the trace window); ``phase_uncertainty_us``.
+    """
+    rows = []
+    for run in runs:
+        per = df_periods(run)
+        m = run.meta
+        load = m.get("load") or {}
+        desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(
+            "  ", " "
+        )
+        row: dict[str, object] = {
+            "name": run.name,
+            "gomaxprocs": m.get("gomaxprocs_effective"),
+            "cpu_limit": m.get("cpu_limit"),
+            "quota_us": m.get("quota_us"),
+            "load": desc,
+        }
+        r = run.requests
+        if r is not None and len(r):
+            ok = r[r["status"] // 100 == 2]
+            lat = (ok["end_ns"] - ok["sched_ns"]) / 1e6
+            span = (r["end_ns"].max() - r["start_ns"].min()) / 1e9
+            row.update(
+                throughput_rps=len(ok) / span if span > 0 else np.nan,
+                latency_p50_ms=_pct(lat, 50),
+                latency_p99_ms=_pct(lat, 99),
+            )
+        else:
+            row.update(throughput_rps=np.nan, latency_p50_ms=np.nan, latency_p99_ms=np.nan)
+        row.update(period_summary(per))
+        row["stall_ms_per_period"] = (
+            float(per.loc[per["throttled"], "stall_us"].mean() / 1e3) if per["throttled"].any() else 0.0
+        )
+        tr = run.trace
+        if tr is not None:
+            d = (tr.stw.end_ns - tr.stw.start_ns) / 1e3
+            row.update(stw_p50_us=_pct(d, 50), stw_p99_us=_pct(d, 99), stw_max_us=float(d.max()) if len(d) else np.nan)
+            run_us = np.nansum(per["go_running_us"])
+            gc_us = np.nansum(per["gc_worker_us"]) + np.nansum(per["assist_us"])
+            row["gc_cpu_pct"] = 100 * gc_us / run_us if run_us else np.nan
+        else:
+            row.update(stw_p50_us=np.nan, stw_p99_us=np.nan, stw_max_us=np.nan, gc_cpu_pct=np.nan)
+        row["stw_spanning_boundary"] = int(per["stw_spans_boundary"].sum())
+        row["phase_uncertainty_us"] = per.attrs["grid"].uncertainty_ns / 1e3 if "grid" in per.attrs else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
