@@ -1,0 +1,99 @@
+"""The CFS period grid: real fixtures, and tiny inline cases built from the kernel's
+documented behaviour (timer expiries at phase + k·period bump nr_periods)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import RUNS
+
+import gmpanalysis as gmp
+from gmpanalysis.periods import fit_period_grid, split_segments
+
+P = 100_000_000
+
+
+def synth(
+    phase_ns: int, interval_ns: int, seconds: float, *, late: dict[int, int] | None = None, t0: int = 10_000_000_000
+) -> pd.DataFrame:
+    """Reads every interval_ns of a group whose timer fires at phase + k·P (a boundary k
+    listed in ``late`` fires that many ns late)."""
+    t = t0 + np.arange(int(seconds * 1e9 / interval_ns), dtype=np.int64) * interval_ns
+    k0 = (t0 - phase_ns) // P + 1
+    ks = np.arange(k0, k0 + int(seconds * 1e9 / P) + 2)
+    fire = phase_ns + ks * P + np.array([(late or {}).get(int(k - k0), 0) for k in ks])
+    periods = np.searchsorted(fire, t, side="right")  # expiries at or before each read
+    return pd.DataFrame(
+        {
+            "t_ns": t,
+            "read_ns": 8000,
+            "usage_us": periods * 50_000.0,
+            "nr_periods": periods,
+            "nr_throttled": periods,
+            "throttled_us": periods * 1000.0,
+            "nr_bursts": 0,
+            "burst_us": 0.0,
+        }
+    )
+
+
+@pytest.mark.parametrize("phase", [0, 1_234_567, 55_290_000, 99_999_000])
+def test_vernier_interval_pins_the_phase(phase):
+    g = fit_period_grid(synth(phase, 997_000, 6.0), P)
+    s = g.main
+    assert s.boundaries_used >= 55
+    d = (s.phase_ns - phase + P // 2) % P - P // 2
+    assert abs(d) <= s.uncertainty_ns + 4_000  # + half a read
+    assert s.uncertainty_ns <= 100_000
+
+
+def test_commensurate_interval_is_honest_about_one_interval():
+    g = fit_period_grid(synth(37_000_000, 1_000_000, 6.0), P)
+    d = (g.phase_ns - 37_000_000 + P // 2) % P - P // 2
+    assert abs(d) <= g.uncertainty_ns
+    assert 400_000 <= g.uncertainty_ns <= 1_000_000  # the bracket never narrows below one interval
+
+
+def test_late_expiry_is_dropped():
+    # boundary 20 fires 1.5 ms late: the read after the true boundary still shows no increment
+    g = fit_period_grid(synth(31_000_000, 997_000, 6.0, late={20: 1_500_000}), P)
+    assert g.main.late_dropped == 1
+    d = (g.phase_ns - 31_000_000 + P // 2) % P - P // 2
+    assert abs(d) <= g.uncertainty_ns + 4_000
+
+
+def test_reset_makes_a_new_segment_with_its_own_phase():
+    a = synth(10_000_000, 997_000, 3.0)
+    b = synth(70_000_000, 997_000, 3.0, t0=int(a.t_ns.iloc[-1]) + 5_000_000)
+    g = fit_period_grid(pd.concat([a, b], ignore_index=True), P)
+    assert len(g.segments) == 2
+    assert abs(g.segments[0].phase_ns - 10_000_000) <= g.segments[0].uncertainty_ns + 4_000
+    assert abs(g.segments[1].phase_ns - 70_000_000) <= g.segments[1].uncertainty_ns + 4_000
+    assert split_segments(pd.concat([a, b], ignore_index=True)) == [(0, len(a) - 1), (len(a), len(a) + len(b) - 1)]
+
+
+def test_no_limit_cannot_place_a_grid():
+    s = synth(0, 997_000, 1.0)
+    s["nr_periods"] = 0
+    with pytest.raises(gmp.MissingDataError, match="no CPU limit|cannot place"):
+        fit_period_grid(s, P)
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_fixture_phase_within_100us(path):
+    run = gmp.load_run(path)
+    g = fit_period_grid(run.samples, run.meta["period_us"] * 1000)
+    assert len(g.segments) == 1
+    assert g.main.boundaries_used >= 50
+    assert g.uncertainty_ns <= 100_000, g.uncertainty_ns  # measured 2.5-36 µs
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_fixture_grid_agrees_with_the_trace(path):
+    """An independent check: the Go trace (which knows nothing of cpu.stat) falls silent
+    from quota exhaustion to each throttled period's end on the fitted grid."""
+    c = gmp.df_checks(gmp.load_run(path))
+    assert len(c) >= 25
+    assert c.attrs["silent_fraction"] >= 0.95
+    assert c["first_event_after_us"].median() < 3000  # NOTES: 0.04-3 ms after the boundary
