@@ -1,0 +1,75 @@
+"""df_periods on one hour of 997 µs cpu.stat samples (≈3.6 M reads).
+
+    .venv/bin/python benchmarks/bench_periods.py [HOURS] [REPEATS]
+
+The hour is a real fixture repeated: each copy shifted by a whole number of CFS periods (so
+the kernel's phase holds) and its counters offset so they stay cumulative. Prints samples
+per second (median and spread) and the peak memory of the build. Not a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import gmpanalysis as gmp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def synth_hours(hours: float) -> gmp.Run:
+    run = gmp.load_run(ROOT / "fixtures" / "runs" / "cpu-0.5cpu-gmp8")
+    s = run.samples
+    P = run.meta["period_us"] * 1000
+    span = int(s.t_ns.iloc[-1] - s.t_ns.iloc[0])
+    shift = (span // P + 1) * P
+    reps = int(np.ceil(hours * 3600e9 / shift))
+    r = np.repeat(np.arange(reps), len(s))
+    cols = {"t_ns": np.tile(s.t_ns.to_numpy(), reps) + r * shift, "read_ns": np.tile(s.read_ns.to_numpy(), reps)}
+    for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us"):
+        v = s[c].to_numpy()
+        step = v[-1] - v[0] + (v[-1] - v[-2])
+        cols[c] = np.tile(v, reps) + r * step
+    samples = pd.DataFrame(cols)
+    return dataclasses.replace(run, samples=samples, trace_path=None, requests=None, _trace=None)
+
+
+def main() -> int:
+    hours = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    run = synth_hours(hours)
+    n = len(run.samples)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        per = gmp.df_periods(run)
+        times.append(time.perf_counter() - t0)
+    # numpy reports its buffers to tracemalloc: the peak of what the build allocated
+    tracemalloc.start()
+    gmp.df_periods(run)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    med = statistics.median(times)
+    print(
+        f"{n:,} samples ({n * 997e-6 / 3600:.2f} h at 997 µs) -> {len(per):,} periods, "
+        f"{per['throttled'].sum():,} throttled"
+    )
+    print(
+        f"df_periods: {med:.2f} s median (min {min(times):.2f}, max {max(times):.2f}) = {n / med / 1e6:.2f} M samples/s"
+    )
+    print(
+        f"peak memory of the build: {peak / 2**20:.0f} MiB allocated at once "
+        f"(the samples themselves: {run.samples.memory_usage().sum() / 2**20:.0f} MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
