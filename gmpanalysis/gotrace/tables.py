@@ -72,6 +72,39 @@ ARGS_USED: dict[int, tuple[int, ...]] = {
 }
 
 
+# column dtypes of every table (documented on GoTrace)
+SCHEMAS: dict[str, dict[str, str]] = {
+    "running": {
+        "g": "int64",
+        "p": "int32",
+        "m": "int64",
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "label": "category",
+        "open": "bool",
+    },
+    "sweep": {
+        "p": "int64",
+        "m": "int64",
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "swept_bytes": "int64",
+        "reclaimed_bytes": "int64",
+        "open": "bool",
+    },
+    "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
+    "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+    "logs": {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
+    "gc": {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+}
+
+
+def _rows_frame(rows: list[tuple], names: tuple[str, ...], table: str) -> pd.DataFrame:
+    """A table from row tuples whose fields are ``names`` (in that order)."""
+    cols = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {}
+    return _frame(cols, SCHEMAS[table])
+
+
 def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
     lut = np.zeros(256, dtype=bool)
     lut[list(ids)] = True
@@ -248,15 +281,7 @@ def build(
                 "reclaimed_bytes": np.where(ok, A1[nxc], 0),
                 "open": ~ok,
             },
-            {
-                "p": "int64",
-                "m": "int64",
-                "start_ns": "int64",
-                "end_ns": "int64",
-                "swept_bytes": "int64",
-                "reclaimed_bytes": "int64",
-                "open": "bool",
-            },
+            SCHEMAS["sweep"],
         ).sort_values("start_ns", kind="stable", ignore_index=True)
 
         # goroutine-scoped ranges (few): pair in time order by goroutine
@@ -284,44 +309,12 @@ def build(
                 "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
                 "message": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A2[lg], strict=True)],
             },
-            {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
+            SCHEMAS["logs"],
         )
 
-    empty = {
-        "running": (
-            {
-                "g": "int64",
-                "p": "int32",
-                "m": "int64",
-                "start_ns": "int64",
-                "end_ns": "int64",
-                "label": "category",
-                "open": "bool",
-            }
-        ),
-        "sweep": {
-            "p": "int64",
-            "m": "int64",
-            "start_ns": "int64",
-            "end_ns": "int64",
-            "swept_bytes": "int64",
-            "reclaimed_bytes": "int64",
-            "open": "bool",
-        },
-        "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
-        "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
-        "logs": {
-            "t_ns": "int64",
-            "g": "int64",
-            "m": "int64",
-            "task": "int64",
-            "category": "object",
-            "message": "object",
-        },
-    }
     out: dict[str, object] = {}
     for name, df in (("running", running), ("sweep", sweep), ("stw", stw), ("assist", assist), ("logs", logs)):
-        out[name] = df if df is not None else _frame({}, empty[name])
+        out[name] = df if df is not None else _frame({}, SCHEMAS[name])
 
     # --- global events -------------------------------------------------------------------
     gt, gty, ga0 = glob
@@ -390,26 +383,10 @@ def _pair_by_g(
                 rows.append((t0, int(T[i]), k, g, False))
     rows.extend((t0, last_ns, k, g, True) for g, (t0, k) in opened.items())
     rows.sort()
+    names = ("start_ns", "end_ns", "kind", "g", "open")
     if kind:
-        return _frame(
-            {
-                "start_ns": [r[0] for r in rows],
-                "end_ns": [r[1] for r in rows],
-                "kind": [r[2] for r in rows],
-                "g": [r[3] for r in rows],
-                "open": [r[4] for r in rows],
-            },
-            {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
-        )
-    return _frame(
-        {
-            "g": [r[3] for r in rows],
-            "start_ns": [r[0] for r in rows],
-            "end_ns": [r[1] for r in rows],
-            "open": [r[4] for r in rows],
-        },
-        {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
-    )
+        return _rows_frame(rows, names, "stw")
+    return _rows_frame(rows, names, "assist")
 
 
 def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> pd.DataFrame:
@@ -430,12 +407,4 @@ def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> p
             cur = None
     if cur is not None:
         rows.append((cur[0], cur[1], last_ns, True))
-    return _frame(
-        {
-            "seq": [r[0] for r in rows],
-            "start_ns": [r[1] for r in rows],
-            "end_ns": [r[2] for r in rows],
-            "open": [r[3] for r in rows],
-        },
-        {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
-    )
+    return _rows_frame(rows, ("seq", "start_ns", "end_ns", "open"), "gc")
