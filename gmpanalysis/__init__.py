@@ -9,9 +9,12 @@ from .bundle import Run, load_run, read_cpu_stat, read_requests
 from .checks import df_checks
 from .compare import compare_runs, period_summary
 from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
+from .export import to_chrome_trace
 from .gotrace import GoTrace, read_trace
 from .periods import PeriodGrid, fit_period_grid
-from .timeline import df_periods
+from .plot import plot_compare, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
+from .report import to_report
+from .timeline import df_period_offsets, df_periods, df_stw_periods
 
 __version__ = "0.1.0"
 
@@ -27,11 +30,19 @@ __all__ = [
     "TraceFormatError",
     "compare_runs",
     "df_checks",
+    "df_period_offsets",
     "df_periods",
+    "df_stw_periods",
     "fit_period_grid",
     "load_run",
     "period_summary",
+    "plot_compare",
+    "plot_period_heatmap",
+    "plot_periods",
+    "plot_stw_vs_boundary",
     "read_cpu_stat",
     "read_requests",
     "read_trace",
+    "to_chrome_trace",
+    "to_report",
 ]

@@ -181,6 +181,33 @@ def cmd_trace(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .bundle import load_run
+    from .report import to_report
+
+    paths = [Path(p) for p in a.bundles] or _default_bundles()
+    if not paths:
+        print("no bundles given and no shipped fixtures found; pass bundle directories", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [load_run(p) for p in paths]
+        out = to_report(runs, a.out)
+    print(out)
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from .bundle import load_run
+    from .export import to_chrome_trace
+
+    print(to_chrome_trace(load_run(a.bundle), a.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -188,6 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("summary", help="runs side by side, per-period metrics (default: the shipped fixtures)")
     sp.add_argument("bundles", nargs="*", help="bundle directories")
     sp.set_defaults(func=cmd_summary)
+
+    rp = sub.add_parser("report", help="self-contained HTML report (default: the shipped fixtures)")
+    rp.add_argument("bundles", nargs="*", help="bundle directories")
+    rp.add_argument("-o", "--out", default="report.html", help="output HTML file (default: report.html)")
+    rp.set_defaults(func=cmd_report)
+
+    ep = sub.add_parser("export", help="Chrome trace-event JSON of a bundle, for ui.perfetto.dev")
+    ep.add_argument("bundle", help="bundle directory")
+    ep.add_argument("-o", "--out", default="trace.json", help="output JSON (default: trace.json)")
+    ep.set_defaults(func=cmd_export)
 
     tp = sub.add_parser("trace", help="summary of a Go execution trace file")
     tp.add_argument("file", help="trace file (runtime/trace, go test -trace, /debug/pprof/trace)")

@@ -277,3 +277,69 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out.attrs["grid"] = grid
     return out
+
+
+def df_period_offsets(run: Run, bucket_ms: float = 5.0, per: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What happens inside each period: usage in fixed buckets of the offset from the
+    period's start (FlameScope's sub-second offset view, on the CFS grid).
+
+    Columns: ``period``; ``offset_ms`` bucket start (ms from the period start);
+    ``cpus`` CPUs busy on average in the bucket (Δusage / bucket length; usage moves in
+    scheduler-tick steps, so buckets shorter than ~5 ms are noisy); ``frozen`` bool, the
+    bucket lies after quota exhaustion in a throttled period.
+    """
+    per = df_periods(run) if per is None else per
+    per = per[~per["gap"]]
+    s = run.samples
+    P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
+    b_ns = int(bucket_ms * 1e6)
+    nb = max(1, P // b_ns)
+    edges = per["start_ns"].to_numpy()[:, None] + np.arange(nb + 1, dtype=np.int64)[None, :] * b_ns
+    u = np.interp(
+        edges.ravel().astype(np.float64), s["t_ns"].to_numpy().astype(np.float64), s["usage_us"].to_numpy()
+    ).reshape(edges.shape)
+    cpus = np.diff(u, axis=1) / (b_ns / 1e3)
+    off = np.arange(nb) * bucket_ms
+    ex = per["exhausted_at_us"].to_numpy() / 1e3
+    frozen = per["throttled"].to_numpy()[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])
+    return pd.DataFrame(
+        {
+            "period": np.repeat(per["period"].to_numpy(), nb),
+            "offset_ms": np.tile(off, len(per)),
+            "cpus": cpus.ravel(),
+            "frozen": frozen.ravel(),
+        }
+    )
+
+
+def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every stop-the-world pause placed on the period grid.
+
+    Columns: ``start_ns``; ``dur_ms`` pause length (ms); ``kind``; ``period`` the period it
+    began in; ``offset_ms`` its start inside that period (ms); ``throttled`` bool, that period
+    ended throttled; ``exhausted_ms`` when that period's quota ran out (ms, NaN if it did
+    not); ``spans_boundary`` bool, still running when a throttled period ended.
+    """
+    tr = run.trace
+    if tr is None:
+        raise MissingDataError(f"{run.path}: no trace.out in the bundle: STW pauses come from the Go trace")
+    per = df_periods(run) if per is None else per
+    stw = tr.stw
+    B = per["start_ns"].to_numpy()
+    k = np.searchsorted(B, stw["start_ns"].to_numpy(), side="right") - 1
+    ok = (k >= 0) & (stw["start_ns"].to_numpy() < per["end_ns"].to_numpy()[-1])
+    st, kk = stw[ok], k[ok]
+    row = per.iloc[kk]
+    end = row["end_ns"].to_numpy()
+    return pd.DataFrame(
+        {
+            "start_ns": st["start_ns"].to_numpy(),
+            "dur_ms": (st["end_ns"] - st["start_ns"]).to_numpy() / 1e6,
+            "kind": st["kind"].to_numpy(),
+            "period": row["period"].to_numpy(),
+            "offset_ms": (st["start_ns"].to_numpy() - row["start_ns"].to_numpy()) / 1e6,
+            "throttled": row["throttled"].to_numpy(),
+            "exhausted_ms": row["exhausted_at_us"].to_numpy() / 1e3,
+            "spans_boundary": row["throttled"].to_numpy() & (st["end_ns"].to_numpy() > end),
+        }
+    )

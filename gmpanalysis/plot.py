@@ -1,0 +1,196 @@
+"""Figures. Each ``plot_x(frame, *, ax=None)`` takes the output of a ``df_*`` function,
+draws on ``ax`` (a new figure when None) and returns the Axes; nothing calls plt.show().
+matplotlib is imported when a plot is drawn, not with the package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FROZEN = "#d62728"
+BUSY = "#1f77b4"
+THROTTLED = "#ff7f0e"
+
+
+def _axes(ax: Any, size: tuple[float, float]) -> Any:
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=size, layout="constrained")
+    return ax
+
+
+def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
+    """CPU used in each CFS period (bars) against the quota (dashed line), the frozen part of
+    each throttled period shaded red, the longest STW of each period on the right axis
+    (an X where it spanned a throttled boundary), and GOMAXPROCS written where it changes.
+    Takes :func:`gmpanalysis.df_periods` output."""
+    from matplotlib.patches import Patch
+
+    ax = _axes(ax, (11, 4))
+    if per.empty:
+        ax.set_title("no periods")
+        return ax
+    t0 = per["start_ns"].iloc[0]
+    x = (per["start_ns"].to_numpy() - t0) / 1e9
+    w = (per["end_ns"] - per["start_ns"]).to_numpy() / 1e9
+    thr = per["throttled"].to_numpy()
+    usage = per["usage_us"].to_numpy() / 1e3
+    ex = per["exhausted_at_us"].to_numpy() / 1e6  # s into the period
+    # a throttled period's bar covers only the time it ran; the rest of it is the freeze
+    run_w = np.where(thr & np.isfinite(ex), np.minimum(ex, w), w)
+    ax.bar(
+        x,
+        np.nan_to_num(usage),
+        width=run_w,
+        align="edge",
+        color=np.where(thr, THROTTLED, BUSY),
+        edgecolor="white",
+        linewidth=0.3,
+        zorder=2,
+    )
+    quota = per["quota_us"].dropna()
+    top = float(np.nanmax(usage)) if np.isfinite(usage).any() else 1.0
+    if len(quota):
+        q = float(quota.iloc[0]) / 1e3
+        ax.axhline(q, color="black", linestyle="--", linewidth=1, label=f"quota {q:g} ms", zorder=3)
+        top = max(top, q)
+    top *= 1.25
+    spans = [(x[i] + ex[i], w[i] - ex[i]) for i in np.flatnonzero(thr & np.isfinite(ex))]
+    if spans:
+        ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1)
+    ax.set_ylim(0, top)
+    ax.set_xlim(x[0], x[-1] + w[-1])
+    ax.set_xlabel("time since the first period (s)")
+    ax.set_ylabel("CPU used in the period (ms)")
+    handles = [
+        Patch(color=BUSY, label="CPU used"),
+        Patch(color=THROTTLED, label="CPU used (throttled period)"),
+        Patch(color=FROZEN, alpha=0.3, label="frozen (quota exhausted)"),
+    ]
+    if len(quota):
+        handles.insert(0, ax.get_lines()[0])
+    stw = per["stw_max_us"].to_numpy() / 1e3
+    has = np.isfinite(stw) & (stw >= 1.0)
+    if has.any():
+        ax2 = ax.twinx()
+        span = per["stw_spans_boundary"].to_numpy()
+        mid = x + w / 2
+        ax2.scatter(mid[has & ~span], stw[has & ~span], marker="o", s=14, color="black", label="longest STW", zorder=4)
+        ax2.scatter(
+            mid[has & span],
+            stw[has & span],
+            marker="X",
+            s=60,
+            color=FROZEN,
+            label="STW across a frozen boundary",
+            zorder=4,
+        )
+        ax2.set_ylabel("longest STW in the period (ms)")
+        ax2.set_ylim(0, max(1.0, float(np.nanmax(stw))) * 1.15)
+        handles += ax2.get_legend_handles_labels()[0]
+    g = per["gomaxprocs"].to_numpy()
+    change = np.r_[True, g[1:] != g[:-1]] & np.isfinite(g)
+    for i in np.flatnonzero(change):
+        ax.annotate(
+            f"GOMAXPROCS={int(g[i])}",
+            (x[i], top * 0.97),
+            fontsize=8,
+            va="top",
+            bbox={"boxstyle": "round", "fc": "white", "alpha": 0.8},
+        )
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=3, frameon=False)
+    ax.set_title(title or "CPU per CFS period against the quota: bars while it ran, red while it stood frozen")
+    return ax
+
+
+def plot_period_heatmap(off: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
+    """Inside every period: columns are periods, rows the offset from the period start,
+    colour the CPUs busy in that slice (blues) or red where the group stood frozen after its
+    quota ran out. Takes :func:`gmpanalysis.timeline.df_period_offsets` output."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    ax = _axes(ax, (11, 4))
+    cpus = off.pivot(index="offset_ms", columns="period", values="cpus")
+    frozen = off.pivot(index="offset_ms", columns="period", values="frozen").astype(float)
+    step = float(cpus.index[1] - cpus.index[0]) if len(cpus.index) > 1 else 1.0
+    extent = (-0.5, cpus.shape[1] - 0.5, float(cpus.index[-1]) + step, 0.0)
+    im = ax.imshow(cpus.to_numpy(), aspect="auto", cmap="Blues", vmin=0, extent=extent, interpolation="nearest")
+    ax.imshow(
+        np.where(frozen.to_numpy() > 0, 1.0, np.nan),
+        aspect="auto",
+        extent=extent,
+        interpolation="nearest",
+        cmap=ListedColormap([FROZEN]),
+        alpha=0.85,
+    )
+    ax.figure.colorbar(im, ax=ax, label="CPUs busy")
+    ax.set_xlabel("period (from the first)")
+    ax.set_ylabel("offset inside the period (ms)")
+    ax.legend(handles=[Patch(color=FROZEN, label="frozen: quota exhausted")], loc="lower right", fontsize=8)
+    ax.set_title(title or "inside each 100 ms period: when the CPUs ran, when the quota ran out")
+    return ax
+
+
+def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
+    """Each STW pause: its length against where in its period it began. Red X: pauses still
+    running when a throttled period ended (stretched across the frozen time); the shaded
+    band is where the quota ran out (p10-p90). Takes
+    :func:`gmpanalysis.timeline.df_stw_periods` output."""
+    ax = _axes(ax, (7, 4))
+    if stw.empty:
+        ax.set_title("no STW pauses in the trace window")
+        return ax
+    ex = stw["exhausted_ms"].dropna()
+    if len(ex):
+        ax.axvspan(
+            float(np.percentile(ex, 10)),
+            float(np.percentile(ex, 90)),
+            color=FROZEN,
+            alpha=0.1,
+            label="quota ran out (p10-p90)",
+        )
+    sp = stw["spans_boundary"].to_numpy()
+    ax.scatter(stw["offset_ms"][~sp], stw["dur_ms"][~sp], s=16, color="black", alpha=0.7, label="STW")
+    ax.scatter(
+        stw["offset_ms"][sp], stw["dur_ms"][sp], s=70, marker="X", color=FROZEN, label="STW across a frozen boundary"
+    )
+    ax.set_yscale("log")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("STW start, offset inside its period (ms)")
+    ax.set_ylabel("STW length (ms, log)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "stop-the-world pauses against the period boundary")
+    return ax
+
+
+COMPARE_METRICS = (
+    ("exhausted_p50_ms", "quota ran out at (p50, ms)"),
+    ("stall_ms_per_period", "frozen per throttled period (ms)"),
+    ("stw_p99_us", "STW p99 (µs)"),
+    ("latency_p99_ms", "latency p99 (ms)"),
+    ("throughput_rps", "throughput (req/s)"),
+)
+
+
+def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = None) -> Any:
+    """Runs side by side, one small panel per metric; takes :func:`gmpanalysis.compare_runs`
+    output. Returns the array of Axes."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, len(COMPARE_METRICS), figsize=(14, 3.4), layout="constrained")
+    labels = [f"{n}\nGOMAXPROCS={g}" for n, g in zip(cmp["name"], cmp["gomaxprocs"], strict=True)]
+    colors = [THROTTLED if "alloc" in str(n) else BUSY for n in cmp["name"]]
+    for ax, (col, label) in zip(np.ravel(axes), COMPARE_METRICS, strict=False):
+        v = cmp[col].to_numpy(dtype=float) if col in cmp else np.full(len(cmp), np.nan)
+        ax.bar(range(len(cmp)), np.nan_to_num(v), color=colors)
+        ax.set_xticks(range(len(cmp)), labels, fontsize=7, rotation=30, ha="right")
+        ax.set_title(label, fontsize=9)
+    if title:
+        np.ravel(axes)[0].figure.suptitle(title)
+    return axes

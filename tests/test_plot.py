@@ -1,0 +1,82 @@
+"""Every plot renders on fixture data under Agg; assertions are on what was drawn."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from conftest import RUNS  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+
+import gmpanalysis as gmp  # noqa: E402
+
+ALLOC = next(p for p in RUNS if p.name.startswith("alloc"))
+
+
+@pytest.fixture(scope="module")
+def alloc():
+    run = gmp.load_run(ALLOC)
+    return run, gmp.df_periods(run)
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_plot_periods(alloc):
+    run, per = alloc
+    ax = gmp.plot_periods(per)
+    bars = [p for p in ax.patches if type(p).__name__ == "Rectangle"]
+    assert len(bars) == len(per)
+    thr = per["throttled"].to_numpy()
+    # throttled bars cover only the time the group ran: narrower than the period
+    widths = np.array([b.get_width() for b in bars])
+    assert (widths[thr] < 0.1).all() and np.median(widths[thr]) < 0.05
+    assert any(np.allclose(line.get_ydata(), 50.0) for line in ax.get_lines())  # the quota, ms
+    frozen = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(frozen) == 1 and len(frozen[0].get_paths()) == int((thr & per.exhausted_at_us.notna()).sum())
+    ax2 = [a for a in ax.figure.axes if a is not ax and a.bbox.bounds == ax.bbox.bounds][0]
+    crosses = ax2.collections[1].get_offsets()
+    assert len(crosses) == int(per["stw_spans_boundary"].sum()) == 3
+    assert any("GOMAXPROCS=8" in t.get_text() for t in ax.texts)
+
+
+def test_plot_period_heatmap(alloc):
+    run, per = alloc
+    off = gmp.df_period_offsets(run, per=per)
+    ax = gmp.plot_period_heatmap(off)
+    images = ax.get_images()
+    assert len(images) == 2
+    busy, frozen = images[0].get_array(), images[1].get_array()
+    assert busy.shape == (20, len(per))  # 5 ms buckets of a 100 ms period, one column per period
+    assert np.isfinite(frozen).sum() == int(off["frozen"].sum()) > 0
+
+
+def test_plot_stw_vs_boundary(alloc):
+    run, per = alloc
+    stw = gmp.df_stw_periods(run, per=per)
+    ax = gmp.plot_stw_vs_boundary(stw)
+    dots, crosses = ax.collections[-2], ax.collections[-1]
+    assert len(crosses.get_offsets()) == int(stw["spans_boundary"].sum()) == 3
+    assert len(dots.get_offsets()) + len(crosses.get_offsets()) == len(stw)
+    assert ax.get_yscale() == "log"
+
+
+def test_plot_compare():
+    cmp = gmp.compare_runs([gmp.load_run(p) for p in RUNS])
+    axes = gmp.plot_compare(cmp)
+    assert len(axes) == 5
+    for ax in axes:
+        assert len(ax.patches) == len(cmp)
+
+
+def test_plot_on_given_axes(alloc):
+    _, per = alloc
+    fig, ax = plt.subplots()
+    assert gmp.plot_periods(per, ax=ax) is ax

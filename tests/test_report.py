@@ -1,0 +1,100 @@
+"""The HTML report and the Chrome trace export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from conftest import RUNS  # noqa: E402
+
+import gmpanalysis as gmp  # noqa: E402
+from gmpanalysis.cli import main  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("r") / "report.html"
+    assert main(["report", "-o", str(out)]) == 0
+    return out
+
+
+def test_report_is_self_contained(report):
+    html = report.read_text()
+    n_img = html.count('<img src="data:image/png;base64,')
+    # per run: periods + heatmap + STW; plus the comparison panel
+    assert n_img == 3 * len(RUNS) + 1
+    assert 'src="http' not in html and "<script" not in html
+
+
+def test_report_findings_are_computed_from_the_data(report):
+    html = report.read_text()
+    cmp = gmp.compare_runs([gmp.load_run(p) for p in RUNS]).set_index("name")
+    a = cmp.loc["alloc-0.5cpu-gmp8"]
+    assert f"the quota ran out {a.exhausted_p50_ms:.0f} ms into the period" in html
+    assert f"The longest stop-the-world pause, {a.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary" in html
+    assert "Under the same load (open poisson 18.0)" in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (scripts/test.sh installs it when run as root)")
+def test_report_renders_in_chromium(report, tmp_path):
+    shot = tmp_path / "shot.png"
+    r = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1300,2600",
+            f"--screenshot={shot}",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shot.exists(), r.stderr[-2000:]
+    img = matplotlib.image.imread(shot)[..., :3]
+    # the figures' colours are there: orange bars, red freeze, blue busy CPUs
+    orange = (img[..., 0] > 0.9) & (img[..., 1] > 0.4) & (img[..., 1] < 0.6) & (img[..., 2] < 0.2)
+    red = (img[..., 0] > 0.75) & (img[..., 1] < 0.35) & (img[..., 2] < 0.35)
+    blue = (img[..., 2] > 0.5) & (img[..., 0] < 0.3)
+    for name, mask in (("orange", orange), ("red", red), ("blue", blue)):
+        assert mask.mean() > 0.002, f"no {name} pixels: images did not render"
+
+
+def test_chrome_trace(tmp_path):
+    run = gmp.load_run(next(p for p in RUNS if p.name.startswith("alloc")))
+    out = gmp.to_chrome_trace(run, tmp_path / "t.json")
+    doc = json.loads(out.read_text())
+    ev = doc["traceEvents"]
+    for e in ev:
+        assert {"ph", "name", "pid", "tid"} <= e.keys(), e
+        if e["ph"] in ("X", "C"):
+            assert isinstance(e["ts"], float | int)
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+        if e["ph"] == "M":
+            assert "name" in e["args"]
+    per = gmp.df_periods(run)
+    by = lambda ph, cat=None: [e for e in ev if e["ph"] == ph and (cat is None or e.get("cat") == cat)]  # noqa: E731
+    assert len(by("C")) == 2 * len(per)
+    assert len(by("X", "cfs")) == int((per.throttled & per.exhausted_at_us.notna()).sum())
+    assert len(by("X", "stw")) == len(run.trace.stw)
+    assert len(by("X", "gc")) == len(run.trace.gc)
+    frozen = np.array([e["dur"] for e in by("X", "cfs")])
+    assert np.median(frozen) == pytest.approx(70_000, rel=0.15)  # µs: ~70 ms per throttled period
