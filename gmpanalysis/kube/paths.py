@@ -1,0 +1,71 @@
+"""Where a pod's and a container's cgroups live on a node.
+
+The kubelet names them by cgroup driver and QoS class (Guaranteed pods have no QoS level):
+
+- cgroupfs: ``kubepods[/burstable|/besteffort]/pod<UID>/<container>``
+- systemd: ``kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<UID with _>.slice/<container>``
+
+and the container's directory by runtime and driver: containerd ``<id>`` /
+``cri-containerd-<id>.scope``, CRI-O ``crio-<id>`` / ``crio-<id>.scope``, docker ``<id>`` /
+``docker-<id>.scope``. cgroup v1 puts these under each controller's hierarchy (cpu/,
+cpuacct/), v2 under the single mount. The candidates are listed for every combination and
+the first that exists on the node wins, so no driver setting has to be guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import GmpError
+
+QOS = ("Guaranteed", "Burstable", "BestEffort")
+_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_CID = re.compile(r"^[0-9a-f]{12,128}$")
+
+
+def split_container_id(container_id: str) -> tuple[str, str]:
+    """``containerd://abc...`` -> ("containerd", "abc..."); validated, never used in a shell."""
+    runtime, sep, cid = container_id.partition("://")
+    if not sep or runtime not in ("containerd", "cri-o", "docker") or not _CID.match(cid):
+        raise GmpError(f"container ID {container_id!r}: expected containerd://, cri-o:// or docker:// and a hex ID")
+    return runtime, cid
+
+
+def pod_cgroup_candidates(pod_uid: str, qos: str) -> list[str]:
+    """Relative paths (to a hierarchy root) the pod's cgroup may have: cgroupfs, then systemd."""
+    if not _UID.match(pod_uid):
+        raise GmpError(f"pod UID {pod_uid!r} is not a UID")
+    if qos not in QOS:
+        raise GmpError(f"QoS class {qos!r}: expected one of {', '.join(QOS)}")
+    q = qos.lower()
+    us = pod_uid.replace("-", "_")
+    if qos == "Guaranteed":
+        return [f"kubepods/pod{pod_uid}", f"kubepods.slice/kubepods-pod{us}.slice"]
+    return [f"kubepods/{q}/pod{pod_uid}", f"kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{us}.slice"]
+
+
+def container_dir_candidates(container_id: str) -> list[str]:
+    runtime, cid = split_container_id(container_id)
+    if runtime == "containerd":
+        return [cid, f"cri-containerd-{cid}.scope"]
+    if runtime == "cri-o":
+        return [f"crio-{cid}", f"crio-{cid}.scope"]
+    return [cid, f"docker-{cid}.scope"]
+
+
+def container_cgroup_candidates(pod_uid: str, qos: str, container_id: str) -> list[str]:
+    return [f"{p}/{c}" for p in pod_cgroup_candidates(pod_uid, qos) for c in container_dir_candidates(container_id)]
+
+
+def resolve(root: str | Path, candidates: list[str]) -> tuple[str, int]:
+    """The first candidate that exists under the cgroup mount ``root`` -> (relative path,
+    cgroup version). v1 is looked up in the cpu hierarchy, v2 under the mount itself."""
+    r = Path(root)
+    for rel in candidates:
+        for hier in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            if (r / hier / rel / "cpu.stat").exists():
+                return rel, 1
+        if (r / rel / "cpu.stat").exists() and (r / "cgroup.controllers").exists():
+            return rel, 2
+    raise GmpError(f"none of these cgroups exists under {root}: {', '.join(candidates)}")
