@@ -208,6 +208,38 @@ def cmd_export(a: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    t = text.strip().lower()
+    try:
+        if t.endswith("ms"):
+            return float(t[:-2]) / 1000
+        if t.endswith("m"):
+            return float(t[:-1]) * 60
+        return float(t[:-1]) if t.endswith("s") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m)") from None
+
+
+def cmd_collect(a: argparse.Namespace) -> int:
+    from .kube import CollectConfig, collect
+
+    cfg = CollectConfig(
+        namespace=a.namespace,
+        pod=a.pod,
+        selector=a.selector,
+        container=a.container,
+        duration_s=a.duration,
+        pprof_port=None if a.pprof_port == 0 else a.pprof_port,
+        out=Path(a.out),
+        kubeconfig=a.kubeconfig,
+        context=a.context,
+        sampler_namespace=a.sampler_namespace,
+    )
+    for p in collect(cfg, log=_progress):
+        print(p)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -225,6 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("bundle", help="bundle directory")
     ep.add_argument("-o", "--out", default="trace.json", help="output JSON (default: trace.json)")
     ep.set_defaults(func=cmd_export)
+
+    cp = sub.add_parser("collect", help="bundles from pods in a Kubernetes cluster (needs the [kube] extra)")
+    cp.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: the standard lookup)")
+    cp.add_argument("--context", default=None, help="kubeconfig context")
+    cp.add_argument("-n", "--namespace", required=True, help="the target pods' namespace")
+    who = cp.add_mutually_exclusive_group(required=True)
+    who.add_argument("--pod", help="target pod name")
+    who.add_argument("-l", "--selector", help="label selector of target pods")
+    cp.add_argument("--container", default=None, help="container (default: the pod's first)")
+    cp.add_argument("--duration", type=_seconds, default=30.0, help="window, e.g. 30s (default: 30s)")
+    cp.add_argument("--pprof-port", type=int, default=6060, help="net/http/pprof port (0: no trace)")
+    cp.add_argument("--sampler-namespace", default="gmp-system", help="namespace of the sampler DaemonSet")
+    cp.add_argument("--out", default="runs", help="directory for the bundles (default: runs)")
+    cp.set_defaults(func=cmd_collect)
 
     tp = sub.add_parser("trace", help="summary of a Go execution trace file")
     tp.add_argument("file", help="trace file (runtime/trace, go test -trace, /debug/pprof/trace)")

@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,notebooks${GMP_EXTRAS:+,$GMP_EXTRAS}]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,notebooks,kube${GMP_EXTRAS:+,$GMP_EXTRAS}]"
 
 if command -v go >/dev/null 2>&1; then
   (cd collectors && go mod download)

@@ -35,10 +35,30 @@ func exists(p string) bool {
 // joined mount (cpu,cpuacct/). cgroup v2 has a single hierarchy whose cpu.stat carries
 // usage_usec next to the bandwidth counters.
 func resolveTarget(root, spec string) (*target, error) {
-	name, rel := "", spec
+	name, rels := "", spec
 	if i := strings.IndexByte(spec, '='); i >= 0 {
-		name, rel = spec[:i], spec[i+1:]
+		name, rels = spec[:i], spec[i+1:]
 	}
+	// PATH may list alternatives separated by "|": the first that exists is sampled. A
+	// collector that cannot see the node's tree passes every layout the kubelet may use.
+	alts := strings.Split(rels, "|")
+	var firstErr error
+	for _, rel := range alts {
+		t, err := resolveOne(root, spec, name, rel)
+		if err == nil {
+			return t, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(alts) > 1 {
+		return nil, fmt.Errorf("cgroup %q: none of the %d alternatives exists under %s", spec, len(alts), root)
+	}
+	return nil, firstErr
+}
+
+func resolveOne(root, spec, name, rel string) (*target, error) {
 	rel = strings.TrimPrefix(filepath.Clean("/"+rel), "/")
 	if name == "" {
 		name = rel

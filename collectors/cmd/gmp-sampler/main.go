@@ -161,10 +161,17 @@ func main() {
 	fifo := flag.Bool("fifo", false, "run the sampling thread under SCHED_FIFO (needs root and the root cpu cgroup when RT group scheduling is on)")
 	fifoPrio := flag.Int("fifo-prio", 10, "SCHED_FIFO priority")
 	summaryPath := flag.String("summary", "", "write a JSON summary of the run to this file")
+	idle := flag.Bool("idle", false, "do nothing until SIGTERM (the main process of a DaemonSet pod that collectors exec into)")
 	flushEvery := flag.Duration("flush", 10*time.Millisecond,
 		"write buffered rows at least this often (0: one write per row); a killed sampler loses at most this much")
 	flag.Parse()
 
+	if *idle {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		<-sigs
+		return
+	}
 	if len(cgroups) == 0 {
 		fatalf("no --cgroup given; example: --cgroup kubepods/burstable/pod<UID>/<containerID>")
 	}
@@ -184,6 +191,7 @@ func main() {
 			fatalf("cgroup %q: %v", spec, err)
 		}
 		targets = append(targets, t)
+		fmt.Fprintf(os.Stderr, "gmp-sampler: sampling %s at %s (cgroup v%d)\n", t.name, t.rel, t.version)
 	}
 
 	var w *os.File
