@@ -251,29 +251,42 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
     from kubernetes.stream import portforward
 
     res["mono_request_ns"] = time.monotonic_ns()
+    end = time.monotonic() + seconds
     try:
-        pf = _call(
-            portforward,
-            "create",
-            "pods/portforward",
-            cfg.namespace,
-            core.connect_get_namespaced_pod_portforward,
-            pod,
-            cfg.namespace,
-            ports=str(cfg.pprof_port),
-        )
-        sock = pf.socket(cfg.pprof_port)
-        sock.settimeout(seconds + 30)
-        req = (
-            f"GET /debug/pprof/trace?seconds={seconds:g} HTTP/1.1\r\nHost: localhost\r\n"
-            "Connection: close\r\nAccept-Encoding: identity\r\n\r\n"
-        )
-        sock.sendall(req.encode())
-        reader = sock.makefile("rb")
-        status = reader.readline().decode("latin-1").strip()
+        # a just-started process may not listen yet: the forwarded connection then closes at
+        # once; retry for a few seconds, asking for the rest of the window each time
+        for attempt in range(8):
+            pf = _call(
+                portforward,
+                "create",
+                "pods/portforward",
+                cfg.namespace,
+                core.connect_get_namespaced_pod_portforward,
+                pod,
+                cfg.namespace,
+                ports=str(cfg.pprof_port),
+            )
+            sock = pf.socket(cfg.pprof_port)
+            window = max(1.0, end - time.monotonic())
+            sock.settimeout(window + 30)
+            req = (
+                f"GET /debug/pprof/trace?seconds={window:.0f} HTTP/1.1\r\nHost: localhost\r\n"
+                "Connection: close\r\nAccept-Encoding: identity\r\n\r\n"
+            )
+            sock.sendall(req.encode())
+            reader = sock.makefile("rb")
+            status = reader.readline().decode("latin-1").strip()
+            if status or attempt == 7:
+                break
+            pf.close()
+            time.sleep(0.5)
         res["http_status_line"] = status
+        res["attempts"] = attempt + 1
         if not status.startswith("HTTP/1.") or " 200" not in status:
-            raise CollectError(f"pprof answered {status!r}")
+            raise CollectError(
+                f"pprof answered {status!r} on port {cfg.pprof_port} (is it a Go service with "
+                "net/http/pprof listening there?)"
+            )
         headers = {}
         while True:
             line = reader.readline().decode("latin-1").strip()
@@ -306,7 +319,7 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
         err = pf.error(cfg.pprof_port)
         if err:
             res["port_forward_error"] = err
-    except (TimeoutError, CollectError, OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - a worker thread: every failure is recorded, none escapes
         res["complete"] = False
         res["error"] = f"{type(e).__name__}: {e}"
     res["mono_done_ns"] = time.monotonic_ns()
@@ -375,36 +388,22 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
             meta["mono_start_ns"] = _first_t(csv)
         if rc == 0 or deadline - time.monotonic() <= 0.05:
             break
-        # the sampler stopped early: the container's cgroup went away (restart or deletion)
-        from kubernetes.client.rest import ApiException
-
-        try:
-            pod = core.read_namespaced_pod(info["pod"], cfg.namespace)
-            new = describe(pod, info["container"])
-        except ApiException as e:
-            gone = f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})"
-            break
-        except CollectError as e:
-            time.sleep(0.5)
-            log(f"{info['pod']}: waiting for the container to come back: {e}")
-            continue
-        if new["container_id"] != info["container_id"]:
-            log(
-                f"{info['pod']}: container restarted ({info['container_id']} -> {new['container_id']}); "
-                "sampling the new one (its counters restart: a new segment)"
-            )
-            meta["restarts"].append(
-                {
-                    "mono_ns": time.monotonic_ns(),
-                    "old": info["container_id"],
-                    "new": new["container_id"],
-                    "restart_count": new["restart_count"],
-                }
-            )
-            info["container_id"] = new["container_id"]
-        else:
+        if "cgroup gone" not in stderr:
             gone = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
             break
+        # the container's cgroup went away: a restart (the kubelet starts a new container with
+        # a new ID, and cgroup) or a deletion; wait for the one or report the other
+        gone, new_id = _wait_for_container(core, cfg, info, deadline, log)
+        if gone or new_id is None:
+            if new_id is None and not gone:
+                meta["notes"] = ["the container exited and did not come back within the window"]
+            break
+        log(
+            f"{info['pod']}: container restarted ({info['container_id']} -> {new_id}); "
+            "sampling the new one (its counters restart: a new segment)"
+        )
+        meta["restarts"].append({"mono_ns": time.monotonic_ns(), "old": info["container_id"], "new": new_id})
+        info["container_id"] = new_id
         to_meta(out / "meta.json", meta)
     if th is not None:
         th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
@@ -419,6 +418,30 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
     if gone:
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
     return out
+
+
+def _wait_for_container(
+    core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float, log: Callable[[str], None]
+) -> tuple[str | None, str | None]:
+    """After the container's cgroup vanished: (reason the pod is gone, None), or (None, the
+    new container ID), or (None, None) when the window ended first."""
+    from kubernetes.client.rest import ApiException
+
+    while time.monotonic() < deadline:
+        try:
+            pod = core.read_namespaced_pod(info["pod"], cfg.namespace)
+        except ApiException as e:
+            return f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})", None
+        if pod.metadata.deletion_timestamp is not None:
+            return f"target pod {info['pod']} is being deleted (since {pod.metadata.deletion_timestamp})", None
+        try:
+            new = describe(pod, info["container"])
+        except CollectError:
+            new = None
+        if new is not None and new["container_id"] != info["container_id"]:
+            return None, new["container_id"]
+        time.sleep(0.5)
+    return None, None
 
 
 def _first_t(csv: Path) -> int | None:

@@ -1,0 +1,202 @@
+"""`gmpanalysis collect` against a real single-node Kubernetes started on this machine with
+the shared scripts (../shared/k8s): real pods, real CFS quotas from limits.cpu, real exec
+and port-forward."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+import gmpanalysis as gmp
+
+SHARED = REPO.parent / "shared" / "k8s"
+K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
+DEPLOY = REPO / "collectors" / "deploy"
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a local Kubernetes node needs root (kubelet, containerd, cgroups)"),
+    pytest.mark.skipif(not (SHARED / "k8s-up.sh").exists(), reason="../shared/k8s (the cluster scripts) is absent"),
+    pytest.mark.skipif(
+        Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() is False,
+        reason="the shared cluster scripts run the kubelet on cgroup v1 only",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(bins, tmp_path_factory):
+    kubernetes = pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
+    from kubernetes import utils
+
+    subprocess.run(
+        ["bash", str(SHARED / "build-k8s.sh"), str(K8S_BIN)], check=True, timeout=3600, stdout=subprocess.DEVNULL
+    )
+    base = tmp_path_factory.mktemp("k8s")
+    try:
+        subprocess.run(
+            ["bash", str(SHARED / "k8s-up.sh"), str(base), str(K8S_BIN)],
+            check=True,
+            timeout=600,
+            stdout=subprocess.DEVNULL,
+        )
+        sock = base / "containerd" / "containerd.sock"
+        for prog, image in (("gmp-sampler", "localhost/gmp-sampler:dev"), ("gmp-demoapp", "localhost/gmp-demoapp:dev")):
+            tar = base / f"{prog}.tar"
+            subprocess.run(
+                [sys.executable, str(SHARED / "mkimage.py"), str(tar), image, f'["/{prog}"]', f"{bins[prog]}:/{prog}"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            subprocess.run(
+                ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        kubeconfig = str(base / "admin.kubeconfig")
+        kubernetes.config.load_kube_config(config_file=kubeconfig)
+        api = kubernetes.client.ApiClient()
+        for f in ("sampler.yaml", "rbac.yaml", "demo.yaml"):
+            utils.create_from_yaml(api, str(DEPLOY / f), namespace="default")
+        core = kubernetes.client.CoreV1Api(api)
+        wait_running(core)
+        yield {"kubeconfig": kubeconfig, "core": core, "sock": str(sock), "base": base}
+    finally:
+        subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
+
+
+def wait_running(core, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = core.list_pod_for_all_namespaces().items
+        demo = [
+            p for p in pods if p.metadata.labels.get("app") == "gmp-demoapp" and p.metadata.deletion_timestamp is None
+        ]
+        if (
+            demo
+            and all(p.status.phase == "Running" for p in pods if p.metadata.deletion_timestamp is None)
+            and all(cs.ready for p in demo for cs in (p.status.container_statuses or []))
+        ):
+            return demo[0]
+        time.sleep(0.5)
+    raise AssertionError(f"pods not running: {[(p.metadata.name, p.status.phase) for p in pods]}")
+
+
+def load(bins, seconds, rate=40):
+    """Open-loop load from the host, over loopback, at 2x what 0.5 CPU serves (20 ms/request)."""
+    return subprocess.Popen(
+        [
+            str(bins["gmp-loadgen"]),
+            "-url",
+            "http://127.0.0.1:18181/work",
+            "-rate",
+            str(rate),
+            "-duration",
+            f"{seconds}s",
+            "-out",
+            "/dev/null",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def collect_cli(cluster, out, seconds, *extra):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gmpanalysis.cli",
+            "collect",
+            "--kubeconfig",
+            cluster["kubeconfig"],
+            "-n",
+            "default",
+            "-l",
+            "app=gmp-demoapp",
+            "--duration",
+            f"{seconds}s",
+            "--pprof-port",
+            "18181",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_collect_records_real_throttling(cluster, bins, tmp_path):
+    lg = load(bins, 14)
+    try:
+        r = collect_cli(cluster, tmp_path, 10)
+    finally:
+        lg.wait(60)
+    assert r.returncode == 0, r.stderr
+    bundle = Path(r.stdout.strip().splitlines()[-1])
+    run = gmp.load_run(bundle)
+    m = run.meta
+    assert run.notes == [] and m["complete"] is True and m["source"] == "kube"
+    assert (m["quota_us"], m["period_us"]) == (50_000, 100_000)
+    assert m["cpu_limit"] == "500m" and m["gomaxprocs_env"] == "2" and m["qos"] == "Burstable"
+    assert m["cgroup_version"] == 1 and m["cgroup_paths"][0].startswith("kubepods/burstable/pod")
+    s = run.samples
+    assert len(s) > 5000
+    assert s["nr_throttled"].iloc[-1] - s["nr_throttled"].iloc[0] > 0
+    assert m["trace"].get("complete"), m["trace"]
+    assert run.trace.meta["events"] > 1000
+    per = gmp.df_periods(run)
+    assert per["throttled"].sum() > 20
+    assert set(per["gomaxprocs"].dropna()) == {2.0}
+    # the sampler ran in the pod cgroup of its DaemonSet: no RT budget there, so SCHED_FIFO is
+    # refused and the sampler said so
+    assert "SCHED_OTHER" in m["sampler"].get("policy", "") or "SCHED_FIFO" in m["sampler"].get("policy", "")
+
+
+def test_container_restart_mid_window_is_segmented(cluster, bins, tmp_path):
+    core = cluster["core"]
+    pod = wait_running(core)
+    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    lg = load(bins, 14)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=collect_cli(cluster, tmp_path, 10)))
+    t.start()
+    time.sleep(4)
+    # a real restart: kill the container's task; the kubelet starts a new container
+    subprocess.run(["ctr", "-a", cluster["sock"], "-n", "k8s.io", "task", "kill", "-s", "SIGKILL", cid], check=True)
+    t.join(120)
+    lg.wait(60)
+    r = box["r"]
+    assert r.returncode == 0, r.stderr
+    run = gmp.load_run(Path(r.stdout.strip().splitlines()[-1]))
+    assert len(run.meta["restarts"]) == 1 and run.meta["restarts"][0]["old"].endswith(cid)
+    per = gmp.df_periods(run)
+    assert set(per["segment"]) == {0, 1}  # the new container's cgroup: counters restart, new phase
+    wait_running(core)
+
+
+def test_pod_deleted_mid_collection(cluster, bins, tmp_path):
+    core = cluster["core"]
+    pod = wait_running(core)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=collect_cli(cluster, tmp_path, 20, "--pprof-port", "0")))
+    t.start()
+    time.sleep(4)
+    core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=1)
+    t.join(120)
+    r = box["r"]
+    assert r.returncode != 0
+    assert pod.metadata.name in r.stderr and ("being deleted" in r.stderr or "disappeared" in r.stderr)
+    assert "the samples collected so far are in" in r.stderr
+    bundle = next(tmp_path.iterdir())
+    run = gmp.load_run(bundle)
+    assert run.meta["complete"] is False and any("did not finish" in n for n in run.notes)
+    assert len(run.samples) > 2000  # ~4 s at 997 µs
+    wait_running(core)
