@@ -186,7 +186,7 @@ def test_pod_deleted_mid_collection(cluster, bins, tmp_path):
     core = cluster["core"]
     pod = wait_running(core)
     box = {}
-    t = threading.Thread(target=lambda: box.update(r=collect_cli(cluster, tmp_path, 20, "--pprof-port", "0")))
+    t = threading.Thread(target=lambda: box.update(r=collect_cli(cluster, tmp_path, 20)))
     t.start()
     time.sleep(4)
     core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=1)
@@ -199,4 +199,97 @@ def test_pod_deleted_mid_collection(cluster, bins, tmp_path):
     run = gmp.load_run(bundle)
     assert run.meta["complete"] is False and any("did not finish" in n for n in run.notes)
     assert len(run.samples) > 2000  # ~4 s at 997 µs
+    # the port-forward dropped with the pod: the trace is flagged, and whatever arrived is kept
+    assert not run.meta["trace"].get("complete")
     wait_running(core)
+
+
+def test_no_pprof_port_still_collects_samples(cluster, bins, tmp_path):
+    wait_running(cluster["core"])
+    r = collect_cli(cluster, tmp_path, 3, "--pprof-port", "18999")
+    assert r.returncode == 0, r.stderr
+    run = gmp.load_run(Path(r.stdout.strip().splitlines()[-1]))
+    assert len(run.samples) > 1500
+    assert run.meta["trace"]["complete"] is False and "18999" in run.meta["trace"]["error"]
+    assert "trace incomplete or absent" in r.stderr
+
+
+def _limited_kubeconfig(cluster, tmp_path, bind_exec_and_forward):
+    """A ServiceAccount that may get/list pods (gmp-collector) and, optionally, exec in
+    gmp-system and port-forward in default: exactly what collectors/deploy/rbac.yaml grants."""
+    import kubernetes
+
+    core = cluster["core"]
+    rbac = kubernetes.client.RbacAuthorizationV1Api(core.api_client)
+    name = f"gmp-limited-{int(bind_exec_and_forward)}"
+    core.create_namespaced_service_account("default", {"metadata": {"name": name}})
+    subj = [{"kind": "ServiceAccount", "name": name, "namespace": "default"}]
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "subjects": subj,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gmp-collector"},
+        }
+    )
+    if bind_exec_and_forward:
+        rbac.create_namespaced_role_binding(
+            "gmp-system",
+            {
+                "metadata": {"name": name},
+                "subjects": subj,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gmp-collector-exec"},
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            "default",
+            {
+                "metadata": {"name": name},
+                "subjects": subj,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "gmp-collector-target",
+                },
+            },
+        )
+    tok = core.create_namespaced_service_account_token(name, "default", {"spec": {"expirationSeconds": 3600}})
+    admin = Path(cluster["kubeconfig"]).read_text()
+    server = admin.split('server: "', 1)[1].split('"', 1)[0]
+    ca = admin.split("certificate-authority-data: ", 1)[1].split("}", 1)[0].strip()
+    kc = tmp_path / f"{name}.kubeconfig"
+    kc.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}", certificate-authority-data: {ca}}}}}]
+users: [{{name: u, user: {{token: {tok.status.token}}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+current-context: c
+""")
+    return str(kc)
+
+
+def test_rbac_forbidden_names_verb_and_resource_and_the_manifest_grants_enough(cluster, bins, tmp_path):
+    wait_running(cluster["core"])
+    no_exec = _limited_kubeconfig(cluster, tmp_path, False)
+    r = collect_cli({**cluster, "kubeconfig": no_exec}, tmp_path / "a", 2)
+    assert r.returncode != 0
+    assert "forbidden: cannot create pods/exec in namespace 'gmp-system'" in r.stderr
+    assert "collectors/deploy/rbac.yaml" in r.stderr
+    enough = _limited_kubeconfig(cluster, tmp_path, True)
+    r = collect_cli({**cluster, "kubeconfig": enough}, tmp_path / "b", 3)
+    assert r.returncode == 0, r.stderr
+    run = gmp.load_run(Path(r.stdout.strip().splitlines()[-1]))
+    assert len(run.samples) > 1500 and run.meta["trace"]["complete"]
+
+
+def test_zz_no_sampler_pod_names_the_manifest(cluster, tmp_path):
+    """Runs last in this module: it removes the sampler DaemonSet."""
+    import kubernetes
+
+    apps = kubernetes.client.AppsV1Api(cluster["core"].api_client)
+    apps.delete_namespaced_daemon_set("gmp-sampler", "gmp-system", grace_period_seconds=0)
+    deadline = time.monotonic() + 60
+    while cluster["core"].list_namespaced_pod("gmp-system").items and time.monotonic() < deadline:
+        time.sleep(0.5)
+    r = collect_cli(cluster, tmp_path, 2)
+    assert r.returncode != 0
+    assert "no running sampler pod on node" in r.stderr and "collectors/deploy/sampler.yaml" in r.stderr

@@ -70,10 +70,15 @@ def _client(cfg: CollectConfig) -> Any:
 
 def _forbidden(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
     reason = ""
-    try:
-        reason = json.loads(e.body).get("message", "")
-    except (ValueError, TypeError, AttributeError):
-        pass
+    text = str(e.body or e)
+    m = re.search(r'"message":"((?:[^"\\]|\\.)*)"', text)
+    if m:
+        reason = m.group(1).replace('\\"', '"')
+    else:
+        try:
+            reason = json.loads(e.body).get("message", "")
+        except (ValueError, TypeError, AttributeError):
+            reason = text[:200]
     return CollectError(
         f"forbidden: cannot {verb} {resource} in namespace {namespace!r} ({reason}); "
         "grant it with collectors/deploy/rbac.yaml"
@@ -86,7 +91,9 @@ def _call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: 
     try:
         return fn(*a, **kw)
     except ApiException as e:
-        if e.status == 403:
+        # a refused websocket upgrade (exec, port-forward) comes back as status 0 with the
+        # apiserver's 403 answer in the text
+        if e.status == 403 or ('"code":403' in str(e) and "Forbidden" in str(e)):
             raise _forbidden(e, verb, resource, namespace) from None
         if e.status == 404:
             raise CollectError(f"{resource} not found in namespace {namespace!r}: {e.reason}") from None
@@ -321,7 +328,7 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
             res["port_forward_error"] = err
     except Exception as e:  # noqa: BLE001 - a worker thread: every failure is recorded, none escapes
         res["complete"] = False
-        res["error"] = f"{type(e).__name__}: {e}"
+        res["error"] = f"port {cfg.pprof_port}: {type(e).__name__}: {e}"
     res["mono_done_ns"] = time.monotonic_ns()
     res["bytes"] = dest.stat().st_size if dest.exists() else 0
 
