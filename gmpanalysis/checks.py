@@ -15,23 +15,20 @@ SLACK_NS = 1_000_000
 
 
 def _event_times(tr: object) -> np.ndarray:
+    """Every time the trace saw something happen. Ranges still open at the end of the trace
+    were closed there by the reader, not by an event: those ends are left out."""
     parts = [
         tr.running.start_ns,
-        tr.running.end_ns,
         tr.stw.start_ns,
-        tr.stw.end_ns,
         tr.gc.start_ns,
-        tr.gc.end_ns,
         tr.sweep.start_ns,
-        tr.sweep.end_ns,
         tr.assist.start_ns,
-        tr.assist.end_ns,
         tr.heap.t_ns,
         tr.logs.t_ns,
     ]
-    t = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
-    # intervals still open at the end of the trace "end" at its last event: not real events
-    return np.unique(t)
+    for table in (tr.running, tr.stw, tr.gc, tr.sweep, tr.assist):
+        parts.append(table.end_ns[~table.open])
+    return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
 def df_checks(run: Run) -> pd.DataFrame:
