@@ -12,9 +12,9 @@ from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingD
 from .export import to_chrome_trace
 from .gotrace import GoTrace, read_trace
 from .periods import PeriodGrid, fit_period_grid
-from .plot import plot_compare, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
+from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
-from .timeline import df_period_offsets, df_periods, df_stw_periods
+from .timeline import df_mmu, df_period_offsets, df_periods, df_stw_periods
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,7 @@ __all__ = [
     "TraceFormatError",
     "compare_runs",
     "df_checks",
+    "df_mmu",
     "df_period_offsets",
     "df_periods",
     "df_stw_periods",
@@ -37,6 +38,7 @@ __all__ = [
     "load_run",
     "period_summary",
     "plot_compare",
+    "plot_mmu",
     "plot_period_heatmap",
     "plot_periods",
     "plot_stw_vs_boundary",

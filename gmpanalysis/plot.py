@@ -168,6 +168,21 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
     return ax
 
 
+def plot_mmu(mmu: pd.DataFrame, *, ax: Any = None, label: str | None = None, title: str | None = None) -> Any:
+    """Minimum mutator utilisation against window length (log scale); call it once per run
+    on the same ``ax`` to compare runs. Takes :func:`gmpanalysis.timeline.df_mmu` output."""
+    ax = _axes(ax, (7, 4))
+    ax.plot(mmu["window_ms"], mmu["mmu"], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("window (ms, log)")
+    ax.set_ylabel("minimum mutator utilisation")
+    if label:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "minimum mutator utilisation (the Go runtime's view)")
+    return ax
+
+
 COMPARE_METRICS = (
     ("exhausted_p50_ms", "quota ran out at (p50, ms)"),
     ("stall_ms_per_period", "frozen per throttled period (ms)"),

@@ -14,7 +14,7 @@ import pandas as pd
 
 from .bundle import Run
 from .compare import compare_runs
-from .timeline import df_period_offsets, df_periods, df_stw_periods
+from .timeline import df_mmu, df_period_offsets, df_periods, df_stw_periods
 
 SUMMARY_COLUMNS = {
     "name": "run",
@@ -105,6 +105,22 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
             _img(
                 _png(lambda f: plot.plot_compare(cmp, axes=f.subplots(1, len(plot.COMPARE_METRICS))), (14, 3.6)),
                 "runs side by side",
+            )
+        )
+    traced = [r for r in runs if r.trace is not None]
+    if traced:
+        mmus = [(r.name, df_mmu(r)) for r in traced]
+
+        def draw_mmu(f: Any) -> None:
+            ax = f.add_subplot()
+            for name, m in mmus:
+                plot.plot_mmu(m, ax=ax, label=name)
+
+        parts.append(
+            _img(
+                _png(draw_mmu, (8, 4)),
+                "minimum mutator utilisation per run (the Go runtime's view: a "
+                "stop-the-world stretched across a frozen period counts in full)",
             )
         )
     for run in runs:

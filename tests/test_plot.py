@@ -80,3 +80,17 @@ def test_plot_on_given_axes(alloc):
     _, per = alloc
     fig, ax = plt.subplots()
     assert gmp.plot_periods(per, ax=ax) is ax
+
+
+def test_plot_mmu_and_the_stretched_stw():
+    ax = None
+    mmus = {}
+    for p in RUNS:
+        mmus[p.name] = gmp.df_mmu(gmp.load_run(p))
+        ax = gmp.plot_mmu(mmus[p.name], ax=ax, label=p.name)
+    assert len(ax.get_lines()) == len(RUNS)
+    alloc = mmus["alloc-0.5cpu-gmp8"].set_index("window_ms")["mmu"]
+    one = mmus["cpu-0.5cpu-gmp1"].set_index("window_ms")["mmu"]
+    # the 78-86 ms stop-the-world pauses leave the program no P at all for 50 ms windows
+    assert alloc[50.0] == 0.0 and alloc[1000.0] > 0.5
+    assert (one >= 0.99).all()

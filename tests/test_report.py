@@ -30,8 +30,8 @@ def report(tmp_path_factory):
 def test_report_is_self_contained(report):
     html = report.read_text()
     n_img = html.count('<img src="data:image/png;base64,')
-    # per run: periods + heatmap + STW; plus the comparison panel
-    assert n_img == 3 * len(RUNS) + 1
+    # per run: periods + heatmap + STW; plus the comparison and the MMU panels
+    assert n_img == 3 * len(RUNS) + 2
     assert 'src="http' not in html and "<script" not in html
 
 
