@@ -172,3 +172,18 @@ def test_bytes_and_path_agree():
     p = FIXTURES / "traces" / "go1.22.trace"
     a, b = read_trace(p), read_trace(p.read_bytes())
     assert a.meta["events"] == b.meta["events"] and np.array_equal(a.running.start_ns, b.running.start_ns)
+
+
+@pytest.mark.parametrize("name", ["go1.23.trace", "alloc-0.5cpu-gmp8"])
+def test_tables_do_not_depend_on_stream_grouping(monkeypatch, name):
+    """Threads' streams are processed in groups to bound memory; tiny groups must give the
+    very same tables as one big group."""
+    from gmpanalysis.gotrace import tables
+
+    path = next(p for p in TRACES if name in (p.name, p.parent.name))
+    whole = read_trace(path)
+    monkeypatch.setattr(tables, "GROUP_EVENTS", 500)
+    grouped = read_trace(path)
+    for t in ("running", "sweep", "stw", "assist", "logs", "gc", "gomaxprocs", "heap"):
+        a, b = getattr(whole, t), getattr(grouped, t)
+        assert a.equals(b), t

@@ -257,10 +257,13 @@ def _decode(
         del tok, bsel, starts
         if progress is not None:
             progress(hi)
-    flat = {
-        k: (np.concatenate(v) if v else np.zeros(0, dtype=np.uint8 if k == "type" else np.int64))
-        for k, v in cols.items()
-    }
+    # one column at a time, releasing its pieces: all columns at once would hold the decoded
+    # events twice
+    flat: dict[str, np.ndarray] = {}
+    for k in list(cols):
+        parts = cols.pop(k)
+        flat[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8 if k == "type" else np.int64)
+        del parts
     return flat, strings, info
 
 

@@ -147,163 +147,237 @@ def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
     )
 
 
+# M streams are processed in groups of about this many events: everything per-M is local
+# to an M's own stream, so groups of whole streams give the same result with a bounded peak.
+GROUP_EVENTS = 400_000
+FEW = (s.EV_STWBEGIN, s.EV_STWEND, s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND, s.EV_GCMARKASSISTACTIVE, s.EV_USERLOG)
+
+
+def _streams(
+    M: np.ndarray,
+    T: np.ndarray,
+    TY: np.ndarray,
+    A0: np.ndarray,
+    A1: np.ndarray,
+    A2: np.ndarray,
+    GEN: np.ndarray,
+    strings: dict[tuple[int, int], str],
+    last_ns: int,
+) -> dict[str, object]:
+    """Running intervals, sweeps and the goroutine-scoped events of whole M streams (the
+    arrays are in M order, each M's events in emission order)."""
+    n = len(M)
+    new_m = np.r_[True, M[1:] != M[:-1]]
+    mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
+    is_: dict[int, np.ndarray] = {}
+
+    def ev(k: int) -> np.ndarray:
+        if k not in is_:
+            is_[k] = TY == k
+        return is_[k]
+
+    status = ev(s.EV_GOSTATUS) | ev(s.EV_GOSTATUSSTACK)
+    on_this_m = A1 == M  # GoStatus: the thread the goroutine is on
+    st_run = status & (A2 == s.GO_RUNNING) & on_this_m
+    st_sys = status & (A2 == s.GO_SYSCALL) & on_this_m
+    del status, on_this_m
+    switch = ev(s.EV_GOSWITCH) | ev(s.EV_GOSWITCHDESTROY)
+    leave = (
+        ev(s.EV_GOSTOP)
+        | ev(s.EV_GOBLOCK)
+        | ev(s.EV_GODESTROY)
+        | ev(s.EV_GOSYSCALLENDBLOCKED)
+        | ev(s.EV_GODESTROYSYSCALL)
+    )
+
+    # the goroutine bound to the M (running or in a syscall), and whether it runs
+    g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
+    g_before = _before(_carry(np.where(leave, -1, A0), g_set, mstart), new_m)
+    del g_set
+    run_set = (
+        ev(s.EV_GOSTART)
+        | switch
+        | ev(s.EV_GOSYSCALLEND)
+        | st_run
+        | st_sys
+        | ev(s.EV_GOCREATESYSCALL)
+        | leave
+        | ev(s.EV_GOSYSCALLBEGIN)
+    )
+    run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int8)
+    run_before = _before(_carry(run_val, run_set, mstart, 0), new_m, 0)
+    del run_set, run_val, st_sys, leave
+    # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
+    p_set = (
+        ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
+    )
+    p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart)
+    del p_set
+
+    start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
+    del run_before
+    stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
+    si = np.flatnonzero(start)
+    nxt = _next_index(stop)[si]
+    del stop
+    closed = nxt < n
+    closed[closed] = M[nxt[closed]] == M[si[closed]]
+    end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
+    del nxt
+    out: dict[str, object] = {
+        "g": np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si]),
+        "p": p_after[si],
+        "m": M[si],
+        "start": T[si],
+        "end": end_t,
+        "open": ~closed,
+        "gen": GEN[si],
+        # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
+        # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
+        "seq": np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1)),
+    }
+    # GC worker labels: a GoLabel names the goroutine the M started just before it
+    li = np.flatnonzero(ev(s.EV_GOLABEL))
+    out["label_pos"], out["label_names"] = np.zeros(0, dtype=np.int64), []
+    if li.size:
+        last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
+        ok = last_start >= mstart[li]
+        out["label_pos"] = np.searchsorted(si, last_start[ok])
+        out["label_names"] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
+    del start
+
+    # sweeps: P-scoped, non-preemptible, so they end on the M they began on
+    bi = np.flatnonzero(ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE))
+    nx = _next_index(ev(s.EV_GCSWEEPEND))[bi]
+    ok = nx < n
+    ok[ok] = M[nx[ok]] == M[bi[ok]]
+    nxc = np.minimum(nx, n - 1)
+    out["sweep"] = {
+        "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
+        "m": M[bi],
+        "start_ns": T[bi],
+        "end_ns": np.where(ok, T[nxc], last_ns),
+        "swept_bytes": np.where(ok, A0[nxc], 0),
+        "reclaimed_bytes": np.where(ok, A1[nxc], 0),
+        "open": ~ok,
+    }
+    # goroutine-scoped events (few), paired across all Ms later
+    fi = np.flatnonzero(_isin(TY, FEW))
+    out["few"] = {
+        "T": T[fi],
+        "G": g_before[fi],
+        "GEN": GEN[fi],
+        "A0": A0[fi],
+        "A1": A1[fi],
+        "A2": A2[fi],
+        "TY": TY[fi],
+        "M": M[fi],
+    }
+    return out
+
+
+def _cat(parts: list[dict], key: str) -> np.ndarray:
+    return np.concatenate([p[key] for p in parts])
+
+
 def build(
     c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_ns: int, last_ns: int
 ) -> dict[str, object]:
-    """Build every table; ranges still open at the end of the trace close at ``last_ns``."""
+    """Build every table; ranges still open at the end of the trace close at ``last_ns``.
+    Consumes ``c`` (its columns are released as they are used)."""
 
-    # --- global events (few): taken first, so the big columns can be released below -----
+    # --- global events (few) --------------------------------------------------------------
     gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
     gsel = gsel[np.argsort(c["ts"][gsel], kind="stable")]
     glob = (c["ts"][gsel], c["type"][gsel], c["a0"][gsel])
 
-    # --- per-M streams -----------------------------------------------------------------
+    # --- per-M streams, in groups of whole streams ----------------------------------------
     sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M))
     order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
     del sel
-    # take each column in M order and drop the file-order one at once: peak memory
-    M, T, TY = c.pop("m")[order], c.pop("ts")[order], c.pop("type")[order]
-    A0, A1, A2, GEN = c.pop("a0")[order], c.pop("a1")[order], c.pop("a2")[order], c.pop("gen")[order]
+    m_sorted = c["m"][order]
+    bounds = np.flatnonzero(np.r_[True, m_sorted[1:] != m_sorted[:-1]])  # first event of each M
+    del m_sorted
+    cuts = [0]
+    for b in bounds.tolist():  # one entry per thread: few
+        if b - cuts[-1] >= GROUP_EVENTS:
+            cuts.append(b)
+    cuts.append(len(order))
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        if b <= a:
+            continue
+        idx = order[a:b]
+        parts.append(
+            _streams(
+                c["m"][idx],
+                c["ts"][idx],
+                c["type"][idx],
+                c["a0"][idx],
+                c["a1"][idx],
+                c["a2"][idx],
+                c["gen"][idx],
+                strings,
+                last_ns,
+            )
+        )
     del order
-    n = len(M)
-    running = assist = sweep = logs = stw = None
-    if n:
-        new_m = np.r_[True, M[1:] != M[:-1]]
-        mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
-        is_: dict[int, np.ndarray] = {}
+    for k in ("m", "ts", "type", "a0", "a1", "a2", "gen"):
+        c.pop(k, None)
 
-        def ev(k: int) -> np.ndarray:
-            if k not in is_:
-                is_[k] = TY == k
-            return is_[k]
-
-        status = ev(s.EV_GOSTATUS) | ev(s.EV_GOSTATUSSTACK)
-        on_this_m = A1 == M  # GoStatus: the thread the goroutine is on
-        st_run = status & (A2 == s.GO_RUNNING) & on_this_m
-        st_sys = status & (A2 == s.GO_SYSCALL) & on_this_m
-        del status, on_this_m
-        switch = ev(s.EV_GOSWITCH) | ev(s.EV_GOSWITCHDESTROY)
-        leave = (
-            ev(s.EV_GOSTOP)
-            | ev(s.EV_GOBLOCK)
-            | ev(s.EV_GODESTROY)
-            | ev(s.EV_GOSYSCALLENDBLOCKED)
-            | ev(s.EV_GODESTROYSYSCALL)
-        )
-
-        # the goroutine bound to the M (running or in a syscall), and whether it runs
-        g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
-        g_before = _before(_carry(np.where(leave, -1, A0), g_set, mstart), new_m)
-        del g_set
-        run_set = (
-            ev(s.EV_GOSTART)
-            | switch
-            | ev(s.EV_GOSYSCALLEND)
-            | st_run
-            | st_sys
-            | ev(s.EV_GOCREATESYSCALL)
-            | leave
-            | ev(s.EV_GOSYSCALLBEGIN)
-        )
-        run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int8)
-        run_before = _before(_carry(run_val, run_set, mstart, 0), new_m, 0)
-        del run_set, run_val, st_sys, leave
-        # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
-        p_set = (
-            ev(s.EV_PROCSTART)
-            | ev(s.EV_PROCSTOP)
-            | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
-        )
-        p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart)
-        del p_set
-
-        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
-        del run_before
-        stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
-
-        si = np.flatnonzero(start)
-        nxt = _next_index(stop)[si]
-        del stop
-        closed = nxt < n
-        closed[closed] = M[nxt[closed]] == M[si[closed]]
-        end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
-        del nxt
-        start_g = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
-        # GC worker labels: a GoLabel names the goroutine the M started just before it
-        label_codes = np.zeros(len(si), dtype=np.int16)
-        categories = [""]
-        li = np.flatnonzero(ev(s.EV_GOLABEL))
-        if li.size:
-            last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
-            ok = last_start >= mstart[li]
-            pos = np.searchsorted(si, last_start[ok])
-            names = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
-            categories = sorted(set(names) | {""})
-            lookup = {name: i for i, name in enumerate(categories)}
-            label_codes[pos] = [lookup[x] for x in names]
-        del start
-        start_t = T[si]
-        # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
-        # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
-        seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
-        _resolve_overlaps(start_g, GEN[si], seq, start_t, end_t)
-        del seq
-        by_time = np.lexsort((M[si], start_t))
-        running = pd.DataFrame(
+    out: dict[str, object] = {name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs")}
+    if parts:
+        sizes = [len(p["g"]) for p in parts]
+        offs = np.r_[0, np.cumsum(sizes)]
+        names = [x for p in parts for x in p["label_names"]]
+        categories = sorted(set(names) | {""})
+        lookup = {name: i for i, name in enumerate(categories)}
+        codes = np.zeros(int(offs[-1]), dtype=np.int16)
+        if names:
+            pos = np.concatenate([p["label_pos"] + o for p, o in zip(parts, offs[:-1], strict=True)])
+            codes[pos] = [lookup[x] for x in names]
+        g, start_t, end_t = _cat(parts, "g"), _cat(parts, "start"), _cat(parts, "end")
+        _resolve_overlaps(g, _cat(parts, "gen"), _cat(parts, "seq"), start_t, end_t)
+        m = _cat(parts, "m")
+        by_time = np.lexsort((m, start_t))
+        out["running"] = pd.DataFrame(
             {
-                "g": start_g[by_time],
-                "p": p_after[si][by_time],
-                "m": M[si][by_time],
+                "g": g[by_time],
+                "p": _cat(parts, "p")[by_time],
+                "m": m[by_time],
                 "start_ns": start_t[by_time],
                 "end_ns": end_t[by_time],
-                "label": pd.Categorical.from_codes(label_codes[by_time], categories=categories),
-                "open": ~closed[by_time],
+                "label": pd.Categorical.from_codes(codes[by_time], categories=categories),
+                "open": _cat(parts, "open")[by_time],
             },
             copy=False,
         )
-        del start_g, start_t, end_t, closed, label_codes, by_time
-
-        # sweeps: P-scoped, non-preemptible, so they end on the M they began on
-        sb = ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE)
-        se = ev(s.EV_GCSWEEPEND)
-        bi = np.flatnonzero(sb)
-        nx = _next_index(se)[bi]
-        ok = nx < n
-        ok[ok] = M[nx[ok]] == M[bi[ok]]
-        nxc = np.minimum(nx, n - 1)
-        sweep = _frame(
-            {
-                "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
-                "m": M[bi],
-                "start_ns": T[bi],
-                "end_ns": np.where(ok, T[nxc], last_ns),
-                "swept_bytes": np.where(ok, A0[nxc], 0),
-                "reclaimed_bytes": np.where(ok, A1[nxc], 0),
-                "open": ~ok,
-            },
-            SCHEMAS["sweep"],
-        ).sort_values("start_ns", kind="stable", ignore_index=True)
-
-        # goroutine-scoped ranges (few): pair in time order by goroutine
-        stw = _pair_by_g(T, g_before, GEN, A0, ev(s.EV_STWBEGIN), ev(s.EV_STWEND), None, strings, last_ns, kind=True)
-        assist = _pair_by_g(
+        del g, start_t, end_t, m, by_time, codes
+        sw = {k: np.concatenate([p["sweep"][k] for p in parts]) for k in SCHEMAS["sweep"]}
+        out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values("start_ns", kind="stable", ignore_index=True)
+        few = {k: np.concatenate([p["few"][k] for p in parts]) for k in parts[0]["few"]}
+        T, G, GEN, A0, A1, A2, TY, M = (few[k] for k in ("T", "G", "GEN", "A0", "A1", "A2", "TY", "M"))
+        out["stw"] = _pair_by_g(
+            T, G, GEN, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, strings, last_ns, kind=True
+        )
+        out["assist"] = _pair_by_g(
             T,
-            g_before,
+            G,
             GEN,
             A0,
-            ev(s.EV_GCMARKASSISTBEGIN),
-            ev(s.EV_GCMARKASSISTEND),
-            ev(s.EV_GCMARKASSISTACTIVE),
+            TY == s.EV_GCMARKASSISTBEGIN,
+            TY == s.EV_GCMARKASSISTEND,
+            TY == s.EV_GCMARKASSISTACTIVE,
             strings,
             last_ns,
             kind=False,
         )
-        lg = np.flatnonzero(ev(s.EV_USERLOG))
+        lg = np.flatnonzero(TY == s.EV_USERLOG)
         lg = lg[np.argsort(T[lg], kind="stable")]
-        logs = _frame(
+        out["logs"] = _frame(
             {
                 "t_ns": T[lg],
-                "g": g_before[lg],
+                "g": G[lg],
                 "m": M[lg],
                 "task": A0[lg],
                 "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
@@ -311,10 +385,6 @@ def build(
             },
             SCHEMAS["logs"],
         )
-
-    out: dict[str, object] = {}
-    for name, df in (("running", running), ("sweep", sweep), ("stw", stw), ("assist", assist), ("logs", logs)):
-        out[name] = df if df is not None else _frame({}, SCHEMAS[name])
 
     # --- global events -------------------------------------------------------------------
     gt, gty, ga0 = glob
