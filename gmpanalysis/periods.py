@@ -13,7 +13,9 @@ A boundary is always at or before the read that sees its increment, so every bra
 end binds; a late timer expiry (14–146 µs seen) can push an increment past the next read,
 and its bracket's lower end past the true boundary: lower ends beyond the consensus are
 dropped as late expiries. A recreated cgroup (a restarted container) restarts its counters
-and draws a new phase: the samples are split into segments there, each fitted on its own.
+and draws a new phase: the samples are split into segments there, each fitted on its own;
+a bracket that contradicts all earlier ones by more than 0.5 ms (far beyond any late expiry)
+also starts a new segment, for a new phase whose counters did not visibly fall.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import pandas as pd
 from .errors import MissingDataError
 
 COUNTERS = ("usage_us", "nr_periods", "nr_throttled", "throttled_us")
+# A bracket that disagrees with all before it by more than this is a new phase, not a late
+# expiry (late expiries seen here: 14-146 µs).
+JUMP_TOL_NS = 500_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +115,29 @@ def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: 
     return int(phase), (upper - lower + 1) // 2, int(len(lo)), int(late.sum())
 
 
+def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> int | None:
+    """The first read (row offset) after which the boundaries follow a different phase, or
+    None. A recreated cgroup normally restarts its counters (see split_segments); this
+    catches a new timer phase whose counters did not visibly fall."""
+    d = np.diff(periods)
+    lo = t[:-1] - read[:-1] // 2
+    hi = t[1:] + read[1:] // 2
+    use = np.flatnonzero((d >= 1) & (hi - lo < period_ns))
+    if len(use) < 3:
+        return None
+    lo, hi = lo[use], hi[use]
+    half = period_ns // 2
+    d_hi = (hi - int(hi[0]) + half) % period_ns - half
+    d_lo = d_hi - (hi - lo)
+    upper = np.minimum.accumulate(d_hi)
+    lower = np.maximum.accumulate(d_lo)
+    # bracket k conflicts with brackets 0..k-1; a new phase persists, a late expiry is one
+    # bracket: two conflicting brackets in a row are needed
+    bad = (d_hi[1:] < lower[:-1] - JUMP_TOL_NS) | (d_lo[1:] > upper[:-1] + JUMP_TOL_NS)
+    k = np.flatnonzero(bad[:-1] & bad[1:])
+    return None if len(k) == 0 else int(use[k[0] + 1])  # the read that starts the first conflicting bracket
+
+
 def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> PeriodGrid:
     """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc).
 
@@ -126,8 +154,14 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     read_all = samples["read_ns"].to_numpy()
     per_all = samples["nr_periods"].to_numpy()
     segs = []
-    for a, b in split_segments(samples):
+    pending = split_segments(samples)
+    while pending:  # a few segments: resets and phase jumps are rare
+        a, b = pending.pop(0)
         if b - a < 2:
+            continue
+        j = _phase_jump(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)
+        if j is not None and 1 <= j <= b - a:
+            pending[:0] = [(a, a + j - 1), (a + j, b)]
             continue
         try:
             phase, unc, used, late = _fit_phase(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)

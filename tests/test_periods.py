@@ -97,3 +97,29 @@ def test_fixture_grid_agrees_with_the_trace(path):
     assert len(c) >= 25
     assert c.attrs["silent_fraction"] >= 0.95
     assert c["first_event_after_us"].median() < 3000  # NOTES: 0.04-3 ms after the boundary
+
+
+def test_phase_jump_without_a_reset_makes_a_new_segment():
+    """Derived from a real run: the second half shifted by 37 ms (a new timer phase) while
+    the counters keep rising, as if a new cgroup had continued the old one's numbers."""
+    run = gmp.load_run(next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp8"))
+    s = run.samples.copy()
+    half = len(s) // 2
+    s.loc[half:, "t_ns"] += 37_000_000
+    g = fit_period_grid(s, P)
+    assert len(g.segments) == 2
+    a, b = g.segments
+    # the change lies between the last bracket of the old phase and the first of the new one:
+    # up to one period of reads after the true change
+    assert half - 2 <= b.first_row <= half + 110 and a.last_row == b.first_row - 1
+    d = (b.phase_ns - a.phase_ns) % P
+    assert abs(d - 37_000_000) <= a.uncertainty_ns + b.uncertainty_ns + 1_000
+    run.samples = s
+    per = gmp.df_periods(run)
+    assert set(per["segment"]) == {0, 1}
+
+
+def test_no_spurious_jumps_on_real_runs():
+    for p in RUNS:
+        run = gmp.load_run(p)
+        assert len(fit_period_grid(run.samples, P).segments) == 1
