@@ -281,7 +281,7 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
     buf = np.frombuffer(data, dtype=np.uint8)
     cols, strings, info = _decode(data, buf, gens, version, source, progress)
     first_ns, last_ns = info["first_ns"] or 0, info["last_ns"] or 0
-    built = tables.build(cols, strings, first_ns, last_ns)
+    built = tables.build(cols, strings, last_ns)
     meta = {
         "source": source,
         "version": version,

@@ -280,9 +280,7 @@ def _cat(parts: list[dict], key: str) -> np.ndarray:
     return np.concatenate([p[key] for p in parts])
 
 
-def build(
-    c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], first_ns: int, last_ns: int
-) -> dict[str, object]:
+def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
     """Build every table; ranges still open at the end of the trace close at ``last_ns``.
     Consumes ``c`` (its columns are released as they are used)."""
 

@@ -400,7 +400,7 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
         # a new ID, and cgroup) or a deletion; wait for the one or report the other
-        gone, new_id = _wait_for_container(core, cfg, info, deadline, log)
+        gone, new_id = _wait_for_container(core, cfg, info, deadline)
         if gone or new_id is None:
             if new_id is None and not gone:
                 meta["notes"] = ["the container exited and did not come back within the window"]
@@ -428,7 +428,7 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
 
 
 def _wait_for_container(
-    core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float, log: Callable[[str], None]
+    core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float
 ) -> tuple[str | None, str | None]:
     """After the container's cgroup vanished: (reason the pod is gone, None), or (None, the
     new container ID), or (None, None) when the window ended first."""
