@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def compare_runs(runs: Iterable[Run]) -> pd.DataFrame:
+def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per run: the table a GOMAXPROCS sweep is read from.
 
     Columns: ``name``; ``gomaxprocs`` (effective); ``cpu_limit``; ``quota_us``;
@@ -63,10 +63,12 @@ def compare_runs(runs: Iterable[Run]) -> pd.DataFrame:
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
     ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + assists
     as % of goroutine running time in the trace window); ``phase_uncertainty_us``.
+    ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
     """
     rows = []
-    for run in runs:
-        per = df_periods(run)
+    for i, run in enumerate(runs):
+        # callers that already hold the per-period tables pass them in ``periods``
+        per = periods[i] if periods is not None else df_periods(run)
         m = run.meta
         load = m.get("load") or {}
         desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(

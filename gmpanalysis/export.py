@@ -16,6 +16,23 @@ from .timeline import df_periods
 PID_CGROUP, PID_GO = 1, 2
 
 
+def _slices(table: Any, name: Any, cat: str, tid: int, args: Any) -> list[dict[str, Any]]:
+    """Complete ("X") events on the Go runtime's track from a table of start_ns/end_ns ranges."""
+    return [
+        {
+            "ph": "X",
+            "name": name(r),
+            "cat": cat,
+            "pid": PID_GO,
+            "tid": tid,
+            "ts": r.start_ns / 1e3,
+            "dur": (r.end_ns - r.start_ns) / 1e3,
+            "args": args(r),
+        }
+        for r in table.itertuples(index=False)
+    ]
+
+
 def chrome_trace_events(run: Run) -> list[dict[str, Any]]:
     """The trace events: counter tracks per period (CPU used, throttled time), one slice per
     frozen interval, and from the Go trace one slice per STW pause and GC mark phase.
@@ -69,32 +86,8 @@ def chrome_trace_events(run: Run) -> list[dict[str, Any]]:
         )
     tr = run.trace
     if tr is not None:
-        for r in tr.stw.itertuples(index=False):
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": f"STW ({r.kind})",
-                    "cat": "stw",
-                    "pid": PID_GO,
-                    "tid": 1,
-                    "ts": r.start_ns / 1e3,
-                    "dur": (r.end_ns - r.start_ns) / 1e3,
-                    "args": {"g": int(r.g)},
-                }
-            )
-        for r in tr.gc.itertuples(index=False):
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": "GC mark",
-                    "cat": "gc",
-                    "pid": PID_GO,
-                    "tid": 2,
-                    "ts": r.start_ns / 1e3,
-                    "dur": (r.end_ns - r.start_ns) / 1e3,
-                    "args": {"seq": int(r.seq)},
-                }
-            )
+        ev += _slices(tr.stw, lambda r: f"STW ({r.kind})", "stw", 1, lambda r: {"g": int(r.g)})
+        ev += _slices(tr.gc, lambda r: "GC mark", "gc", 2, lambda r: {"seq": int(r.seq)})
     return ev
 
 

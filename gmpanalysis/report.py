@@ -94,7 +94,8 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
     there are several runs."""
     from . import plot
 
-    cmp = compare_runs(runs)
+    pers = [df_periods(r) for r in runs]
+    cmp = compare_runs(runs, periods=pers)
     parts = [f"<h1>{html.escape(title)}</h1>", "<h2>Findings</h2><ul>"]
     parts += [f"<li>{html.escape(f)}</li>" for f in findings(cmp)]
     parts.append("</ul><h2>Summary</h2>")
@@ -123,8 +124,7 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
                 "stop-the-world stretched across a frozen period counts in full)",
             )
         )
-    for run in runs:
-        per = df_periods(run)
+    for run, per in zip(runs, pers, strict=True):
         m = run.meta
         parts.append(
             f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {m.get('gomaxprocs_effective')} "

@@ -158,7 +158,8 @@ def test_collect_records_real_throttling(cluster, bins, tmp_path):
     assert set(per["gomaxprocs"].dropna()) == {2.0}
     # the sampler ran in the pod cgroup of its DaemonSet: no RT budget there, so SCHED_FIFO is
     # refused and the sampler said so
-    assert "SCHED_OTHER" in m["sampler"].get("policy", "") or "SCHED_FIFO" in m["sampler"].get("policy", "")
+    assert m["sampler"]["policy"] == "SCHED_OTHER"
+    assert m["sampler"]["policy_error"].startswith("SCHED_FIFO refused")
 
 
 def test_container_restart_mid_window_is_segmented(cluster, bins, tmp_path):

@@ -388,9 +388,14 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
             meta["cgroup_version"] = int(m.group(2))
             if m.group(1) not in meta["cgroup_paths"]:
                 meta["cgroup_paths"].append(m.group(1))
-        sm = re.search(r"SCHED_(FIFO|OTHER)\S*", stderr)
+        # the policy the sampler ended up with is in its closing line ("..., SCHED_OTHER; wake-up");
+        # an earlier "SCHED_FIFO refused" line names the one it asked for
+        sm = re.search(r", (SCHED_[A-Z]+(?::\d+)?); wake-up", stderr)
         if sm:
-            meta["sampler"]["policy"] = sm.group(0)
+            meta["sampler"]["policy"] = sm.group(1)
+        refused = re.search(r"SCHED_FIFO refused[^\n]*", stderr)
+        if refused:
+            meta["sampler"]["policy_error"] = refused.group(0)
         if meta["mono_start_ns"] is None and csv.exists():
             meta["mono_start_ns"] = _first_t(csv)
         if rc == 0 or deadline - time.monotonic() <= 0.05:
