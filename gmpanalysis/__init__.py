@@ -11,10 +11,11 @@ from .compare import compare_runs, period_summary
 from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
 from .export import to_chrome_trace
 from .gotrace import GoTrace, read_trace
+from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
-from .timeline import df_mmu, df_period_offsets, df_periods, df_stw_periods
+from .timeline import df_period_offsets, df_periods, df_stw_periods
 
 __version__ = "0.1.0"
 

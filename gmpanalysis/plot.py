@@ -170,7 +170,7 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
 
 def plot_mmu(mmu: pd.DataFrame, *, ax: Any = None, label: str | None = None, title: str | None = None) -> Any:
     """Minimum mutator utilisation against window length (log scale); call it once per run
-    on the same ``ax`` to compare runs. Takes :func:`gmpanalysis.timeline.df_mmu` output."""
+    on the same ``ax`` to compare runs. Takes :func:`gmpanalysis.mmu.df_mmu` output."""
     ax = _axes(ax, (7, 4))
     ax.plot(mmu["window_ms"], mmu["mmu"], marker="o", label=label)
     ax.set_xscale("log")

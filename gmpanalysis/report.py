@@ -14,7 +14,8 @@ import pandas as pd
 
 from .bundle import Run
 from .compare import compare_runs
-from .timeline import df_mmu, df_period_offsets, df_periods, df_stw_periods
+from .mmu import df_mmu
+from .timeline import df_period_offsets, df_periods, df_stw_periods
 
 SUMMARY_COLUMNS = {
     "name": "run",
