@@ -12,7 +12,8 @@ intersection to tens of µs; one that divides it (1 ms) leaves it about one inte
 A boundary is always at or before the read that sees its increment, so every bracket's upper
 end binds; a late timer expiry (14–146 µs seen) can push an increment past the next read,
 and its bracket's lower end past the true boundary: lower ends beyond the consensus are
-dropped as late expiries. A recreated cgroup (a restarted container) restarts its counters
+dropped as late expiries, and the highest remaining lower end is not trusted either (a
+late expiry can hide below the tightest upper end). A recreated cgroup (a restarted container) restarts its counters
 and draws a new phase: the samples are split into segments there, each fitted on its own;
 a bracket that contradicts all earlier ones by more than 0.5 ms (far beyond any late expiry)
 also starts a new segment, for a new phase whose counters did not visibly fall.
@@ -109,7 +110,13 @@ def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: 
     upper = int(d_hi.min())
     # brackets whose lower end lies past every upper end were raised late
     late = d_lo > upper
-    lower = int(d_lo[~late].max()) if (~late).any() else upper
+    # A late expiry whose lower end still lies below the tightest upper end cannot be told
+    # apart from a good bracket, and it would cut the truth out of the interval. The upper
+    # ends are always valid (a timer never fires early), so the lower bound is the
+    # second-highest lower end: one undetected late expiry costs a few µs of precision,
+    # not the honesty of the interval.
+    ok = np.sort(d_lo[~late])
+    lower = int(ok[-2]) if len(ok) >= 3 else (int(ok[-1]) if len(ok) else upper)
     mid = (lower + upper) // 2
     phase = (ref + mid) % period_ns
     return int(phase), (upper - lower + 1) // 2, int(len(lo)), int(late.sum())

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
 from .periods import PeriodGrid, fit_period_grid
 
@@ -20,6 +21,10 @@ from .periods import PeriodGrid, fit_period_grid
 # trickle leftover slice (36-520 µs steps seen here), far below a quarter CPU per tick.
 TICK_WINDOW_NS = 4_000_000
 RUNNING_CPUS = 0.25
+# A stretch without reads longer than this many sampling intervals is a hole: usage is
+# interpolated across it (and says so); counters stay exact unless several period
+# boundaries fall inside it.
+HOLE_READS = 10
 
 PERIOD_COLUMNS = [
     "period",
@@ -27,12 +32,21 @@ PERIOD_COLUMNS = [
     "start_ns",
     "end_ns",
     "gap",
+    "hole_ms",
+    "group",
+    "reason",
     "active",
+    "nr_periods",
+    "nr_throttled",
     "quota_us",
     "usage_us",
+    "usage_lo_us",
+    "usage_hi_us",
     "throttled",
     "throttled_rq_us",
     "exhausted_at_us",
+    "exhausted_lo_us",
+    "exhausted_hi_us",
     "stall_us",
     "cpus_throttled",
     "gomaxprocs",
@@ -45,9 +59,16 @@ PERIOD_COLUMNS = [
     "assist_us",
     "go_running_us",
     "requests",
+    "requests_ok",
+    "requests_failed",
     "latency_p50_ms",
     "latency_p99_ms",
 ]
+
+
+def known_true(col: pd.Series) -> np.ndarray:
+    """A nullable boolean column as a numpy mask: unknown (NA) rows are not selected."""
+    return col.fillna(False).to_numpy(dtype=bool)
 
 
 def coverage(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -63,84 +84,117 @@ def coverage(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (ns * xf - cs[ns]) - (ne * xf - ce[ne])
 
 
-def _attribute(boundaries: np.ndarray, t: np.ndarray, values: np.ndarray, margin_ns: int) -> np.ndarray:
-    """Sum increments of a counter onto the boundaries that produced them.
+def _exhaustion(
+    t: np.ndarray, u: np.ndarray, start: np.ndarray, end: np.ndarray, P: int, unc_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quota exhaustion in each period [start, end): µs from the start to the last read at
+    which usage still rose at a running CPU's pace, with its bracket.
 
-    An increment seen between reads i-1 and i was made at the last boundary at or before
-    read i (a boundary's credit can surface a read later: it still belongs to that boundary).
-    ``margin_ns`` widens each boundary by the grid's uncertainty. Returns one sum per
-    boundary; increments before the first boundary are dropped.
+    The group's usage is charged when a task is descheduled, so the freeze shows as the
+    last running-pace step: it happened after the read before that step and at the latest
+    at the read that saw it. The bracket is (previous read, that read], clipped to the
+    period and widened by the grid's uncertainty; when reads are missing after it (and usage
+    rose across the hole), the group may have run on unseen, and the bracket reaches the
+    read that closes the hole.
     """
-    inc = np.diff(values.astype(np.float64))
-    idx = np.flatnonzero(inc > 0)
-    out = np.zeros(len(boundaries), dtype=np.float64)
-    if len(idx) == 0:
-        return out
-    b = np.searchsorted(boundaries - margin_ns, t[idx + 1], side="right") - 1
-    ok = b >= 0
-    np.add.at(out, b[ok], inc[idx[ok]])
-    return out
+    med_dt = float(np.median(np.diff(t))) if len(t) > 1 else float(P)
+    # the rise over the last tick-length of time (usage interpolated there, so missing
+    # reads change the window only a little)
+    tf = t.astype(np.float64)
+    back = np.maximum(tf - TICK_WINDOW_NS, tf[0])
+    rise = u - np.interp(back, tf, u)
+    win = (tf - back) / 1e3
+    # ... and the read itself carries a running-pace step (a window ending at a read can
+    # still hold an older step)
+    step = np.r_[0.0, np.diff(u)]
+    step_win = np.r_[0.0, np.diff(t) / 1e3]
+    running = (rise >= RUNNING_CPUS * win) & (step >= RUNNING_CPUS * step_win)
+    last_running = np.maximum.accumulate(np.where(running, np.arange(len(u)), -1))
+    last_read = np.searchsorted(t, end, side="left") - 1
+    j = last_running[np.maximum(last_read, 0)]
+    has = j >= 0
+    jj = np.maximum(j, 0)
+    tx = np.where(has, t[jj], start)
+    tprev = np.where(has & (jj > 0), t[np.maximum(jj - 1, 0)], start)
+    # reads missing after that read (before the period's end): the group may have run in
+    # such a hole unseen, so the bracket reaches the read that closes the last one -- if
+    # usage rose across it by at least one running-pace step of a single read interval
+    closes = np.r_[False, (np.diff(t) > 1.5 * med_dt) & (np.diff(u) >= RUNNING_CPUS * med_dt / 1e3)]
+    last_close = np.maximum.accumulate(np.where(closes, np.arange(len(t)), -1))
+    r = last_close[np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)]
+    late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
+    tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
+    ex = np.clip(tx - start, 0, P) / 1e3
+    # ... and the period's start is known to the grid's uncertainty
+    lo = np.clip(tprev - start - unc_ns, 0, P) / 1e3
+    hi = np.clip(np.minimum(tnext, end) - start + unc_ns, 0, P) / 1e3
+    return ex, np.minimum(lo, ex), np.maximum(hi, ex)
 
 
-def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> pd.DataFrame:
+def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
     seg = grid.segments[seg_no]
     P = grid.period_ns
     t = s["t_ns"].to_numpy()
-    u = s["usage_us"].to_numpy()
+    u = s["usage_us"].to_numpy().astype(np.float64)
     B = seg.boundaries(P)
     if len(B) < 2:
-        return pd.DataFrame(columns=PERIOD_COLUMNS)
+        return pd.DataFrame(columns=PERIOD_COLUMNS), None
     start, end = B[:-1], B[1:]
     k = (start - seg.phase_ns) // P
     margin = max(seg.uncertainty_ns, 50_000)
     n = len(start)
 
-    # usage at the boundaries, interpolated between the bracketing reads; periods with a
-    # hole in the samples (a gap longer than a few reads) are unknown, not zero
-    u_at = np.interp(B.astype(np.float64), t.astype(np.float64), u)
+    # usage at the boundaries, interpolated between the reads around them; cumulative
+    # usage is monotone, so the truth at a boundary lies between those two reads
+    tf = t.astype(np.float64)
+    u_at = np.interp(B.astype(np.float64), tf, u)
+    i_after = np.clip(np.searchsorted(t, B, side="left"), 0, len(t) - 1)
+    i_before = np.clip(np.searchsorted(t, B, side="right") - 1, 0, len(t) - 1)
+    u_lo_b, u_hi_b = u[i_before], u[i_after]
     usage = np.diff(u_at)
-    gap = np.zeros(n, dtype=bool)
+    usage_lo = np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0)
+    usage_hi = u_hi_b[1:] - u_lo_b[:-1]
+
+    # holes: stretches without reads longer than HOLE_READS nominal intervals
     dt = np.diff(t)
-    long_gaps = np.flatnonzero(dt > 10 * max(int(np.median(dt)), 1))
-    for a in long_gaps.tolist():  # holes are rare: a loop over them, not over periods
-        gap |= (end > t[a]) & (start < t[a + 1])
-    usage[gap] = np.nan
+    nominal = max(float(np.median(dt)) if len(dt) else float(P), 1.0)
+    holes = np.flatnonzero(dt > HOLE_READS * nominal)
+    hole_ms = np.zeros(n)
+    for a in holes.tolist():  # holes are rare: a loop over them, not over periods
+        hit = (end > t[a]) & (start < t[a + 1])
+        hole_ms[hit] = np.maximum(hole_ms[hit], dt[a] / 1e6)
+    gap = hole_ms > 0
 
-    # counters credited at the boundary that ENDS a period belong to that period
-    ends_credit = lambda col: _attribute(B, t, s[col].to_numpy(), margin)[1:]  # noqa: E731
-    d_periods = ends_credit("nr_periods")
-    d_thr = ends_credit("nr_throttled")
-    d_thr_us = ends_credit("throttled_us")
-    # across a hole, several boundaries' credits arrive in one read: they cannot be split
-    # between periods, so those periods' counters are unknown
-    d_thr_us[gap] = np.nan
-    throttled = (d_thr > 0) & ~gap
+    cr = credit_boundaries(B, t, {c: s[c].to_numpy() for c in CREDITED}, margin, P)
+    d_periods, d_thr, d_thr_us = (cr.values[c] for c in CREDITED)
+    known = ~np.isnan(d_thr)
+    throttled = known & (d_thr > 0)
 
-    # exhaustion: the last read before the end boundary at which usage was still rising at
-    # a running CPU's pace (>= RUNNING_CPUS over about one tick); after it, only trickles
     exhausted = np.full(n, np.nan)
+    ex_lo = np.full(n, np.nan)
+    ex_hi = np.full(n, np.nan)
     ti = np.flatnonzero(throttled)
     if len(ti):
-        med_dt = float(np.median(np.diff(t))) if len(t) > 1 else float(P)
-        k_reads = max(1, int(round(TICK_WINDOW_NS / max(med_dt, 1.0))))
-        rise = np.zeros(len(u))
-        win = np.zeros(len(u))
-        rise[k_reads:] = u[k_reads:] - u[:-k_reads]
-        win[k_reads:] = (t[k_reads:] - t[:-k_reads]) / 1e3
-        # ... and the read itself carries a running-pace step (a window ending at a read
-        # can still hold an older step)
-        step = np.r_[0.0, np.diff(u)]
-        step_win = np.r_[0.0, np.diff(t) / 1e3]
-        running = (rise >= RUNNING_CPUS * win) & (step >= RUNNING_CPUS * step_win)
-        last_running = np.maximum.accumulate(np.where(running, np.arange(len(u)), -1))
-        last_read = np.searchsorted(t, end[ti], side="left") - 1
-        j = last_running[np.maximum(last_read, 0)]
-        tx = np.where(j >= 0, t[np.maximum(j, 0)], start[ti])
-        exhausted[ti] = np.clip(tx - start[ti], 0, P) / 1e3
-    stall = np.where(throttled, P / 1e3 - exhausted, np.where(gap, np.nan, 0.0))
+        exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(t, u, start[ti], end[ti], P, seg.uncertainty_ns)
+    stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
-    measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3)
+    measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3) & ~np.isnan(d_thr_us)
     cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
+
+    reason = np.full(n, "", dtype=object)
+    for r in np.flatnonzero(gap).tolist():
+        reason[r] = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
+    for g in cr.groups.itertuples(index=False):
+        hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
+        what = (
+            f"{int(g.nr_throttled)} of {g.boundaries} period ends in one {hole:.0f} ms hole were throttled "
+            f"({g.throttled_us / 1e3:.1f} ms throttled time between them; group {g.group})"
+        )
+        sel = cr.group == g.group
+        reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
+
+    def nullable_bool(v: np.ndarray) -> pd.arrays.BooleanArray:
+        return pd.array(np.where(np.isnan(v), None, v > 0), dtype="boolean")
 
     df = pd.DataFrame(
         {
@@ -149,19 +203,28 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "start_ns": start,
             "end_ns": end,
             "gap": gap,
-            "active": (d_periods > 0) & ~gap,
+            "hole_ms": hole_ms,
+            "group": pd.array(np.where(cr.group >= 0, cr.group, None), dtype="Int64"),
+            "reason": pd.array(np.where(reason == "", None, reason), dtype="string"),
+            "active": nullable_bool(d_periods),
+            "nr_periods": pd.array(np.where(np.isnan(d_periods), None, d_periods), dtype="Int64"),
+            "nr_throttled": pd.array(np.where(np.isnan(d_thr), None, d_thr), dtype="Int64"),
             "quota_us": run.meta.get("quota_us"),
             "usage_us": usage,
-            "throttled": throttled,
+            "usage_lo_us": usage_lo,
+            "usage_hi_us": usage_hi,
+            "throttled": nullable_bool(d_thr),
             "throttled_rq_us": d_thr_us,
             "exhausted_at_us": exhausted,
+            "exhausted_lo_us": ex_lo,
+            "exhausted_hi_us": ex_hi,
             "stall_us": stall,
             "cpus_throttled": cpus,
         }
     )
     _add_trace(df, run, B)
     _add_requests(df, run)
-    return df[PERIOD_COLUMNS]
+    return df[PERIOD_COLUMNS], cr
 
 
 def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
@@ -206,7 +269,9 @@ def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
             run_max_end = np.maximum.accumulate(s1o)
             last = np.searchsorted(s0o, end, side="left") - 1
             spans = (last >= 0) & (run_max_end[np.maximum(last, 0)] > end)
-            cols["stw_spans_boundary"] = spans & df["throttled"].to_numpy() & inside
+            # the boundary must lie in the trace window; its period may start before the trace
+            seen = (end >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
+            cols["stw_spans_boundary"] = spans & known_true(df["throttled"]) & seen
         gm = tr.gomaxprocs
         if len(gm):
             idx = np.searchsorted(gm.t_ns.to_numpy(), start, side="right") - 1
@@ -219,19 +284,27 @@ def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
 def _add_requests(df: pd.DataFrame, run: Run) -> None:
     n = len(df)
     df["requests"] = np.zeros(n, dtype=np.int64)
+    df["requests_ok"] = np.zeros(n, dtype=np.int64)
+    df["requests_failed"] = np.zeros(n, dtype=np.int64)
     df["latency_p50_ms"] = np.nan
     df["latency_p99_ms"] = np.nan
     r = run.requests
-    if r is None or not len(r):
+    if r is None or not len(r) or not n:
         return
     B = np.r_[df["start_ns"].to_numpy(), df["end_ns"].to_numpy()[-1]]
     # a request belongs to the period it arrived in (its scheduled time)
     which = np.searchsorted(B, r["sched_ns"].to_numpy(), side="right") - 1
-    ok = (which >= 0) & (which < n) & (r["status"].to_numpy() // 100 == 2)
+    inside = (which >= 0) & (which < n)
+    ok = inside & (r["status"].to_numpy() // 100 == 2)
+    df["requests"] = np.bincount(which[inside], minlength=n)
+    df["requests_ok"] = np.bincount(which[ok], minlength=n)
+    df["requests_failed"] = df["requests"] - df["requests_ok"]
+    if not ok.any():  # an overloaded window where nothing succeeded: no latency to show
+        return
+    # latency of the requests that succeeded, from the scheduled start (a timeout's
+    # "latency" is the client's timeout, not the service's)
     lat = (r["end_ns"].to_numpy() - r["sched_ns"].to_numpy()) / 1e6
-    g = pd.Series(lat[ok]).groupby(which[ok])
-    df["requests"] = np.bincount(which[ok], minlength=n)
-    q = g.quantile([0.5, 0.99]).unstack()
+    q = pd.Series(lat[ok]).groupby(which[ok]).quantile([0.5, 0.99]).unstack()
     df.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
     df.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
 
@@ -239,26 +312,47 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
 def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     """One row per CFS period of the reconstructed grid over the sampled span.
 
+    Every row is right, or says how sure it is, or is NA with a ``reason``: holes in the
+    samples never turn a count into a silent 0 (see :mod:`gmpanalysis.credits`).
+
     Columns: ``period`` int k (boundary = phase + k·period); ``segment`` cgroup lifetime
     (counters reset between segments); ``start_ns``, ``end_ns`` boundaries (CLOCK_MONOTONIC);
-    ``gap`` bool, samples are missing over part of the period (a hole of more than 10
-    reads): its usage and throttling counters are unknown (NaN, throttled/active False);
-    ``active`` bool, the period timer ran (nr_periods rose at its end); ``quota_us`` µs;
-    ``usage_us`` µs of CPU in the period, interpolated at the boundaries (NaN over a hole in
-    the samples); ``throttled`` bool, nr_throttled rose at its end; ``throttled_rq_us`` µs of
-    throttled time credited at its end, a SUM over CPUs' run queues; ``exhausted_at_us`` µs
-    from the start to the last read at which usage still rose at a running CPU's pace (NaN if
-    not throttled; tick-level accounting makes it up to ~4 ms late); ``stall_us`` µs of wall
-    time frozen (period - exhaustion); ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the
-    number of CPUs' run queues that stood throttled (NaN when the stall is shorter than a
-    4 ms tick);
+    ``gap`` bool, a hole in the samples (more than 10 sampling intervals without a read)
+    overlaps the period; ``hole_ms`` the longest such hole (ms, 0 if none); ``group`` Int64,
+    the ambiguous group the period belongs to (several period ends inside one hole: the
+    counters give only their sum, in ``df.attrs["groups"]``), NA if its counters are exact;
+    ``reason`` string, why values are interpolated or unknown (NA when exact);
+    ``active`` boolean, the period timer ran (nr_periods rose at its end; NA if unknown);
+    ``nr_periods``, ``nr_throttled`` Int64 counter increments credited at its end (NA if
+    unknown); ``quota_us`` µs; ``usage_us`` µs of CPU in the period, interpolated at the
+    boundaries, with ``usage_lo_us``/``usage_hi_us`` the bracket the reads around the
+    boundaries allow; ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
+    ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
+    queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
+    usage still rose at a running CPU's pace (NaN if not throttled), inside the bracket
+    ``exhausted_lo_us``..``exhausted_hi_us`` (the read before that one, and that read);
+    ``stall_us`` µs of wall time frozen (period - exhaustion; NaN if unknown);
+    ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the number of CPUs' run queues that
+    stood throttled (NaN when unknown or the stall is shorter than a 4 ms tick);
     ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
-    an STW still open when a throttled period ended; ``gc_mark_us`` µs of GC mark phase;
-    ``gc_worker_us`` µs GC worker goroutines ran; ``assist_us`` µs of mark assists;
-    ``go_running_us`` µs goroutines ran (summed over Ps); ``requests`` arrivals in the period;
-    ``latency_p50_ms``, ``latency_p99_ms`` of those (from the scheduled start).
-    Trace columns are NaN for periods outside the trace window.
+    an STW still open when a throttled period ended (counted whenever that boundary is in the
+    trace window); ``gc_mark_us`` µs of GC mark phase; ``gc_worker_us`` µs GC worker
+    goroutines ran; ``assist_us`` µs of mark assists; ``go_running_us`` µs goroutines ran
+    (summed over Ps); ``requests`` arrivals in the period (every status), ``requests_ok``
+    (2xx) and ``requests_failed`` (the rest: errors, timeouts); ``latency_p50_ms``,
+    ``latency_p99_ms`` of the successful ones, from the scheduled start (NaN without any).
+    Trace columns other than ``stw_spans_boundary`` are NaN for periods not wholly inside
+    the trace window.
+
+    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``groups`` one row per ambiguous group
+    (``group``, ``segment``, ``first_period``, ``last_period``, ``boundaries`` period ends
+    the hole holds, ``hole_start_ns``, ``hole_end_ns``, the sums ``nr_periods``,
+    ``nr_throttled``, ``throttled_us`` and whether each decided every period
+    (``*_resolved``)); ``conservation`` one row per segment and counter: ``delta`` (last
+    read - first read), ``rows`` (Σ over known rows), ``groups`` (Σ of unresolved group
+    sums), ``outside`` (credits of periods before and after the table) — rows + groups +
+    outside = delta on every input.
     """
     s = run.samples
     if "cgroup" in s and s["cgroup"].nunique() > 1:
@@ -267,15 +361,79 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     if run.meta.get("quota_us") is None:
         raise MissingDataError(f"{run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to")
     grid = grid or fit_period_grid(s, P)
-    parts = []
+    parts, groups, cons = [], [], []
+    next_group = 0
     for i, seg in enumerate(grid.segments):
-        part = _segment_table(run, grid, i, s.iloc[seg.first_row : seg.last_row + 1])
-        if len(part):
-            parts.append(part)
+        ss = s.iloc[seg.first_row : seg.last_row + 1]
+        part, cr = _segment_table(run, grid, i, ss)
+        if not len(part):
+            continue
+        if len(cr.groups):
+            part["group"] = part["group"] + next_group
+            groups.append(
+                cr.groups.assign(
+                    group=cr.groups["group"] + next_group,
+                    segment=i,
+                    first_period=part["period"].to_numpy()[cr.groups["first_row"].to_numpy()],
+                    last_period=part["period"].to_numpy()[cr.groups["last_row"].to_numpy()],
+                )
+            )
+            next_group += len(cr.groups)
+        cons += _conservation(i, ss, part, cr)
+        parts.append(part)
     if not parts:
         return pd.DataFrame(columns=PERIOD_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
     out.attrs["grid"] = grid
+    out.attrs["groups"] = (
+        pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS)
+    )
+    out.attrs["conservation"] = pd.DataFrame(cons)
+    return out
+
+
+GROUP_COLUMNS = [
+    "group",
+    "segment",
+    "first_period",
+    "last_period",
+    "boundaries",
+    "hole_start_ns",
+    "hole_end_ns",
+    *CREDITED,
+    *(f"{c}_resolved" for c in CREDITED),
+]
+
+
+def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits) -> list[dict[str, object]]:
+    """Where every counter increment of a segment went: rows, groups, or periods outside."""
+    out: list[dict[str, object]] = []
+    for c in CREDITED:
+        v = ss[c].to_numpy()
+        unresolved = ~cr.groups[f"{c}_resolved"].to_numpy(dtype=bool)
+        out.append(
+            {
+                "segment": seg_no,
+                "counter": c,
+                "delta": float(v[-1] - v[0]),
+                "rows": float(np.nansum(cr.values[c])),
+                "groups": float(cr.groups[c].to_numpy()[unresolved].sum()),
+                "outside": cr.outside[c],
+            }
+        )
+    u = ss["usage_us"].to_numpy().astype(np.float64)
+    t = ss["t_ns"].to_numpy().astype(np.float64)
+    inside = np.interp([part["start_ns"].iloc[0], part["end_ns"].iloc[-1]], t, u)
+    out.append(
+        {
+            "segment": seg_no,
+            "counter": "usage_us",
+            "delta": float(u[-1] - u[0]),
+            "rows": float(part["usage_us"].sum()),
+            "groups": 0.0,
+            "outside": float((inside[0] - u[0]) + (u[-1] - inside[1])),
+        }
+    )
     return out
 
 
