@@ -29,6 +29,7 @@ import pandas as pd
 
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
+from gmpanalysis.timeline import df_conservation, df_period_groups
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = sorted(p for p in (REPO / "fixtures" / "runs").iterdir() if (p / "meta.json").exists())
@@ -61,7 +62,7 @@ def damages(s: pd.DataFrame, interval_ns: int, rng: np.random.Generator) -> dict
 
 
 def compare(clean: pd.DataFrame, bad: pd.DataFrame, P: int) -> dict[str, float]:
-    c = bad.attrs["conservation"]
+    c = df_conservation(bad)
     cons = float(((c["rows"] + c["groups"] + c["outside"] - c["delta"]).abs() / c["delta"].abs().clip(lower=1)).max())
     gc, gb = clean.attrs["grid"], bad.attrs["grid"]
     worst_phase = 0.0
@@ -91,7 +92,7 @@ def compare(clean: pd.DataFrame, bad: pd.DataFrame, P: int) -> dict[str, float]:
         "thr_recovered": float((thr_c & thr_b).sum() / max(thr_c.sum(), 1)),
         "thr_unknown": int((thr_c & ~known_b).sum()),
         "thr_wrong": int((known_b & (thr_b != thr_c)).sum()),
-        "groups": len(bad.attrs["groups"]),
+        "groups": len(df_period_groups(bad)),
     }
 
 

@@ -15,7 +15,7 @@ from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
-from .timeline import df_period_offsets, df_periods, df_stw_periods
+from .timeline import df_conservation, df_period_groups, df_period_offsets, df_periods, df_stw_periods
 
 __version__ = "0.1.0"
 
@@ -31,7 +31,9 @@ __all__ = [
     "TraceFormatError",
     "compare_runs",
     "df_checks",
+    "df_conservation",
     "df_mmu",
+    "df_period_groups",
     "df_period_offsets",
     "df_periods",
     "df_stw_periods",

@@ -7,6 +7,8 @@ intervals are spread over periods through their cumulative coverage function.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -148,8 +150,9 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     # usage is monotone, so the truth at a boundary lies between those two reads
     tf = t.astype(np.float64)
     u_at = np.interp(B.astype(np.float64), tf, u)
-    i_after = np.clip(np.searchsorted(t, B, side="left"), 0, len(t) - 1)
-    i_before = np.clip(np.searchsorted(t, B, side="right") - 1, 0, len(t) - 1)
+    # ... and the boundary itself is known to the grid's uncertainty
+    i_after = np.clip(np.searchsorted(t, B + seg.uncertainty_ns, side="left"), 0, len(t) - 1)
+    i_before = np.clip(np.searchsorted(t, B - seg.uncertainty_ns, side="right") - 1, 0, len(t) - 1)
     u_lo_b, u_hi_b = u[i_before], u[i_after]
     usage = np.diff(u_at)
     usage_lo = np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0)
@@ -320,7 +323,7 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     ``gap`` bool, a hole in the samples (more than 10 sampling intervals without a read)
     overlaps the period; ``hole_ms`` the longest such hole (ms, 0 if none); ``group`` Int64,
     the ambiguous group the period belongs to (several period ends inside one hole: the
-    counters give only their sum, in ``df.attrs["groups"]``), NA if its counters are exact;
+    counters give only their sum, see :func:`df_period_groups`), NA if its counters are exact;
     ``reason`` string, why values are interpolated or unknown (NA when exact);
     ``active`` boolean, the period timer ran (nr_periods rose at its end; NA if unknown);
     ``nr_periods``, ``nr_throttled`` Int64 counter increments credited at its end (NA if
@@ -345,14 +348,8 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     Trace columns other than ``stw_spans_boundary`` are NaN for periods not wholly inside
     the trace window.
 
-    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``groups`` one row per ambiguous group
-    (``group``, ``segment``, ``first_period``, ``last_period``, ``boundaries`` period ends
-    the hole holds, ``hole_start_ns``, ``hole_end_ns``, the sums ``nr_periods``,
-    ``nr_throttled``, ``throttled_us`` and whether each decided every period
-    (``*_resolved``)); ``conservation`` one row per segment and counter: ``delta`` (last
-    read - first read), ``rows`` (Σ over known rows), ``groups`` (Σ of unresolved group
-    sums), ``outside`` (credits of periods before and after the table) — rows + groups +
-    outside = delta on every input.
+    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``ledger`` the ambiguous groups and
+    the conservation account (:func:`df_period_groups`, :func:`df_conservation`).
     """
     s = run.samples
     if "cgroup" in s and s["cgroup"].nunique() > 1:
@@ -385,11 +382,56 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=PERIOD_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
     out.attrs["grid"] = grid
-    out.attrs["groups"] = (
-        pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS)
+    out.attrs["ledger"] = Ledger(
+        groups=pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS),
+        conservation=pd.DataFrame(cons),
     )
-    out.attrs["conservation"] = pd.DataFrame(cons)
     return out
+
+
+@dataclasses.dataclass(eq=False)  # compared by identity: pandas compares attrs when merging
+class Ledger:
+    """Where the counters of a period table went: see :func:`df_period_groups` and
+    :func:`df_conservation`."""
+
+    groups: pd.DataFrame
+    conservation: pd.DataFrame
+
+
+def _ledger(per: pd.DataFrame) -> Ledger:
+    led = per.attrs.get("ledger")
+    if led is None:
+        raise MissingDataError(
+            "this period table carries no ledger (df.attrs['ledger']): pass the table df_periods returned, "
+            "or one filtered from it (merges and concats drop the attrs)"
+        )
+    return led
+
+
+def df_period_groups(per: pd.DataFrame) -> pd.DataFrame:
+    """The ambiguous groups of a :func:`df_periods` table: periods whose ends fell inside
+    one hole in the samples, so that the cumulative counters give only their sums.
+
+    Columns: ``group`` (the rows' ``group`` value); ``segment``; ``first_period``,
+    ``last_period``; ``boundaries`` period ends inside the hole (ones outside the table
+    included); ``hole_start_ns``, ``hole_end_ns`` the reads around the hole; ``nr_periods``,
+    ``nr_throttled`` counts and ``throttled_us`` µs (a sum over CPUs) credited in the hole;
+    ``nr_periods_resolved``, ``nr_throttled_resolved``, ``throttled_us_resolved`` bool, the
+    sum decided every period (0, or a count equal to ``boundaries``), so the rows hold it.
+    """
+    return _ledger(per).groups
+
+
+def df_conservation(per: pd.DataFrame) -> pd.DataFrame:
+    """Where every counter increment of a :func:`df_periods` table went, per segment.
+
+    Columns: ``segment``; ``counter`` (nr_periods, nr_throttled, throttled_us, usage_us);
+    ``delta`` last read - first read of the segment; ``rows`` Σ over the rows that know
+    their value; ``groups`` Σ of the unresolved ambiguous groups' sums; ``outside`` credits
+    of the periods before and after the table (for usage: before the first and after the
+    last boundary). ``rows + groups + outside == delta`` on every input.
+    """
+    return _ledger(per).conservation
 
 
 GROUP_COLUMNS = [

@@ -11,7 +11,7 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
-from gmpanalysis.timeline import PERIOD_COLUMNS, coverage
+from gmpanalysis.timeline import PERIOD_COLUMNS, coverage, df_conservation, df_period_groups
 
 BY_NAME = {p.name: p for p in RUNS}
 
@@ -160,7 +160,7 @@ def test_hole_over_several_boundaries_is_an_explicit_group(tables):
     hole = (t > t.iloc[0] + 2_000_000_000) & (t < t.iloc[0] + 2_500_000_000)
     run.samples = run.samples[~hole].reset_index(drop=True)
     per = gmp.df_periods(run)
-    groups = per.attrs["groups"]
+    groups = df_period_groups(per)
     assert len(groups) == 1
     g = groups.iloc[0]
     rows = per[per["group"] == g["group"]]
@@ -200,7 +200,7 @@ def test_hole_over_one_boundary_stays_exact(tables):
     t = run.samples.t_ns
     run.samples = run.samples[(t < b - 17_000_000) | (t > b + 17_000_000)].reset_index(drop=True)
     per = gmp.df_periods(run)
-    assert len(per.attrs["groups"]) == 0 and per["group"].isna().all()
+    assert len(df_period_groups(per)) == 0 and per["group"].isna().all()
     m = per.merge(full, on="period", suffixes=("", "_full"))
     assert (m["throttled"] == m["throttled_full"]).all()
     assert np.allclose(m["throttled_rq_us"], m["throttled_rq_us_full"])
@@ -213,9 +213,9 @@ def assert_conserved(per, samples):
     read, per segment and counter, recomputed here from the raw samples."""
     from gmpanalysis.periods import split_segments
 
-    cons = per.attrs["conservation"]
+    cons = df_conservation(per)
     grid = per.attrs["grid"]
-    groups = per.attrs["groups"]
+    groups = df_period_groups(per)
     for i, seg in enumerate(grid.segments):
         ss = samples.iloc[seg.first_row : seg.last_row + 1]
         assert (seg.first_row, seg.last_row) in split_segments(samples) or True
