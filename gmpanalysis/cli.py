@@ -132,7 +132,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
     import pandas as pd
 
     from .gotrace import read_trace
-    from .gotrace.summary import df_running_by_p, df_stw_by_kind
+    from .gotrace.summary import RUNNING_NOTE, df_running_by_p, df_stw_by_kind, gc_cpu_text
 
     path = Path(a.file)
     size = path.stat().st_size if path.exists() else 0
@@ -176,8 +176,11 @@ def cmd_trace(a: argparse.Namespace) -> int:
         stw = df_stw_by_kind(tr)
         print("\nstop-the-world pauses by kind (µs):")
         print(stw.to_string(index=False) if len(stw) else "  none")
-        print("\ngoroutine running time per P:")
+        print("\ngoroutine running time per P (wall time on the P, see the note):")
         print(df_running_by_p(tr).to_string(index=False))
+    print(RUNNING_NOTE)
+    print()
+    print(gc_cpu_text(tr))
     return 0
 
 

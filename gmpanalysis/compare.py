@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .gotrace.gcwork import gc_cpu
 from .timeline import df_periods
 
 
@@ -61,8 +62,8 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start); every key of :func:`period_summary`;
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
-    ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + assists
-    as % of goroutine running time in the trace window); ``phase_uncertainty_us``.
+    ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + mark
+    assists while on a P, as % of goroutine running time in the trace window); ``phase_uncertainty_us``.
     ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
     """
     rows = []
@@ -101,9 +102,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         if tr is not None:
             d = (tr.stw.end_ns - tr.stw.start_ns) / 1e3
             row.update(stw_p50_us=_pct(d, 50), stw_p99_us=_pct(d, 99), stw_max_us=float(d.max()) if len(d) else np.nan)
-            run_us = np.nansum(per["go_running_us"])
-            gc_us = np.nansum(per["gc_worker_us"]) + np.nansum(per["assist_us"])
-            row["gc_cpu_pct"] = 100 * gc_us / run_us if run_us else np.nan
+            row["gc_cpu_pct"] = gc_cpu(tr)["gc_cpu_pct"]
         else:
             row.update(stw_p50_us=np.nan, stw_p99_us=np.nan, stw_max_us=np.nan, gc_cpu_pct=np.nan)
         row["stw_spanning_boundary"] = int(per["stw_spans_boundary"].sum())

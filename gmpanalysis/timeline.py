@@ -15,6 +15,7 @@ import pandas as pd
 from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
+from .gotrace.gcwork import df_assist_on_p, is_gc_worker
 from .periods import PeriodGrid, fit_period_grid
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
@@ -249,11 +250,14 @@ def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
             c = coverage(s0, s1, B)
             return np.where(inside, np.diff(c) / 1e3, np.nan)
 
-        stw, gc, r, a = tr.stw, tr.gc, tr.running, tr.assist
+        stw, gc, r = tr.stw, tr.gc, tr.running
         cols["stw_us"] = spread(stw.start_ns.to_numpy(), stw.end_ns.to_numpy())
         cols["gc_mark_us"] = spread(gc.start_ns.to_numpy(), gc.end_ns.to_numpy())
-        worker = r.label.astype(str).str.startswith("GC (").to_numpy()
+        # GC CPU is counted only while on a P: a worker goroutine's every interval, and an
+        # assist range only where its goroutine ran (it may park inside the range)
+        worker = is_gc_worker(tr)
         cols["gc_worker_us"] = spread(r.start_ns.to_numpy()[worker], r.end_ns.to_numpy()[worker])
+        a = df_assist_on_p(tr)
         cols["assist_us"] = spread(a.start_ns.to_numpy(), a.end_ns.to_numpy())
         cols["go_running_us"] = spread(r.start_ns.to_numpy(), r.end_ns.to_numpy())
         # STWs by the period they start in
@@ -341,7 +345,8 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
     an STW still open when a throttled period ended (counted whenever that boundary is in the
     trace window); ``gc_mark_us`` µs of GC mark phase; ``gc_worker_us`` µs GC worker
-    goroutines ran; ``assist_us`` µs of mark assists; ``go_running_us`` µs goroutines ran
+    goroutines ran (every interval of a worker goroutine); ``assist_us`` µs of mark assists
+    while the assisting goroutine was on a P; ``go_running_us`` µs goroutines ran
     (summed over Ps); ``requests`` arrivals in the period (every status), ``requests_ok``
     (2xx) and ``requests_failed`` (the rest: errors, timeouts); ``latency_p50_ms``,
     ``latency_p99_ms`` of the successful ones, from the scheduled start (NaN without any).

@@ -31,3 +31,15 @@ def test_console_script_runs():
 def test_lab_run_refuses_bad_limit(capsys):
     assert main(["lab", "run", "--cpu-limit", "half", "-o", "/nonexistent/x"]) == 2
     assert "cpu limit 'half'" in capsys.readouterr().err
+
+
+def test_trace_says_what_running_means_and_gives_gc_cpu(capsys):
+    alloc = next(p for p in RUNS if p.name.startswith("alloc"))
+    assert main(["trace", str(alloc / "trace.out")]) == 0
+    out = capsys.readouterr().out
+    assert "goroutine running time per P (wall time on the P" in out
+    assert "frozen by a CPU quota (CFS throttling)" in out
+    line = next(x for x in out.splitlines() if x.startswith("GC CPU: "))
+    pct = float(line.split()[2])
+    assert 5 < pct < 15  # whole assist ranges read about twice that
+    assert "mark assists on a P" in line and "parked time included" in out

@@ -187,3 +187,87 @@ def test_tables_do_not_depend_on_stream_grouping(monkeypatch, name):
     for t in ("running", "sweep", "stw", "assist", "logs", "gc", "gomaxprocs", "heap"):
         a, b = getattr(whole, t), getattr(grouped, t)
         assert a.equals(b), t
+
+
+# --- GC work on Ps (gcwork.py) -----------------------------------------------------------
+
+
+def test_assist_on_p_matches_a_plain_loop(parsed):
+    from handmade import assist_on_p_loop
+
+    from gmpanalysis.gotrace.gcwork import df_assist_on_p
+
+    seen = 0
+    for path, tr in parsed.items():
+        got = df_assist_on_p(tr)
+        assert list(got.columns) == ["g", "p", "start_ns", "end_ns"] and (got.dtypes == "int64").all()
+        assert list(got.itertuples(index=False, name=None)) == assist_on_p_loop(tr), path
+        seen += len(got)
+    assert seen > 100
+
+
+def test_assist_on_p_lies_inside_an_assist_and_a_run(parsed):
+    from gmpanalysis.gotrace.gcwork import df_assist_on_p, is_gc_worker
+
+    tr = next(t for p, t in parsed.items() if p.parent.name.startswith("alloc"))
+    on_p, a, r = df_assist_on_p(tr), tr.assist, tr.running
+    assert len(on_p) > 0
+    for g, p, s, e in on_p.itertuples(index=False, name=None):
+        assert e > s
+        assert ((a.g == g) & (a.start_ns <= s) & (a.end_ns >= e)).any()
+        assert ((r.g == g) & (r.p == p) & (r.start_ns <= s) & (r.end_ns >= e)).any()
+    # per goroutine: no more than its assist ranges, no more than it ran
+    d = (on_p.end_ns - on_p.start_ns).groupby(on_p.g).sum()
+    ranges = (a.end_ns - a.start_ns).groupby(a.g).sum()
+    ran = (r.end_ns - r.start_ns).groupby(r.g).sum()
+    assert (d <= ranges[d.index]).all() and (d <= ran[d.index]).all()
+    # on the throttled alloc run most of the assist ranges is time off a P
+    assert d.sum() < 0.1 * ranges.sum()
+    # workers and assisting goroutines are different goroutines: nothing counted twice
+    assert not set(tr.running.g[is_gc_worker(tr)]) & set(a.g)
+
+
+def test_parked_assist_is_not_gc_cpu():
+    """Fails on the old behaviour (whole assist ranges): goroutine 5 assists from 100 to 1000
+    but runs only [100, 200) on P0 and [700, 800) on P1; parked in between."""
+    from handmade import make_trace
+
+    from gmpanalysis.gotrace.gcwork import df_assist_on_p, df_gc_on_p, gc_cpu
+
+    tr = make_trace(
+        0,
+        1000,
+        running=[
+            (5, 0, 100, 200),
+            (5, 1, 700, 800),
+            (6, 0, 200, 700),
+            (9, 1, 0, 100, "GC (dedicated)"),
+            (9, 1, 300, 350),  # the same worker, no label (mark termination): still GC
+            (8, 2, 0, 1000, "GC (idle)"),
+        ],
+        assist=[(5, 100, 1000)],
+        gomaxprocs=[(0, 4)],
+    )
+    assert list(df_assist_on_p(tr).itertuples(index=False, name=None)) == [(5, 0, 100, 200), (5, 1, 700, 800)]
+    d = gc_cpu(tr)
+    assert d["assist_on_p_ns"] == 200 and d["assist_ranges_ns"] == 900
+    assert d["worker_ns"] == 1150 and d["worker_idle_ns"] == 1000 and d["worker_unlabelled_ns"] == 50
+    assert d["running_ns"] == 1850 and d["window_ns"] == 1000
+    assert d["gc_cpu_pct"] == pytest.approx(100 * 1350 / 1850)  # whole ranges: 100 * 2050 / 1850
+    half = gc_cpu(tr, 0, 500), gc_cpu(tr, 500, 1000)
+    for k in ("running_ns", "worker_ns", "assist_on_p_ns", "assist_ranges_ns"):
+        assert half[0][k] + half[1][k] == d[k], k
+    kinds = df_gc_on_p(tr).groupby("kind").size().to_dict()
+    assert kinds == {"GC (dedicated)": 1, "GC (idle)": 1, "GC (no mode)": 1, "assist": 2}
+    assert "GC (idle)" not in set(df_gc_on_p(tr, idle_workers=False).kind)
+
+
+def test_gc_cpu_on_real_traces(parsed):
+    from gmpanalysis.gotrace.gcwork import gc_cpu
+
+    for path, tr in parsed.items():
+        d = gc_cpu(tr)
+        assert d["assist_on_p_ns"] <= d["assist_ranges_ns"], path
+        assert d["worker_idle_ns"] + d["worker_unlabelled_ns"] <= d["worker_ns"] <= d["running_ns"], path
+        assert d["worker_ns"] + d["assist_on_p_ns"] <= d["running_ns"], path
+        assert 0 <= d["gc_cpu_pct"] <= 100 or d["running_ns"] == 0, path

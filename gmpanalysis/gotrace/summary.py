@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .gcwork import gc_cpu
 from .reader import GoTrace
+
+RUNNING_NOTE = (
+    "running = wall time from a goroutine's start event to its stop event on the P: it includes time its\n"
+    "OS thread was descheduled by the kernel or frozen by a CPU quota (CFS throttling), which the runtime\n"
+    "cannot see; so busy_pct can reach 100 while the container got far less CPU."
+)
 
 
 def df_stw_by_kind(tr: GoTrace) -> pd.DataFrame:
@@ -27,11 +34,26 @@ def df_stw_by_kind(tr: GoTrace) -> pd.DataFrame:
 
 def df_running_by_p(tr: GoTrace) -> pd.DataFrame:
     """Goroutine running time per P. Columns: ``p``; ``running_ms`` (ms); ``busy_pct`` (% of
-    the trace span). Time a goroutine "ran" includes time its thread stood frozen by a CPU
-    quota: the runtime cannot see throttling."""
+    the trace span). Time a goroutine "ran" is wall time between its start and stop events:
+    it includes time its thread stood frozen by a CPU quota (CFS throttling) or was
+    descheduled by the kernel; the runtime sees neither (see ``RUNNING_NOTE``)."""
     r = tr.running
     span_ms = (tr.meta["last_ns"] - tr.meta["first_ns"]) / 1e6 or np.nan
     tot = ((r.end_ns - r.start_ns) / 1e6).groupby(r.p).sum()
     return pd.DataFrame(
         {"p": tot.index.astype("int64"), "running_ms": tot.to_numpy(), "busy_pct": 100 * tot.to_numpy() / span_ms}
+    )
+
+
+def gc_cpu_text(tr: GoTrace) -> str:
+    """Two lines on GC's share of goroutine running time (:func:`gcwork.gc_cpu`)."""
+    d = gc_cpu(tr)
+    if not d["running_ns"]:
+        return "GC CPU: no goroutine ran"
+    ms = {k: v / 1e6 for k, v in d.items() if k.endswith("_ns")}
+    return (
+        f"GC CPU: {d['gc_cpu_pct']:.1f} % of goroutine running time = (GC workers {ms['worker_ns']:.1f} ms"
+        f" + mark assists on a P {ms['assist_on_p_ns']:.1f} ms) / running {ms['running_ns']:.1f} ms\n"
+        f"  workers include idle {ms['worker_idle_ns']:.1f} ms and unlabelled {ms['worker_unlabelled_ns']:.1f} ms"
+        f" (mark termination); assist ranges {ms['assist_ranges_ns']:.1f} ms in full, parked time included"
     )
