@@ -19,40 +19,84 @@ def _pct(x: pd.Series | np.ndarray, q: float) -> float:
 
 
 def period_summary(per: pd.DataFrame) -> dict[str, float]:
-    """Honest throttling metrics of one run, next to the classic one.
+    """Throttling metrics of one run. One definition is THE share of periods throttled:
+    ``throttled_pct_wall``, throttled periods among all the CFS periods of the sampled span
+    (wall clock). The classic ratio is kept beside it, labelled: ``throttled_pct_active``
+    is what cAdvisor / kube-prometheus report (nr_throttled / nr_periods), active periods
+    only, so idle stretches, when the period timer stops, vanish from the denominator and
+    bursty services look worse than they are.
 
-    ``throttled_pct_active`` is what cAdvisor / kube-prometheus report (nr_throttled /
-    nr_periods): active periods only, so idle stretches, when the period timer stops, vanish
-    from the denominator and bursty services look worse than they are.
-    ``throttled_pct_wall`` divides by every wall-clock period of the span instead.
-    Keys: periods, active_periods, throttled_periods, throttled_pct_active (%),
-    throttled_pct_wall (%), stall_ms_per_s (ms frozen per second of wall time),
+    Counts include what ambiguous groups hold (periods inside holes in the samples, see
+    :func:`gmpanalysis.df_period_groups`), so they equal the kernel's counter deltas.
+    Keys: periods, active_periods, throttled_periods, unknown_periods (rows whose
+    throttling the samples cannot tell), throttled_pct_wall (%), throttled_pct_active (%),
+    stall_ms_per_s (ms frozen per second of wall time, over periods that know it),
     exhausted_p10_ms, exhausted_p50_ms, exhausted_p90_ms (quota-exhaustion offset inside
     throttled periods), cpus_throttled_p50, throttled_rq_ms_per_throttled (throttled time, a
     sum over CPUs, per throttled period), usage_ms_per_active (CPU per active period: about
     the quota when quota-bound).
     """
     n = len(per)
-    act = int(per["active"].sum())
-    thr = int(per["throttled"].sum())
+    thr_known = per["throttled"].fillna(False).astype(bool)
+    groups = per.attrs["ledger"].groups if "ledger" in per.attrs else None
+    in_table = groups is not None and len(groups)
+    extra = {}
+    for c in ("nr_periods", "nr_throttled", "throttled_us"):
+        # the sums of groups whose rows stayed NA (a filtered table keeps only its groups)
+        extra[c] = (
+            float(groups.loc[~groups[f"{c}_resolved"].astype(bool) & groups["group"].isin(per["group"]), c].sum())
+            if in_table
+            else 0.0
+        )
+    act = int(per["nr_periods"].sum()) + int(extra["nr_periods"])
+    thr = int(thr_known.sum()) + int(extra["nr_throttled"])
     span_s = (per["end_ns"].iloc[-1] - per["start_ns"].iloc[0]) / 1e9 if n else np.nan
-    ex = per.loc[per["throttled"], "exhausted_at_us"] / 1e3
+    ex = per.loc[thr_known, "exhausted_at_us"] / 1e3
+    stall = per["stall_us"].to_numpy(dtype=np.float64)
+    known_stall = np.isfinite(stall)
+    thr_us = float(np.nansum(per["throttled_rq_us"])) + extra["throttled_us"]
+    active = per["active"].fillna(False).astype(bool)
     return {
         "periods": n,
         "active_periods": act,
         "throttled_periods": thr,
-        "throttled_pct_active": 100 * thr / act if act else np.nan,
+        "unknown_periods": int(per["throttled"].isna().sum()),
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
-        "stall_ms_per_s": float(per["stall_us"].sum() / 1e3 / span_s) if n else np.nan,
+        "throttled_pct_active": 100 * thr / act if act else np.nan,
+        "stall_ms_per_s": float(stall[known_stall].sum() / 1e3 / (known_stall.sum() * span_s / n))
+        if n and known_stall.any()
+        else np.nan,
         "exhausted_p10_ms": _pct(ex, 10),
         "exhausted_p50_ms": _pct(ex, 50),
         "exhausted_p90_ms": _pct(ex, 90),
         "cpus_throttled_p50": _pct(per["cpus_throttled"], 50),
-        "throttled_rq_ms_per_throttled": float(per.loc[per["throttled"], "throttled_rq_us"].mean() / 1e3)
-        if thr
-        else np.nan,
-        "usage_ms_per_active": float(np.nansum(per.loc[per["active"], "usage_us"]) / 1e3 / act) if act else np.nan,
+        "throttled_rq_ms_per_throttled": thr_us / 1e3 / thr if thr else np.nan,
+        "usage_ms_per_active": float(np.nansum(per.loc[active, "usage_us"]) / 1e3 / act) if act else np.nan,
     }
+
+
+def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.95) -> dict[str, float]:
+    """A distribution-free confidence interval of a latency quantile (successful requests,
+    from the scheduled start): the order statistics whose ranks bound the binomial count of
+    samples below the quantile. Keys ``latency_p99_lo_ms``, ``latency_p99_hi_ms`` (NaN
+    when there are too few requests to bound it: about 300 for p99 at 95 %)."""
+    out = {"latency_p99_lo_ms": np.nan, "latency_p99_hi_ms": np.nan}
+    if requests is None or not len(requests):
+        return out
+    ok = requests[requests["status"] // 100 == 2]
+    lat = np.sort(((ok["end_ns"] - ok["sched_ns"]) / 1e6).to_numpy())
+    n = len(lat)
+    if n == 0:
+        return out
+    # normal approximation of the binomial ranks (n·q ± z·sqrt(n·q·(1-q)))
+    z = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}[level]
+    half = z * np.sqrt(n * q * (1 - q))
+    lo, hi = int(np.floor(n * q - half)), int(np.ceil(n * q + half))
+    if lo >= 0:
+        out["latency_p99_lo_ms"] = float(lat[lo])
+    if hi < n:
+        out["latency_p99_hi_ms"] = float(lat[hi])
+    return out
 
 
 def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = None) -> pd.DataFrame:
@@ -63,7 +107,10 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     ``latency_p99_ms`` (from the scheduled start); every key of :func:`period_summary`;
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
     ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + mark
-    assists while on a P, as % of goroutine running time in the trace window); ``phase_uncertainty_us``.
+    assists while on a P, as % of goroutine running time in the trace window);
+    ``phase_uncertainty_us``; ``latency_p99_lo_ms``, ``latency_p99_hi_ms`` the 95 %
+    confidence interval of the p99 latency (NaN where too few requests bound it, see
+    :func:`latency_ci`).
     ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
     """
     rows = []
@@ -95,9 +142,8 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         else:
             row.update(throughput_rps=np.nan, latency_p50_ms=np.nan, latency_p99_ms=np.nan)
         row.update(period_summary(per))
-        row["stall_ms_per_period"] = (
-            float(per.loc[per["throttled"], "stall_us"].mean() / 1e3) if per["throttled"].any() else 0.0
-        )
+        thr = per["throttled"].fillna(False).astype(bool)
+        row["stall_ms_per_period"] = float(per.loc[thr, "stall_us"].mean() / 1e3) if thr.any() else 0.0
         tr = run.trace
         if tr is not None:
             d = (tr.stw.end_ns - tr.stw.start_ns) / 1e3
@@ -106,6 +152,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         else:
             row.update(stw_p50_us=np.nan, stw_p99_us=np.nan, stw_max_us=np.nan, gc_cpu_pct=np.nan)
         row["stw_spanning_boundary"] = int(per["stw_spans_boundary"].sum())
+        row.update(latency_ci(r))
         row["phase_uncertainty_us"] = per.attrs["grid"].uncertainty_ns / 1e3 if "grid" in per.attrs else np.nan
         rows.append(row)
     return pd.DataFrame(rows)

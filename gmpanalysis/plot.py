@@ -12,6 +12,7 @@ import pandas as pd
 FROZEN = "#d62728"
 BUSY = "#1f77b4"
 THROTTLED = "#ff7f0e"
+UNKNOWN = "#7f7f7f"
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> Any:
@@ -37,7 +38,8 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     t0 = per["start_ns"].iloc[0]
     x = (per["start_ns"].to_numpy() - t0) / 1e9
     w = (per["end_ns"] - per["start_ns"]).to_numpy() / 1e9
-    thr = per["throttled"].to_numpy()
+    thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
+    unknown = per["throttled"].isna().to_numpy()
     usage = per["usage_us"].to_numpy() / 1e3
     ex = per["exhausted_at_us"].to_numpy() / 1e6  # s into the period
     # a throttled period's bar covers only the time it ran; the rest of it is the freeze
@@ -62,6 +64,10 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     spans = [(x[i] + ex[i], w[i] - ex[i]) for i in np.flatnonzero(thr & np.isfinite(ex))]
     if spans:
         ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1)
+    # periods whose throttling the samples cannot tell (ends inside a hole): hatched
+    holes = [(x[i], w[i]) for i in np.flatnonzero(unknown)]
+    if holes:
+        ax.broken_barh(holes, (0, top), facecolors="none", edgecolors=UNKNOWN, hatch="///", zorder=1)
     ax.set_ylim(0, top)
     ax.set_xlim(x[0], x[-1] + w[-1])
     ax.set_xlabel("time since the first period (s)")
@@ -71,6 +77,8 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
         Patch(color=THROTTLED, label="CPU used (throttled period)"),
         Patch(color=FROZEN, alpha=0.3, label="frozen (quota exhausted)"),
     ]
+    if holes:
+        handles.append(Patch(facecolor="none", edgecolor=UNKNOWN, hatch="///", label="unknown: hole in the samples"))
     if len(quota):
         handles.insert(0, ax.get_lines()[0])
     stw = per["stw_max_us"].to_numpy() / 1e3
@@ -107,10 +115,14 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     return ax
 
 
-def plot_period_heatmap(off: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
+def plot_period_heatmap(
+    off: pd.DataFrame, *, ax: Any = None, title: str | None = None, vmax: float | None = None
+) -> Any:
     """Inside every period: columns are periods, rows the offset from the period start,
-    colour the CPUs busy in that slice (blues) or red where the group stood frozen after its
-    quota ran out. Takes :func:`gmpanalysis.timeline.df_period_offsets` output."""
+    colour the CPUs busy in that slice (blues, 0 to ``vmax`` — pass one value to compare
+    runs; default the frame's ``cpus_max``) or red where the group stood frozen after its
+    quota ran out; grey where the period's throttling is unknown. Takes
+    :func:`gmpanalysis.timeline.df_period_offsets` output."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -119,7 +131,10 @@ def plot_period_heatmap(off: pd.DataFrame, *, ax: Any = None, title: str | None 
     frozen = off.pivot(index="offset_ms", columns="period", values="frozen").astype(float)
     step = float(cpus.index[1] - cpus.index[0]) if len(cpus.index) > 1 else 1.0
     extent = (-0.5, cpus.shape[1] - 0.5, float(cpus.index[-1]) + step, 0.0)
-    im = ax.imshow(cpus.to_numpy(), aspect="auto", cmap="Blues", vmin=0, extent=extent, interpolation="nearest")
+    vmax = vmax or off.attrs.get("cpus_max") or float(np.nanmax(cpus.to_numpy()))
+    im = ax.imshow(
+        cpus.to_numpy(), aspect="auto", cmap="Blues", vmin=0, vmax=vmax, extent=extent, interpolation="nearest"
+    )
     ax.imshow(
         np.where(frozen.to_numpy() > 0, 1.0, np.nan),
         aspect="auto",
@@ -128,7 +143,18 @@ def plot_period_heatmap(off: pd.DataFrame, *, ax: Any = None, title: str | None 
         cmap=ListedColormap([FROZEN]),
         alpha=0.85,
     )
-    ax.figure.colorbar(im, ax=ax, label="CPUs busy")
+    if "unknown" in off and off["unknown"].any():
+        unk = off.pivot(index="offset_ms", columns="period", values="unknown").astype(float)
+        ax.imshow(
+            np.where(unk.to_numpy() > 0, 1.0, np.nan),
+            aspect="auto",
+            extent=extent,
+            interpolation="nearest",
+            cmap=ListedColormap([UNKNOWN]),
+            alpha=0.6,
+        )
+    step_txt = f"{step:g} ms buckets; tick-charged CPU moved back to at most {vmax:g}"
+    ax.figure.colorbar(im, ax=ax, label=f"CPUs busy ({step_txt})")
     ax.set_xlabel("period (from the first)")
     ax.set_ylabel("offset inside the period (ms)")
     ax.legend(handles=[Patch(color=FROZEN, label="frozen: quota exhausted")], loc="lower right", fontsize=8)
@@ -139,21 +165,16 @@ def plot_period_heatmap(off: pd.DataFrame, *, ax: Any = None, title: str | None 
 def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
     """Each STW pause: its length against where in its period it began. Red X: pauses still
     running when a throttled period ended (stretched across the frozen time); the shaded
-    band is where the quota ran out (p10-p90). Takes
+    band is where the quota ran out in the run's throttled periods (p10-p90). Takes
     :func:`gmpanalysis.timeline.df_stw_periods` output."""
     ax = _axes(ax, (7, 4))
     if stw.empty:
         ax.set_title("no STW pauses in the trace window")
         return ax
-    ex = stw["exhausted_ms"].dropna()
-    if len(ex):
-        ax.axvspan(
-            float(np.percentile(ex, 10)),
-            float(np.percentile(ex, 90)),
-            color=FROZEN,
-            alpha=0.1,
-            label="quota ran out (p10-p90)",
-        )
+    # the run's own distribution of exhaustion (all throttled periods), from the frame
+    lo, hi = stw.attrs.get("exhausted_p10_ms", np.nan), stw.attrs.get("exhausted_p90_ms", np.nan)
+    if np.isfinite(lo) and np.isfinite(hi):
+        ax.axvspan(lo, max(hi, lo + 0.5), color=FROZEN, alpha=0.1, label="quota ran out in the run (p10-p90)")
     sp = stw["spans_boundary"].to_numpy()
     ax.scatter(stw["offset_ms"][~sp], stw["dur_ms"][~sp], s=16, color="black", alpha=0.7, label="STW")
     ax.scatter(
@@ -186,26 +207,55 @@ def plot_mmu(mmu: pd.DataFrame, *, ax: Any = None, label: str | None = None, tit
 COMPARE_METRICS = (
     ("exhausted_p50_ms", "quota ran out at (p50, ms)"),
     ("stall_ms_per_period", "frozen per throttled period (ms)"),
-    ("stw_p99_us", "STW p99 (µs)"),
-    ("latency_p99_ms", "latency p99 (ms)"),
+    ("stw_p99_us", "STW p99 (µs, log)"),
+    ("latency_p99_ms", "latency p99 (ms, 95 % CI)"),
     ("throughput_rps", "throughput (req/s)"),
 )
+# throughput and latency depend on the offered load: compared only between runs under one load
+LOAD_BOUND = {"latency_p99_ms", "throughput_rps"}
 
 
 def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = None) -> Any:
     """Runs side by side, one small panel per metric; takes :func:`gmpanalysis.compare_runs`
-    output. Returns the array of Axes."""
+    output. Bars are coloured by GOMAXPROCS (legend); runs under different loads are drawn
+    in separate groups in the throughput and latency panels (never ranked against each
+    other); STW p99 is on a log axis; latency carries its 95 % confidence interval.
+    Returns the array of Axes."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     if axes is None:
-        _, axes = plt.subplots(1, len(COMPARE_METRICS), figsize=(14, 3.4), layout="constrained")
-    labels = [f"{n}\nGOMAXPROCS={g}" for n, g in zip(cmp["name"], cmp["gomaxprocs"], strict=True)]
-    colors = [THROTTLED if "alloc" in str(n) else BUSY for n in cmp["name"]]
+        _, axes = plt.subplots(1, len(COMPARE_METRICS), figsize=(14, 3.6), layout="constrained")
+    g = cmp["gomaxprocs"].astype(str).to_numpy()
+    palette = plt.get_cmap("viridis")
+    kinds = sorted(set(g), key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    color_of = {k: palette(i / max(len(kinds) - 1, 1) * 0.85) for i, k in enumerate(kinds)}
+    colors = [color_of[v] for v in g]
+    loads = cmp["load"].astype(str).to_numpy() if "load" in cmp else np.full(len(cmp), "")
+    load_ids = {v: i for i, v in enumerate(dict.fromkeys(loads))}
+    names = cmp["name"].astype(str).to_numpy()
     for ax, (col, label) in zip(np.ravel(axes), COMPARE_METRICS, strict=False):
         v = cmp[col].to_numpy(dtype=float) if col in cmp else np.full(len(cmp), np.nan)
-        ax.bar(range(len(cmp)), np.nan_to_num(v), color=colors)
-        ax.set_xticks(range(len(cmp)), labels, fontsize=7, rotation=30, ha="right")
-        ax.set_title(label, fontsize=9)
+        # a gap between load groups where the metric depends on the load
+        x = np.arange(len(cmp), dtype=float)
+        if col in LOAD_BOUND and len(load_ids) > 1:
+            x = x + np.array([load_ids[v] for v in loads]) * 0.8
+        ax.bar(x, np.nan_to_num(v), color=colors)
+        if col == "latency_p99_ms" and "latency_p99_lo_ms" in cmp:
+            lo = cmp["latency_p99_lo_ms"].to_numpy(dtype=float)
+            hi = cmp["latency_p99_hi_ms"].to_numpy(dtype=float)
+            top = np.where(np.isfinite(hi), hi, np.nan)
+            ax.errorbar(x, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(top - v)], fmt="none", ecolor="black", lw=1)
+            for xi, vi, h in zip(x, v, hi, strict=True):
+                if np.isfinite(vi) and not np.isfinite(h):
+                    ax.annotate("CI open", (xi, vi), fontsize=6, ha="center", va="bottom")
+        if col == "stw_p99_us" and np.isfinite(v).any() and np.nanmin(v) > 0:
+            ax.set_yscale("log")
+        ax.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
+        sub = "\n(groups = different loads: not compared)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
+        ax.set_title(label + sub, fontsize=9)
+    handles = [Patch(color=color_of[k], label=f"GOMAXPROCS {k}") for k in kinds]
+    np.ravel(axes)[0].legend(handles=handles, fontsize=7, loc="lower left")
     if title:
         np.ravel(axes)[0].figure.suptitle(title)
     return axes

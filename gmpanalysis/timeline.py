@@ -8,6 +8,7 @@ intervals are spread over periods through their cumulative coverage function.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pandas as pd
@@ -484,17 +485,24 @@ def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits
     return out
 
 
-def df_period_offsets(run: Run, bucket_ms: float = 5.0, per: pd.DataFrame | None = None) -> pd.DataFrame:
+def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | None = None) -> pd.DataFrame:
     """What happens inside each period: usage in fixed buckets of the offset from the
     period's start (FlameScope's sub-second offset view, on the CFS grid).
 
-    Columns: ``period``; ``offset_ms`` bucket start (ms from the period start);
-    ``cpus`` CPUs busy on average in the bucket (Δusage / bucket length; usage moves in
-    scheduler-tick steps, so buckets shorter than ~5 ms are noisy); ``frozen`` bool, the
-    bucket lies after quota exhaustion in a throttled period.
+    cpuacct usage is charged in scheduler-tick steps (4 ms per CPU at HZ=250): a bucket can
+    receive a tick's worth of CPU that ran in the bucket before it, and show more CPUs busy
+    than the group can have. What a bucket holds beyond the CPUs available (the host's CPUs,
+    and GOMAXPROCS when the run recorded it) is moved back to the buckets before it (what
+    the first bucket cannot hold, forward again), inside the same period, so every
+    CPU-second stays in its period and no bucket exceeds what the machine can run.
+
+    Columns: ``period``; ``offset_ms`` bucket start (ms from the period start); ``cpus``
+    CPUs busy on average in the bucket (Δusage / bucket length, tick steps moved back as
+    above); ``frozen`` bool, the bucket lies after quota exhaustion in a throttled period;
+    ``unknown`` bool, the period's throttling is unknown (inside a hole in the samples).
+    ``df.attrs["cpus_max"]`` is the cap used.
     """
     per = df_periods(run) if per is None else per
-    per = per[~per["gap"]]
     s = run.samples
     P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
     b_ns = int(bucket_ms * 1e6)
@@ -504,17 +512,38 @@ def df_period_offsets(run: Run, bucket_ms: float = 5.0, per: pd.DataFrame | None
         edges.ravel().astype(np.float64), s["t_ns"].to_numpy().astype(np.float64), s["usage_us"].to_numpy()
     ).reshape(edges.shape)
     cpus = np.diff(u, axis=1) / (b_ns / 1e3)
+    cap = cpus_available(run)
+    for i in range(nb - 1, 0, -1):  # a few buckets per period; vectorised over periods
+        over = np.maximum(cpus[:, i] - cap, 0.0)
+        cpus[:, i] -= over
+        cpus[:, i - 1] += over
+    for i in range(nb - 1):  # what the first bucket cannot hold goes forward again
+        over = np.maximum(cpus[:, i] - cap, 0.0)
+        cpus[:, i] -= over
+        cpus[:, i + 1] += over
     off = np.arange(nb) * bucket_ms
     ex = per["exhausted_at_us"].to_numpy() / 1e3
-    frozen = per["throttled"].to_numpy()[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])
-    return pd.DataFrame(
+    thr = known_true(per["throttled"])
+    frozen = thr[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])
+    out = pd.DataFrame(
         {
             "period": np.repeat(per["period"].to_numpy(), nb),
             "offset_ms": np.tile(off, len(per)),
             "cpus": cpus.ravel(),
             "frozen": frozen.ravel(),
+            "unknown": np.repeat(per["throttled"].isna().to_numpy(), nb),
         }
     )
+    out.attrs["cpus_max"] = cap
+    return out
+
+
+def cpus_available(run: Run) -> float:
+    """The most CPUs the group can run on at once: the host's CPUs, and GOMAXPROCS when the
+    run recorded it (both from meta.json; the host's only when GOMAXPROCS is unknown)."""
+    m = run.meta
+    vals = [v for v in (m.get("ncpu"), m.get("gomaxprocs_effective")) if isinstance(v, int | float) and v > 0]
+    return float(min(vals)) if vals else float(os.cpu_count() or 1)
 
 
 def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -524,6 +553,8 @@ def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
     began in; ``offset_ms`` its start inside that period (ms); ``throttled`` bool, that period
     ended throttled; ``exhausted_ms`` when that period's quota ran out (ms, NaN if it did
     not); ``spans_boundary`` bool, still running when a throttled period ended.
+    ``df.attrs``: ``exhausted_p10_ms``, ``exhausted_p90_ms`` over all throttled periods of
+    the run.
     """
     tr = run.trace
     if tr is None:
@@ -536,15 +567,21 @@ def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
     st, kk = stw[ok], k[ok]
     row = per.iloc[kk]
     end = row["end_ns"].to_numpy()
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "start_ns": st["start_ns"].to_numpy(),
             "dur_ms": (st["end_ns"] - st["start_ns"]).to_numpy() / 1e6,
             "kind": st["kind"].to_numpy(),
             "period": row["period"].to_numpy(),
             "offset_ms": (st["start_ns"].to_numpy() - row["start_ns"].to_numpy()) / 1e6,
-            "throttled": row["throttled"].to_numpy(),
+            "throttled": known_true(row["throttled"]),
             "exhausted_ms": row["exhausted_at_us"].to_numpy() / 1e3,
-            "spans_boundary": row["throttled"].to_numpy() & (st["end_ns"].to_numpy() > end),
+            "spans_boundary": known_true(row["throttled"]) & (st["end_ns"].to_numpy() > end),
         }
     )
+    # where the quota ran out in the run's throttled periods (all of them, not only those
+    # holding an STW): the band the pauses are read against
+    ex = per.loc[known_true(per["throttled"]), "exhausted_at_us"].dropna().to_numpy() / 1e3
+    out.attrs["exhausted_p10_ms"] = float(np.percentile(ex, 10)) if len(ex) else np.nan
+    out.attrs["exhausted_p90_ms"] = float(np.percentile(ex, 90)) if len(ex) else np.nan
+    return out

@@ -54,8 +54,24 @@ def test_plot_period_heatmap(alloc):
     images = ax.get_images()
     assert len(images) == 2
     busy, frozen = images[0].get_array(), images[1].get_array()
-    assert busy.shape == (20, len(per))  # 5 ms buckets of a 100 ms period, one column per period
+    assert busy.shape == (10, len(per))  # 10 ms buckets of a 100 ms period, one column per period
     assert np.isfinite(frozen).sum() == int(off["frozen"].sum()) > 0
+
+
+@pytest.mark.parametrize("name", [p.name for p in RUNS])
+def test_heatmap_shows_only_what_a_machine_can_do(name):
+    """cpuacct charges CPU in tick steps, so raw 5-10 ms buckets show more CPUs than exist
+    (up to 2.x on 2 CPUs, and above 1 at GOMAXPROCS 1); moved back, no bucket exceeds the
+    CPUs available and every period keeps its CPU-seconds."""
+    run = gmp.load_run(next(p for p in RUNS if p.name == name))
+    per = gmp.df_periods(run)
+    off = gmp.df_period_offsets(run, per=per)
+    cap = min(run.meta["ncpu"], run.meta["gomaxprocs_effective"])
+    assert off.attrs["cpus_max"] == cap
+    assert off["cpus"].max() <= cap + 1e-9
+    got = off.groupby("period")["cpus"].sum() * 10_000  # µs of CPU per period (10 ms buckets)
+    want = per.set_index("period")["usage_us"]
+    assert np.allclose(got.to_numpy(), want.loc[got.index].to_numpy(), rtol=1e-9, atol=1e-6)
 
 
 def test_plot_stw_vs_boundary(alloc):
