@@ -135,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         .loc[order]
     )
     if a.markdown:
-        print(agg.to_markdown(floatfmt=".3g"))
+        cols = list(agg.columns)
+        print("| damage | " + " | ".join(cols) + " |")
+        print("|---" * (len(cols) + 1) + "|")
+        for kind, r in agg.iterrows():
+            print(f"| {kind} | " + " | ".join(f"{v:.3g}" for v in r.to_numpy(dtype=float)) + " |")
     else:
         with pd.option_context("display.width", 250, "display.max_columns", 30):
             print(agg)

@@ -90,20 +90,32 @@ def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
     return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]
 
 
+def _usable(d: np.ndarray, width: np.ndarray, period_ns: int) -> np.ndarray:
+    """Brackets that place a boundary: nr_periods rose, and the reads were less than a
+    period apart. A bracket wider than a quarter period (a hole in the samples) wraps around
+    the circle of offsets against the narrow ones and says little: when narrow brackets
+    exist, only they are used."""
+    ok = (d >= 1) & (width < period_ns)
+    narrow = ok & (width <= period_ns // 4)
+    return narrow if narrow.any() else ok
+
+
 def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> tuple[int, int, int, int]:
     """Phase, uncertainty, brackets used, late brackets dropped, for one segment."""
     d = np.diff(periods)
     lo = t[:-1] - read[:-1] // 2  # the previous read started here at the earliest
     hi = t[1:] + read[1:] // 2  # this read ended here at the latest
-    use = (d >= 1) & (hi - lo < period_ns)
+    use = _usable(d, hi - lo, period_ns)
     lo, hi = lo[use], hi[use]
     if len(lo) == 0:
         raise MissingDataError(
             "no nr_periods increment between two reads closer than a period: the cgroup has no CPU "
             "limit (no period timer) or the samples are too sparse to place the period grid"
         )
-    # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]
-    ref = int(hi[0])
+    # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]; the
+    # narrowest bracket's upper end lies closest to a boundary (a wide first bracket, after
+    # a hole, could put the phase near the wrap point and split the brackets across it)
+    ref = int(hi[np.argmin(hi - lo)])
     half = period_ns // 2
     d_hi = (hi - ref + half) % period_ns - half
     d_lo = d_hi - (hi - lo)
@@ -129,12 +141,12 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     d = np.diff(periods)
     lo = t[:-1] - read[:-1] // 2
     hi = t[1:] + read[1:] // 2
-    use = np.flatnonzero((d >= 1) & (hi - lo < period_ns))
+    use = np.flatnonzero(_usable(d, hi - lo, period_ns))
     if len(use) < 3:
         return None
     lo, hi = lo[use], hi[use]
     half = period_ns // 2
-    d_hi = (hi - int(hi[0]) + half) % period_ns - half
+    d_hi = (hi - int(hi[np.argmin(hi - lo)]) + half) % period_ns - half
     d_lo = d_hi - (hi - lo)
     upper = np.minimum.accumulate(d_hi)
     lower = np.maximum.accumulate(d_lo)

@@ -122,8 +122,9 @@ def _exhaustion(
     tprev = np.where(has & (jj > 0), t[np.maximum(jj - 1, 0)], start)
     # reads missing after that read (before the period's end): the group may have run in
     # such a hole unseen, so the bracket reaches the read that closes the last one -- if
-    # usage rose across it by at least one running-pace step of a single read interval
-    closes = np.r_[False, (np.diff(t) > 1.5 * med_dt) & (np.diff(u) >= RUNNING_CPUS * med_dt / 1e3)]
+    # usage rose across it by at least one running-pace step of a short read interval
+    short_dt = float(np.percentile(np.diff(t), 10)) if len(t) > 1 else float(P)  # a read's shortest step
+    closes = np.r_[False, (np.diff(t) > 1.5 * med_dt) & (np.diff(u) >= RUNNING_CPUS * short_dt / 1e3)]
     last_close = np.maximum.accumulate(np.where(closes, np.arange(len(t)), -1))
     r = last_close[np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)]
     late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
