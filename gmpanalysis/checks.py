@@ -46,7 +46,7 @@ def df_checks(run: Run) -> pd.DataFrame:
         raise MissingDataError(f"{run.path}: the bundle has no trace.out; df_checks compares cpu.stat with the trace")
     per = df_periods(run)
     inside = (per["start_ns"] >= tr.meta["first_ns"]) & (per["end_ns"] <= tr.meta["last_ns"])
-    sel = per[per["throttled"] & inside & per["exhausted_at_us"].notna()]
+    sel = per[per["throttled"].fillna(False).astype(bool) & inside & per["exhausted_at_us"].notna()]
     t = _event_times(tr)
     end = sel["end_ns"].to_numpy()
     ex = sel["start_ns"].to_numpy() + (sel["exhausted_at_us"].to_numpy() * 1e3).astype(np.int64)

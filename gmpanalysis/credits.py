@@ -25,6 +25,14 @@ import numpy as np
 import pandas as pd
 
 CREDITED = ("nr_periods", "nr_throttled", "throttled_us")
+GROUP_FIELDS = ("group", "first_row", "last_row", "boundaries", "hole_start_ns", "hole_end_ns")
+EMPTY_GROUPS = pd.DataFrame(
+    {
+        **{c: np.zeros(0, dtype=np.int64) for c in GROUP_FIELDS},
+        **{c: np.zeros(0) for c in CREDITED},
+        **{f"{c}_resolved": np.zeros(0, dtype=bool) for c in CREDITED},
+    }
+)
 
 
 @dataclasses.dataclass
@@ -105,6 +113,10 @@ def credit_boundaries(
         out = float(np.nansum(values[c][[0, 1, n + 2]]))
         out += float(totals[c][(first_row < 0) & ~resolved[c]].sum())
         outside[c] = out
+    if ng == 0:  # the usual case: no hole holds two period ends
+        return Credits(
+            values={c: values[c][rows] for c in CREDITED}, group=group_rows, groups=EMPTY_GROUPS, outside=outside
+        )
     keep = first_row >= 0
     groups = pd.DataFrame(
         {

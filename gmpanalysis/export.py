@@ -67,7 +67,7 @@ def chrome_trace_events(run: Run) -> list[dict[str, Any]]:
                 "args": {"ms": None if np.isnan(thr) else round(float(thr) / 1e3, 3)},
             }
         )
-    fr = per[per["throttled"] & per["exhausted_at_us"].notna()]
+    fr = per[per["throttled"].fillna(False).astype(bool) & per["exhausted_at_us"].notna()]
     for r in fr.itertuples(index=False):
         ev.append(
             {

@@ -190,7 +190,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     reason = np.full(n, "", dtype=object)
     for r in np.flatnonzero(gap).tolist():
         reason[r] = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
-    for g in cr.groups.itertuples(index=False):
+    for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():
         hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
         what = (
             f"{int(g.nr_throttled)} of {g.boundaries} period ends in one {hole:.0f} ms hole were throttled "
@@ -200,7 +200,10 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
         reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
 
     def nullable_bool(v: np.ndarray) -> pd.arrays.BooleanArray:
-        return pd.array(np.where(np.isnan(v), None, v > 0), dtype="boolean")
+        return pd.arrays.BooleanArray(np.nan_to_num(v) > 0, np.isnan(v))
+
+    def nullable_int(v: np.ndarray) -> pd.arrays.IntegerArray:
+        return pd.arrays.IntegerArray(np.nan_to_num(v).astype(np.int64), np.isnan(v))
 
     df = pd.DataFrame(
         {
@@ -210,11 +213,11 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "end_ns": end,
             "gap": gap,
             "hole_ms": hole_ms,
-            "group": pd.array(np.where(cr.group >= 0, cr.group, None), dtype="Int64"),
+            "group": pd.arrays.IntegerArray(np.maximum(cr.group, 0), cr.group < 0),
             "reason": pd.array(np.where(reason == "", None, reason), dtype="string"),
             "active": nullable_bool(d_periods),
-            "nr_periods": pd.array(np.where(np.isnan(d_periods), None, d_periods), dtype="Int64"),
-            "nr_throttled": pd.array(np.where(np.isnan(d_thr), None, d_thr), dtype="Int64"),
+            "nr_periods": nullable_int(d_periods),
+            "nr_throttled": nullable_int(d_thr),
             "quota_us": run.meta.get("quota_us"),
             "usage_us": usage,
             "usage_lo_us": usage_lo,
@@ -228,12 +231,12 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "cpus_throttled": cpus,
         }
     )
-    _add_trace(df, run, B)
-    _add_requests(df, run)
-    return df[PERIOD_COLUMNS], cr
+    return df, cr
 
 
-def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
+def _add_trace(df: pd.DataFrame, run: Run) -> None:
+    """The trace columns, over the whole table at once (periods of several segments need
+    not be contiguous)."""
     n = len(df)
     nan = np.full(n, np.nan)
     cols = {
@@ -245,12 +248,13 @@ def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
     cols["gomaxprocs"] = np.full(n, np.nan if g is None else float(g))
     tr = run.trace if run.trace_path is not None else None
     if tr is not None and tr.meta["events"]:
-        start, end = B[:-1], B[1:]
+        start, end = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
         inside = (start >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
+        edges = np.r_[start, end]
 
         def spread(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
-            c = coverage(s0, s1, B)
-            return np.where(inside, np.diff(c) / 1e3, np.nan)
+            c = coverage(s0, s1, edges)
+            return np.where(inside, (c[n:] - c[:n]) / 1e3, np.nan)
 
         stw, gc, r = tr.stw, tr.gc, tr.running
         cols["stw_us"] = spread(stw.start_ns.to_numpy(), stw.end_ns.to_numpy())
@@ -264,8 +268,8 @@ def _add_trace(df: pd.DataFrame, run: Run, B: np.ndarray) -> None:
         cols["go_running_us"] = spread(r.start_ns.to_numpy(), r.end_ns.to_numpy())
         # STWs by the period they start in
         s0, s1 = stw.start_ns.to_numpy(), stw.end_ns.to_numpy()
-        which = np.searchsorted(B, s0, side="right") - 1
-        ok = (which >= 0) & (which < n)
+        which = np.searchsorted(start, s0, side="right") - 1
+        ok = (which >= 0) & (s0 < end[np.maximum(which, 0)])
         cnt = np.bincount(which[ok], minlength=n).astype(np.float64)
         mx = np.zeros(n)
         np.maximum.at(mx, which[ok], (s1 - s0)[ok] / 1e3)
@@ -300,10 +304,11 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
     r = run.requests
     if r is None or not len(r) or not n:
         return
-    B = np.r_[df["start_ns"].to_numpy(), df["end_ns"].to_numpy()[-1]]
+    start, end = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
     # a request belongs to the period it arrived in (its scheduled time)
-    which = np.searchsorted(B, r["sched_ns"].to_numpy(), side="right") - 1
-    inside = (which >= 0) & (which < n)
+    sched = r["sched_ns"].to_numpy()
+    which = np.searchsorted(start, sched, side="right") - 1
+    inside = (which >= 0) & (sched < end[np.maximum(which, 0)])
     ok = inside & (r["status"].to_numpy() // 100 == 2)
     df["requests"] = np.bincount(which[inside], minlength=n)
     df["requests_ok"] = np.bincount(which[ok], minlength=n)
@@ -388,6 +393,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=PERIOD_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
+    _add_trace(out, run)
+    _add_requests(out, run)
+    out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid
     out.attrs["ledger"] = Ledger(
         groups=pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS),
@@ -457,16 +465,17 @@ GROUP_COLUMNS = [
 def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits) -> list[dict[str, object]]:
     """Where every counter increment of a segment went: rows, groups, or periods outside."""
     out: list[dict[str, object]] = []
+    has_groups = len(cr.groups) > 0
     for c in CREDITED:
         v = ss[c].to_numpy()
-        unresolved = ~cr.groups[f"{c}_resolved"].to_numpy(dtype=bool)
+        unresolved = ~cr.groups[f"{c}_resolved"].to_numpy(dtype=bool) if has_groups else None
         out.append(
             {
                 "segment": seg_no,
                 "counter": c,
                 "delta": float(v[-1] - v[0]),
                 "rows": float(np.nansum(cr.values[c])),
-                "groups": float(cr.groups[c].to_numpy()[unresolved].sum()),
+                "groups": float(cr.groups[c].to_numpy()[unresolved].sum()) if has_groups else 0.0,
                 "outside": cr.outside[c],
             }
         )
