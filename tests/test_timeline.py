@@ -294,3 +294,23 @@ def test_coverage_inline():
     # intervals [0,10) and [5,20) (overlapping) over the boundaries 0, 10, 20, 30
     c = coverage(np.array([0, 5]), np.array([10, 20]), np.array([0, 10, 20, 30]))
     assert np.diff(c).tolist() == [15.0, 10.0, 0.0]
+
+
+def test_stw_across_a_frozen_boundary_counts_when_its_period_starts_before_the_trace(tables):
+    """The trace may begin inside the period in which a stretched STW started: the boundary
+    it crossed lies in the trace window, so the crossing is seen and counted."""
+    run, per = tables["alloc-0.5cpu-gmp8"]
+    stw = run.trace.stw
+    long = stw[(stw.end_ns - stw.start_ns) >= 10_000_000]
+    assert per["stw_spans_boundary"].sum() == len(long) >= 2
+    for s0 in long["start_ns"]:
+        cut = copy.copy(run)
+        tr = copy.copy(run.trace)
+        tr.meta = dict(tr.meta, first_ns=int(s0) - 1_000_000)  # the trace starts 1 ms before the STW
+        cut._trace = tr
+        p = gmp.df_periods(cut)
+        k = p[(p.start_ns <= s0) & (p.end_ns > s0)].iloc[0]
+        assert k["start_ns"] < tr.meta["first_ns"]  # that period is only partly inside the trace
+        assert np.isnan(k["stw_us"])  # its trace sums are unknown ...
+        assert k["stw_spans_boundary"]  # ... but the crossing of its end is seen
+        assert p["stw_spans_boundary"].sum() == per.loc[per.end_ns >= tr.meta["first_ns"], "stw_spans_boundary"].sum()
