@@ -153,12 +153,16 @@ def plot_period_heatmap(
             cmap=ListedColormap([UNKNOWN]),
             alpha=0.6,
         )
-    step_txt = f"{step:g} ms buckets; tick-charged CPU moved back to at most {vmax:g}"
-    ax.figure.colorbar(im, ax=ax, label=f"CPUs busy ({step_txt})")
+    ax.figure.colorbar(im, ax=ax, label="CPUs busy")
     ax.set_xlabel("period (from the first)")
     ax.set_ylabel("offset inside the period (ms)")
     ax.legend(handles=[Patch(color=FROZEN, label="frozen: quota exhausted")], loc="lower right", fontsize=8)
-    ax.set_title(title or "inside each 100 ms period: when the CPUs ran, when the quota ran out")
+    ax.set_title(
+        title
+        or f"inside each period, in {step:g} ms buckets: when the CPUs ran, when the quota ran out\n"
+        f"(CPU charged at scheduler ticks is moved back to the buckets it ran in, at most {vmax:g} CPUs)",
+        fontsize=10,
+    )
     return ax
 
 
@@ -252,10 +256,10 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
         if col == "stw_p99_us" and np.isfinite(v).any() and np.nanmin(v) > 0:
             ax.set_yscale("log")
         ax.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
-        sub = "\n(groups = different loads: not compared)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
+        sub = "\n(grouped by load)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
         ax.set_title(label + sub, fontsize=9)
     handles = [Patch(color=color_of[k], label=f"GOMAXPROCS {k}") for k in kinds]
-    np.ravel(axes)[0].legend(handles=handles, fontsize=7, loc="lower left")
+    np.ravel(axes)[0].figure.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=len(handles))
     if title:
         np.ravel(axes)[0].figure.suptitle(title)
     return axes
