@@ -5,7 +5,7 @@ run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
 run.samples            # cpu.stat reads, units normalised
 """
 
-from .bundle import Run, load_run, read_cpu_stat, read_requests
+from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_requests
 from .checks import df_checks
 from .compare import compare_runs, period_summary
 from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
@@ -15,6 +15,7 @@ from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
+from .sampling import df_lateness, df_sampling_holes, read_lateness, sampling_summary
 from .timeline import df_conservation, df_period_groups, df_period_offsets, df_periods, df_stw_periods
 
 __version__ = "0.1.0"
@@ -31,11 +32,13 @@ __all__ = [
     "TraceFormatError",
     "compare_runs",
     "df_checks",
+    "df_lateness",
     "df_conservation",
     "df_mmu",
     "df_period_groups",
     "df_period_offsets",
     "df_periods",
+    "df_sampling_holes",
     "df_stw_periods",
     "fit_period_grid",
     "load_run",
@@ -46,8 +49,11 @@ __all__ = [
     "plot_periods",
     "plot_stw_vs_boundary",
     "read_cpu_stat",
+    "read_host_stat",
+    "read_lateness",
     "read_requests",
     "read_trace",
+    "sampling_summary",
     "to_chrome_trace",
     "to_report",
 ]

@@ -1,7 +1,8 @@
 """The run bundle on disk: read, validate, and write its metadata.
 
 A bundle is a directory (see DESIGN §4): ``meta.json``, ``cpu_stat.csv``, optionally
-``trace.out`` (raw Go execution trace) and ``requests.csv`` (lab runs). Collectors append
+``trace.out`` (raw Go execution trace), ``requests.csv`` (lab runs) and ``host_stat.csv``
+(the host's /proc/stat about once a second, for steal time). Collectors append
 raw rows as they go, so a killed collector leaves a last line without its newline: readers
 drop that one line and say so. Anything else malformed is a :class:`BundleError` naming the
 file, the line and what to do.
@@ -42,6 +43,26 @@ REQUEST_COLUMNS: dict[str, Any] = {
 }
 
 
+# host_stat.csv: the node's aggregate /proc/stat "cpu" line, read by the sampler about once a
+# second. The kernel counts in USER_HZ ticks (10 ms); the sampler converts to µs with the
+# USER_HZ the kernel gave it (AT_CLKTCK). Counters are cumulative since boot and summed over
+# all CPUs (so they grow up to ncpu µs per µs of wall time).
+HOST_STAT_COLUMNS: dict[str, Any] = {
+    "t_ns": np.int64,  # CLOCK_MONOTONIC midpoint of the read
+    "read_ns": np.int64,  # how long the read took
+    "user_us": np.int64,  # includes guest time (the kernel adds guest to user)
+    "nice_us": np.int64,  # includes guest_nice
+    "system_us": np.int64,
+    "idle_us": np.int64,
+    "iowait_us": np.int64,
+    "irq_us": np.int64,
+    "softirq_us": np.int64,
+    "steal_us": np.int64,  # time the hypervisor ran something else on our vCPUs
+    "cpu_total_us": np.int64,  # user+nice+system+idle+iowait+irq+softirq+steal (guest not twice)
+    "ncpu": np.int64,  # CPUs online at the read (per-CPU lines)
+}
+
+
 class TruncatedLineWarning(UserWarning):
     """A CSV's last line had no newline (its writer stopped mid-line) and was dropped."""
 
@@ -51,7 +72,8 @@ class Run:
     """One run bundle, loaded.
 
     ``samples`` is the cpu.stat table (:func:`read_cpu_stat`), ``requests`` the per-request
-    table or None, ``trace_path`` the raw Go execution trace or None, and ``trace`` its
+    table or None, ``trace_path`` the raw Go execution trace or None, ``host_stat`` the
+    host's /proc/stat rows (:func:`read_host_stat`) or None, and ``trace`` its
     tables (:class:`~gmpanalysis.gotrace.GoTrace`), parsed on first use. ``notes`` lists
     what the reader tolerated (a dropped partial line, an unfinished collection).
     """
@@ -62,6 +84,7 @@ class Run:
     trace_path: Path | None
     requests: pd.DataFrame | None
     notes: list[str] = dataclasses.field(default_factory=list)
+    host_stat: pd.DataFrame | None = None  # host_stat.csv (read_host_stat), None when absent
     _trace: Any = dataclasses.field(default=None, repr=False)
 
     @property
@@ -225,6 +248,39 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
     return parse_requests(_read_bytes(path), source=str(path))
 
 
+def parse_host_stat(data: bytes, *, source: str = "host_stat.csv") -> pd.DataFrame:
+    """Parse host_stat.csv bytes; see :func:`read_host_stat`."""
+    df, truncated = _parse_csv(data, source, HOST_STAT_COLUMNS)
+    _check_sorted(df, "t_ns", source)
+    df.attrs["source"] = source
+    df.attrs["truncated_last_line"] = truncated
+    if truncated:
+        warnings.warn(
+            f"{source}: last line was incomplete (writer stopped mid-line) and was dropped; "
+            f"{len(df)} complete rows kept",
+            TruncatedLineWarning,
+            stacklevel=3,
+        )
+    return df
+
+
+def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a ``host_stat.csv`` written by gmp-sampler ``--host-stat``.
+
+    One row per read of the node's /proc/stat (about once a second). Columns: ``t_ns``
+    int64 CLOCK_MONOTONIC ns, midpoint of the read; ``read_ns`` int64 ns; then the
+    aggregate cpu line as cumulative µs since boot, summed over all CPUs: ``user_us``
+    (includes guest), ``nice_us`` (includes guest_nice), ``system_us``, ``idle_us``,
+    ``iowait_us``, ``irq_us``, ``softirq_us``, ``steal_us`` (CPU time the hypervisor gave
+    to others while our vCPUs wanted to run), ``cpu_total_us`` (the sum of those eight);
+    ``ncpu`` int64 CPUs online. The kernel's resolution is one USER_HZ tick (10 ms).
+
+    A last line without its newline is dropped with a :class:`TruncatedLineWarning`; other
+    malformed lines raise :class:`BundleError` naming the file and line.
+    """
+    return parse_host_stat(_read_bytes(path), source=str(path))
+
+
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a bundle's ``meta.json``."""
     p = Path(path)
@@ -273,6 +329,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             raise BundleError(f"{d / 'cpu_stat.csv'}: missing; a bundle without samples cannot be analysed")
         samples = read_cpu_stat(d / "cpu_stat.csv")
         requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
+        host_stat = read_host_stat(d / "host_stat.csv") if (d / "host_stat.csv").exists() else None
     for w in caught:
         if issubclass(w.category, TruncatedLineWarning):
             notes.append(str(w.message))
@@ -306,7 +363,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         trace = None
     elif not trace.exists():
         trace = None
-    return Run(path=d, meta=meta, samples=samples, trace_path=trace, requests=requests, notes=notes)
+    return Run(
+        path=d, meta=meta, samples=samples, trace_path=trace, requests=requests, notes=notes, host_stat=host_stat
+    )
 
 
 def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:

@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .bundle import Run
 from .compare import compare_runs
 from .mmu import df_mmu
-from .timeline import df_period_offsets, df_periods, df_stw_periods
+from .sampling import sampling_summary
+from .timeline import cpus_available, df_period_groups, df_period_offsets, df_periods, df_stw_periods
 
 SUMMARY_COLUMNS = {
     "name": "run",
@@ -25,8 +27,9 @@ SUMMARY_COLUMNS = {
     "throughput_rps": "throughput (req/s)",
     "latency_p50_ms": "latency p50 (ms)",
     "latency_p99_ms": "latency p99 (ms)",
-    "throttled_pct_wall": "periods throttled (% of wall-clock)",
-    "throttled_pct_active": "classic ratio (% of active periods)",
+    "throttled_pct_wall": "periods throttled (% of all periods)",
+    "throttled_pct_active": "classic nr_throttled/nr_periods (% of active periods only)",
+    "unknown_periods": "periods unknown (holes in the samples)",
     "exhausted_p50_ms": "quota ran out at (p50, ms)",
     "stall_ms_per_period": "frozen per throttled period (ms)",
     "cpus_throttled_p50": "CPUs frozen (p50)",
@@ -62,16 +65,75 @@ def findings(cmp: pd.DataFrame) -> list[str]:
                 "the periods in which the group was idle and its timer stopped."
             )
         out.append(s)
-    # latency only compares between runs under the same load
+    # latency only compares between runs under the same load, and only where the 95 %
+    # confidence intervals of p99 do not overlap (a p99 from ~100 requests is wide)
     for load, g in cmp[cmp["latency_p99_ms"].notna()].groupby("load"):
         if len(g) < 2:
             continue
         best, worst = g.loc[g["latency_p99_ms"].idxmin()], g.loc[g["latency_p99_ms"].idxmax()]
+        separated = best.get("latency_p99_hi_ms", np.nan) < worst.get("latency_p99_lo_ms", np.nan)
+        if separated:
+            out.append(
+                f"Under the same load ({load}): lowest p99 latency with GOMAXPROCS {best['gomaxprocs']} "
+                f"({best['latency_p99_ms']:.0f} ms, {best['name']}), highest with GOMAXPROCS "
+                f"{worst['gomaxprocs']} ({worst['latency_p99_ms']:.0f} ms, {worst['name']}); their 95 % "
+                "confidence intervals do not overlap."
+            )
+        else:
+            out.append(
+                f"Under the same load ({load}): p99 latency ranges {g['latency_p99_ms'].min():.0f}-"
+                f"{g['latency_p99_ms'].max():.0f} ms, but with {len(g)} runs of this size the 95 % confidence "
+                "intervals overlap (or stay open): no run is ranked above another on latency."
+            )
+    return out
+
+
+def data_quality(run: Run, per: pd.DataFrame) -> list[str]:
+    """Plain sentences on what the samples could not see: holes, ambiguous groups, the
+    sampler's misses and the host's steal time (when the bundle recorded it)."""
+    out = []
+    groups = df_period_groups(per)
+    unknown = int(per["throttled"].isna().sum())
+    gap = int(per["gap"].sum())
+    if gap:
         out.append(
-            f"Under the same load ({load}): lowest p99 latency with GOMAXPROCS {best['gomaxprocs']} "
-            f"({best['latency_p99_ms']:.0f} ms, {best['name']}), highest with GOMAXPROCS "
-            f"{worst['gomaxprocs']} ({worst['latency_p99_ms']:.0f} ms, {worst['name']})."
+            f"{gap} period(s) overlap holes in the samples (longest {per['hole_ms'].max():.0f} ms): their usage is "
+            "interpolated across the hole and shown with its bracket; their counts stay exact where one period "
+            "end fell in the hole."
         )
+    for g in groups.itertuples(index=False):
+        out.append(
+            f"Periods {g.first_period}-{g.last_period}: {g.boundaries} period ends fell in one "
+            f"{(g.hole_end_ns - g.hole_start_ns) / 1e6:.0f} ms hole; the counters prove {int(g.nr_throttled)} of "
+            f"them throttled with {g.throttled_us / 1e3:.1f} ms of throttled time between them"
+            + (" (each one)" if g.nr_throttled_resolved and g.nr_throttled else "")
+            + "."
+        )
+    if unknown:
+        out.append(f"{unknown} period(s) are shown as unknown (hatched): the samples cannot tell which were throttled.")
+    sm = sampling_summary(run)
+    if sm["holes"]:
+        steal = sm["host_steal_ms"]
+        out.append(
+            f"The sampler missed {sm['missed_ms']:.0f} ms in {sm['holes']} hole(s) (longest "
+            f"{sm['longest_hole_ms']:.0f} ms); the host stole "
+            + (
+                f"{steal:.0f} ms of CPU over the run."
+                if np.isfinite(steal)
+                else "an unknown amount (no host_stat.csv)."
+            )
+        )
+    return out
+    sm = sampling_summary(run)
+    if sm.get("holes"):
+        txt = (
+            f"The sampler missed {sm['missed_ms']:.0f} ms in {sm['holes']} hole(s) (longest {sm['longest_ms']:.0f} ms)"
+        )
+        steal = sm.get("steal_ms")
+        txt += "; the host stole " + (
+            f"{steal:.0f} ms of CPU over the run." if np.isfinite(steal) else "an unknown amount (no host_stat.csv)."
+        )
+        out.append(txt)
     return out
 
 
@@ -125,6 +187,7 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
                 "stop-the-world stretched across a frozen period counts in full)",
             )
         )
+    vmax = max(cpus_available(r) for r in runs)  # one colour scale, so runs compare
     for run, per in zip(runs, pers, strict=True):
         m = run.meta
         parts.append(
@@ -134,6 +197,7 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
+        parts += [f"<p>{html.escape(x)}</p>" for x in data_quality(run, per)]
         parts.append(
             _img(
                 _png(lambda f, per=per: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),
@@ -143,7 +207,7 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
         off = df_period_offsets(run, per=per)
         parts.append(
             _img(
-                _png(lambda f, off=off: plot.plot_period_heatmap(off, ax=f.add_subplot()), (12, 4)),
+                _png(lambda f, off=off: plot.plot_period_heatmap(off, ax=f.add_subplot(), vmax=vmax), (12, 4)),
                 f"{run.name}: inside each period",
             )
         )

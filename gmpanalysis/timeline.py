@@ -126,7 +126,12 @@ def _exhaustion(
     short_dt = float(np.percentile(np.diff(t), 10)) if len(t) > 1 else float(P)  # a read's shortest step
     closes = np.r_[False, (np.diff(t) > 1.5 * med_dt) & (np.diff(u) >= RUNNING_CPUS * short_dt / 1e3)]
     last_close = np.maximum.accumulate(np.where(closes, np.arange(len(t)), -1))
-    r = last_close[np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)]
+    after = np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)  # the first read after the end
+    r = last_close[after]
+    # a hole across the end boundary counts only for the part of it before the boundary
+    # (after it, the unthrottled group runs: that rise belongs to the next period)
+    short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= 1.5 * med_dt)
+    r = np.where(short_tail, last_close[np.maximum(last_read, 0)], r)
     late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
     tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
     ex = np.clip(tx - start, 0, P) / 1e3

@@ -2,7 +2,8 @@
 
 For each target pod: find its node, UID, QoS class, container ID, CPU limit and GOMAXPROCS;
 exec gmp-sampler in the sampler DaemonSet pod on that node and stream its CSV into the
-bundle as it arrives; port-forward to the pod's pprof port and stream
+bundle as it arrives (and the node's /proc/stat rows, which the sampler sends as JSON lines
+on stderr, into host_stat.csv); port-forward to the pod's pprof port and stream
 /debug/pprof/trace?seconds=N into trace.out over the same window. Nothing collected is
 lost: rows and trace bytes are appended and flushed as they come, meta.json says whether the
 collection finished. No shell is ever involved: every command is an argv list.
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..bundle import SCHEMA, to_meta
+from ..bundle import HOST_STAT_COLUMNS, SCHEMA, to_meta
 from ..errors import GmpError
 from .paths import container_cgroup_candidates, pod_cgroup_candidates
 
@@ -184,6 +185,58 @@ def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
     return running[0]
 
 
+class _SamplerStderr:
+    """The sampler's stderr, line by line. Go and Python exchange facts as JSON: a line that
+    is a JSON object is a fact (``{"host_stat": {...}}`` a /proc/stat row, appended to
+    host_stat.csv at once; ``{"start": {...}}`` what it samples, the policy it got and its
+    first deadline, sent before the first read; ``{"summary": {...}}`` its closing summary);
+    any other line is prose for the human log."""
+
+    def __init__(self, host_csv: Path, log: Callable[[str], None]) -> None:
+        self.host_csv = host_csv
+        self.log = log
+        self.pending = ""
+        self.prose: list[str] = []
+        self.start: dict[str, Any] | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def feed(self, text: str) -> None:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self._line(line)
+
+    def close(self) -> None:
+        if self.pending:
+            self._line(self.pending)  # a cut JSON line fails to parse and is logged as prose
+            self.pending = ""
+
+    def _line(self, line: str) -> None:
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict) and isinstance(obj.get("host_stat"), dict):
+                self._host_row(obj["host_stat"])
+                return
+            if isinstance(obj, dict) and isinstance(obj.get("summary"), dict):
+                self.summary = obj["summary"]
+                return
+            if isinstance(obj, dict) and isinstance(obj.get("start"), dict):
+                self.start = obj["start"]
+                return
+        self.prose.append(line)
+        self.log(line)
+
+    def _host_row(self, row: dict[str, Any]) -> None:
+        new = not self.host_csv.exists() or self.host_csv.stat().st_size == 0
+        with open(self.host_csv, "a") as f:
+            if new:
+                f.write(",".join(HOST_STAT_COLUMNS) + "\n")
+            f.write(",".join(str(int(row[c])) for c in HOST_STAT_COLUMNS) + "\n")
+
+
 def _stream_sampler(
     core: Any,
     cfg: CollectConfig,
@@ -192,8 +245,10 @@ def _stream_sampler(
     seconds: float,
     csv: Path,
     log: Callable[[str], None],
-) -> tuple[int | None, str]:
-    """Exec the sampler and append its CSV rows to ``csv`` as they arrive."""
+) -> tuple[int | None, str, dict[str, Any] | None]:
+    """Exec the sampler and append its CSV rows to ``csv`` as they arrive, and its host rows
+    to host_stat.csv beside it. Returns (exit code, stderr prose, the sampler's summary; or
+    its start facts flagged ``summary_missing`` when it died without one; or None)."""
     from kubernetes.stream import stream
 
     argv = [
@@ -209,6 +264,10 @@ def _stream_sampler(
         "--fifo",
         "--out",
         "-",
+        "--host-stat",
+        "stderr",
+        "--summary",
+        "stderr",
     ]
     resp = _call(
         stream,
@@ -226,7 +285,7 @@ def _stream_sampler(
         _preload_content=False,
     )
     skip_header = csv.exists() and csv.stat().st_size > 0
-    err = []
+    err = _SamplerStderr(csv.with_name("host_stat.csv"), log)
     pending = ""
     with open(csv, "a") as f:
         while True:
@@ -242,15 +301,16 @@ def _stream_sampler(
                     f.write(block)
                     f.flush()
             if resp.peek_stderr():
-                err.append(resp.read_stderr())
+                err.feed(resp.read_stderr())
             if not resp.is_open():
                 break
         if pending:
             f.write(pending)  # a partial last line: readers drop it and say so
-    stderr = "".join(err)
-    for line in stderr.splitlines():
-        log(line)
-    return resp.returncode, stderr
+    err.close()
+    facts = err.summary
+    if facts is None and err.start is not None:
+        facts = {**err.start, "summary_missing": True}
+    return resp.returncode, "\n".join(err.prose), facts
 
 
 def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: Path, res: dict[str, Any]) -> None:
@@ -382,25 +442,15 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         if left <= 0.05:
             break
         cands = container_cgroup_candidates(info["pod_uid"], info["qos"], info["container_id"])
-        rc, stderr = _stream_sampler(core, cfg, sampler, cands, left, csv, log)
-        m = re.search(r"sampling \S+ at (\S+) \(cgroup v(\d)\)", stderr)
-        if m:
-            meta["cgroup_version"] = int(m.group(2))
-            if m.group(1) not in meta["cgroup_paths"]:
-                meta["cgroup_paths"].append(m.group(1))
-        # the policy the sampler ended up with is in its closing line ("..., SCHED_OTHER; wake-up");
-        # an earlier "SCHED_FIFO refused" line names the one it asked for
-        sm = re.search(r", (SCHED_[A-Z]+(?::\d+)?); wake-up", stderr)
-        if sm:
-            meta["sampler"]["policy"] = sm.group(1)
-        refused = re.search(r"SCHED_FIFO refused[^\n]*", stderr)
-        if refused:
-            meta["sampler"]["policy_error"] = refused.group(0)
+        rc, stderr, summary = _stream_sampler(core, cfg, sampler, cands, left, csv, log)
+        if summary is not None:
+            _record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():
             meta["mono_start_ns"] = _first_t(csv)
         if rc == 0 or deadline - time.monotonic() <= 0.05:
             break
-        if "cgroup gone" not in stderr:
+        stop = str((summary or {}).get("stop_reason", ""))
+        if not stop.startswith("cgroup gone") and "cgroup gone" not in stderr:
             gone = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
@@ -430,6 +480,25 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
     if gone:
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
     return out
+
+
+def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Put one sampler exec's JSON summary into meta: the cgroup it sampled, the scheduling
+    policy it got (not the one asked for: inside a pod SCHED_FIFO is refused and the
+    summary says why), its first deadline and its lateness. Every exec's summary (one more
+    per container restart) is kept in ``sampler.execs``; the top-level fields are the first's."""
+    for c in summary.get("cgroups") or []:
+        meta["cgroup_version"] = c.get("version", meta["cgroup_version"])
+        if c.get("path") and c["path"] not in meta["cgroup_paths"]:
+            meta["cgroup_paths"].append(c["path"])
+    s = meta["sampler"]
+    execs = s.setdefault("execs", [])
+    execs.append({k: v for k, v in summary.items() if k != "cgroups"})
+    if len(execs) == 1:
+        for k, v in execs[0].items():
+            s.setdefault(k, v)
+    if summary.get("policy_error"):
+        s["policy_error"] = summary["policy_error"]
 
 
 def _wait_for_container(

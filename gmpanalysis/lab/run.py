@@ -291,6 +291,9 @@ def run_lab(
             str(out / "cpu_stat.csv"),
             "--summary",
             str(out / ".sampler.json"),
+            # the host's /proc/stat once a second (steal time: what explains sampling holes on a VM)
+            "--host-stat",
+            str(out / "host_stat.csv"),
         ]
         if cfg.sampler_fifo:
             sampler_cmd.append("--fifo")

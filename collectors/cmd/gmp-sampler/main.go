@@ -92,6 +92,9 @@ type summary struct {
 	ReadP50Ns      int64            `json:"read_p50_ns"`
 	ReadP99Ns      int64            `json:"read_p99_ns"`
 	CPUPctOfCore   float64          `json:"cpu_pct_of_one_core"`
+	HostStat       string           `json:"host_stat,omitempty"`
+	HostStatErrors uint64           `json:"host_stat_errors,omitempty"`
+	UserHZ         uint64           `json:"user_hz,omitempty"`
 	StopReason     string           `json:"stop_reason"`
 	SamplerVersion string           `json:"sampler_go_version"`
 }
@@ -160,7 +163,11 @@ func main() {
 	out := flag.String("out", "-", "CSV output file, appended to (\"-\" = stdout)")
 	fifo := flag.Bool("fifo", false, "run the sampling thread under SCHED_FIFO (needs root and the root cpu cgroup when RT group scheduling is on)")
 	fifoPrio := flag.Int("fifo-prio", 10, "SCHED_FIFO priority")
-	summaryPath := flag.String("summary", "", "write a JSON summary of the run to this file")
+	summaryPath := flag.String("summary", "", "write a JSON summary of the run to this file (\"stderr\": one {\"summary\":{...}} JSON line on stderr)")
+	hostStatDest := flag.String("host-stat", "",
+		"also read the host's /proc/stat (steal time) about once a --host-stat-every and append rows to this CSV file "+
+			"(\"stderr\": one {\"host_stat\":{...}} JSON line per read on stderr; \"\": off)")
+	hostEvery := flag.Duration("host-stat-every", time.Second, "interval between /proc/stat reads")
 	idle := flag.Bool("idle", false, "do nothing until SIGTERM (the main process of a DaemonSet pod that collectors exec into)")
 	flushEvery := flag.Duration("flush", 10*time.Millisecond,
 		"write buffered rows at least this often (0: one write per row); a killed sampler loses at most this much")
@@ -217,6 +224,18 @@ func main() {
 		}
 	}
 
+	var hs *hostStat
+	if *hostStatDest != "" {
+		if *hostEvery < time.Millisecond {
+			fatalf("--host-stat-every %v is too small (minimum 1ms)", *hostEvery)
+		}
+		var err error
+		if hs, err = openHostStat(*hostStatDest, hostEvery.Nanoseconds()); err != nil {
+			fatalf("%v", err)
+		}
+		defer hs.close()
+	}
+
 	var stop atomic.Int32
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
@@ -225,7 +244,11 @@ func main() {
 		stop.Store(int32(s.(syscall.Signal)))
 	}()
 
-	sum := summary{IntervalNs: interval.Nanoseconds(), Policy: "SCHED_OTHER", SamplerVersion: runtime.Version()}
+	sum := summary{IntervalNs: interval.Nanoseconds(), Policy: "SCHED_OTHER", SamplerVersion: runtime.Version(),
+		HostStat: *hostStatDest}
+	if hs != nil {
+		sum.UserHZ = hs.userHz
+	}
 	for _, t := range targets {
 		c := map[string]any{"name": t.name, "path": t.rel, "version": t.version, "cpu_stat": t.statPath}
 		if t.usePath != "" {
@@ -269,12 +292,25 @@ func main() {
 	cpu0 := cpuTimeNs()
 	start := nanotime()
 	sum.MonoStartNs = start
+	if *summaryPath == "stderr" {
+		// the facts a collector needs even if this process is killed before its summary:
+		// what is sampled, the policy it got, the first deadline (the grid start + k·interval)
+		b, _ := json.Marshal(map[string]any{"start": map[string]any{
+			"cgroups": sum.Cgroups, "interval_ns": sum.IntervalNs, "policy": sum.Policy,
+			"policy_error": sum.PolicyError, "mono_start_ns": start, "user_hz": sum.UserHZ,
+			"sampler_go_version": sum.SamplerVersion,
+		}})
+		os.Stderr.Write(append(b, '\n'))
+	}
 	var endAt int64 = 1<<63 - 1
 	if *duration > 0 {
 		endAt = start + duration.Nanoseconds()
 	}
 	k := int64(0)
 	sum.StopReason = "duration"
+	if hs != nil {
+		hs.next = start
+	}
 loop:
 	for {
 		deadline := start + k*iv
@@ -319,6 +355,16 @@ loop:
 				break
 			}
 		}
+		// Once a second, after this tick's reads so they are not delayed: the host's
+		// /proc/stat (≈tens of µs, well inside the interval).
+		if hs != nil {
+			if t := nanotime(); t >= hs.next {
+				hs.sample()
+				for hs.next <= t {
+					hs.next += hs.every
+				}
+			}
+		}
 		// Keep the grid start + k·interval; if we overslept past later deadlines, skip them.
 		k++
 		if next := nanotime(); next > start+k*iv {
@@ -329,6 +375,10 @@ loop:
 	}
 	if err := flush(); err != nil {
 		sum.StopReason = "write failed: " + err.Error()
+	}
+	if hs != nil {
+		hs.sample() // a last row so the host rows bracket the whole run
+		sum.HostStatErrors = hs.errs
 	}
 	end := nanotime()
 	sum.MonoEndNs = end
@@ -343,7 +393,11 @@ loop:
 		sum.Rows, float64(end-start)/1e9, *interval, sum.Policy,
 		float64(sum.LateP50Ns)/1e3, float64(sum.LateP99Ns)/1e3, float64(sum.LateMaxNs)/1e3,
 		sum.Missed, sum.CPUPctOfCore, sum.StopReason)
-	if *summaryPath != "" {
+	if *summaryPath == "stderr" {
+		// one JSON line a collector reading stderr can tell from the prose above
+		b, _ := json.Marshal(map[string]any{"summary": sum})
+		os.Stderr.Write(append(b, '\n'))
+	} else if *summaryPath != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		if err := os.WriteFile(*summaryPath, append(b, '\n'), 0o644); err != nil {
 			fatalf("summary: %v", err)

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Table-driven over testdata/proc-stat: one file per case, named for it.
+func TestParseProcStat(t *testing.T) {
+	cases := []struct {
+		file    string
+		ticks   [8]uint64
+		ncpu    int
+		errPart string
+	}{
+		// a real /proc/stat of this 2-vCPU VM (shortened intr line)
+		{file: "vm-2cpu", ticks: [8]uint64{20408, 0, 5299, 43671, 447, 0, 95, 30}, ncpu: 2},
+		// guest (400) and guest_nice (25) are already inside user and nice: not read
+		{file: "guest-time", ticks: [8]uint64{1000, 50, 300, 8000, 20, 1, 2, 7}, ncpu: 1},
+		{file: "no-steal", errPart: "has 7 fields, need 8"},
+		{file: "garbled", errPart: `field 5 of the aggregate cpu line is not a number: "cpu  1000 50 300 8000 x20`},
+		{file: "no-cpu-line", errPart: `no aggregate "cpu " line`},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", "proc-stat", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := parseProcStat(b)
+			if c.errPart != "" {
+				if err == nil || !strings.Contains(err.Error(), c.errPart) {
+					t.Fatalf("error %v, want one containing %q", err, c.errPart)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.ticks != c.ticks || h.ncpu != c.ncpu {
+				t.Fatalf("got %v ncpu %d, want %v ncpu %d", h.ticks, h.ncpu, c.ticks, c.ncpu)
+			}
+		})
+	}
+}
+
+func TestHostRowUnits(t *testing.T) {
+	h := hostCPU{ticks: [8]uint64{20408, 0, 5299, 43671, 447, 0, 95, 30}, ncpu: 2}
+	// USER_HZ 100: a tick is 10 ms = 10 000 µs
+	got := string(appendHostRow(nil, 123, 45, h, 100))
+	want := "123,45,204080000,0,52990000,436710000,4470000,0,950000,300000,699500000,2\n"
+	if got != want {
+		t.Fatalf("row %q, want %q", got, want)
+	}
+	if len(strings.Split(strings.TrimSpace(hostStatHeader), ",")) != len(strings.Split(strings.TrimSpace(got), ",")) {
+		t.Fatal("header and row differ in field count")
+	}
+	var m map[string]map[string]int64
+	if err := json.Unmarshal(appendHostJSON(nil, 123, 45, h, 100), &m); err != nil {
+		t.Fatal(err)
+	}
+	j := m["host_stat"]
+	if j["t_ns"] != 123 || j["steal_us"] != 300000 || j["cpu_total_us"] != 699500000 || j["ncpu"] != 2 || len(j) != 12 {
+		t.Fatalf("json row %v", j)
+	}
+	if ticksToUs(7, 300) != 23333 { // a USER_HZ that does not divide 1e6 still converts
+		t.Fatal(ticksToUs(7, 300))
+	}
+}
+
+func TestUserHZFromAuxv(t *testing.T) {
+	// USER_HZ is 100 on every Linux architecture; kernel HZ (250 here) must not leak in
+	if hz := userHZ(); hz != 100 {
+		t.Fatalf("userHZ() = %d, want 100", hz)
+	}
+}
+
+func TestReadRealProcStat(t *testing.T) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Skip("no /proc/stat:", err)
+	}
+	h, err := parseProcStat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ncpu < 1 || h.ticks[3] == 0 {
+		t.Fatalf("implausible %+v", h)
+	}
+}
