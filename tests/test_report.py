@@ -98,3 +98,29 @@ def test_chrome_trace(tmp_path):
     assert len(by("X", "gc")) == len(run.trace.gc)
     frozen = np.array([e["dur"] for e in by("X", "cfs")])
     assert np.median(frozen) == pytest.approx(70_000, rel=0.15)  # µs: ~70 ms per throttled period
+
+
+def test_report_shows_uncertain_periods_as_uncertain(tmp_path):
+    """A bundle whose samples have a 350 ms hole: the report names the ambiguous group with
+    what the counters prove, says how much the sampler missed, and hatches the periods."""
+    # in this run and place, the hole holds 4 period ends of which 2 were throttled
+    src = next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp1")
+    d = tmp_path / "holed"
+    shutil.copytree(src, d)
+    lines = (d / "cpu_stat.csv").read_text().splitlines(keepends=True)
+    t = np.array([int(x.split(",")[0]) for x in lines[1:]])
+    cut = (t > t[0] + 2_000_000_000) & (t < t[0] + 2_350_000_000)
+    (d / "cpu_stat.csv").write_text(lines[0] + "".join(x for x, c in zip(lines[1:], cut, strict=True) if not c))
+    run = gmp.load_run(d)
+    per = gmp.df_periods(run)
+    g = gmp.df_period_groups(per).iloc[0]
+    out = gmp.to_report([run], tmp_path / "r.html")
+    html = out.read_text()
+    assert f"{g.boundaries} period ends fell in one" in html
+    assert f"the counters prove {int(g.nr_throttled)} of them throttled" in html
+    assert "The sampler missed" in html and "no host_stat.csv" in html
+    assert "periods unknown (holes in the samples)" in html
+    assert 0 < g.nr_throttled < g.boundaries and per["throttled"].isna().sum() == g.boundaries
+    assert f"{g.boundaries} period(s) are shown as unknown (hatched)" in html
+    ax = gmp.plot_periods(per)
+    assert any(h.get_label() == "unknown: hole in the samples" for h in ax.get_legend().legend_handles)
