@@ -11,7 +11,9 @@ throttled-time increments surface one ~1 ms read later here). Several boundaries
 stretch without reads: the counters prove only the sum over those boundaries, and the
 periods form an explicit *ambiguous group* carrying the sums — unless the sum itself
 decides every period (0 throttles means none was throttled; as many throttles as
-boundaries means each was).
+boundaries means each was). Throttled time can also rise mid-period, when the slack timer
+unthrottles run queues with runtime other CPUs returned: such a rise, seen more than 5 ms
+after the last boundary, belongs to the period in progress.
 
 Conservation holds by construction and is checked: for each counter and segment,
 Σ exact rows + Σ unresolved group sums + credits outside the table = last read − first read.
@@ -25,6 +27,9 @@ import numpy as np
 import pandas as pd
 
 CREDITED = ("nr_periods", "nr_throttled", "throttled_us")
+# Late credits of a boundary surface within a read or two (1-4 % of the throttled-time
+# increments, ~1 ms late, here); throttled time rising later than this is mid-period.
+LATE_CREDIT_NS = 5_000_000
 GROUP_FIELDS = ("group", "first_row", "last_row", "boundaries", "hole_start_ns", "hole_end_ns")
 EMPTY_GROUPS = pd.DataFrame(
     {
@@ -60,6 +65,7 @@ def credit_boundaries(
     Bm = np.r_[B, B[-1] + period_ns] - margin_ns
     hi = np.searchsorted(Bm, t[1:], side="right") - 1  # last boundary the read has seen
     lo = np.searchsorted(Bm, t[:-1], side="right")  # first boundary the previous read had not
+    none_between = lo > hi
     lo = np.minimum(lo, hi)  # none in between: a late credit of the last boundary
     inc = {c: np.diff(v.astype(np.float64)) for c, v in counters.items()}
     moved = np.zeros(len(hi), dtype=bool)
@@ -71,8 +77,18 @@ def credit_boundaries(
     single = np.ones(len(hi), dtype=bool)
     single[multi] = False
     slot = np.clip(hi + 1, 0, n + 2)
+    # throttled time that rises with no boundary in sight -- the previous read was already
+    # LATE_CREDIT_NS past the last boundary -- was not a late credit of that boundary: the
+    # slack timer handed back runtime and unthrottled run queues mid-period, crediting the
+    # throttled time of the period in progress (the one that ends at the next boundary)
+    since = t[:-1] - (Bm[np.clip(hi, 0, n + 1)] + margin_ns)
+    mid = none_between & (hi >= 0) & (since > LATE_CREDIT_NS)
+    slot_us = np.where(mid, np.clip(hi + 2, 0, n + 2), slot)
     per_slot = {
-        c: np.bincount(slot[single], weights=inc[c][single], minlength=n + 3).astype(np.float64) for c in CREDITED
+        c: np.bincount(
+            (slot_us if c == "throttled_us" else slot)[single], weights=inc[c][single], minlength=n + 3
+        ).astype(np.float64)
+        for c in CREDITED
     }
 
     # ambiguous groups: the boundaries a multi-boundary increment could belong to (holes

@@ -91,11 +91,12 @@ def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
 
 
 def _usable(d: np.ndarray, width: np.ndarray, period_ns: int) -> np.ndarray:
-    """Brackets that place a boundary: nr_periods rose, and the reads were less than a
-    period apart. A bracket wider than a quarter period (a hole in the samples) wraps around
-    the circle of offsets against the narrow ones and says little: when narrow brackets
-    exist, only they are used."""
-    ok = (d >= 1) & (width < period_ns)
+    """Brackets that place a boundary: nr_periods rose between reads less than half a
+    period apart. Offsets are unwrapped around the narrowest bracket; that is exact only
+    when every bracket is narrower than half a period (a wider one can overlap the truth
+    at two places on the circle and would pin a confident wrong phase). Brackets wider than
+    a quarter period (holes) say little: when narrower ones exist, only they are used."""
+    ok = (d >= 1) & (width < period_ns // 2)
     narrow = ok & (width <= period_ns // 4)
     return narrow if narrow.any() else ok
 
@@ -109,8 +110,9 @@ def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: 
     lo, hi = lo[use], hi[use]
     if len(lo) == 0:
         raise MissingDataError(
-            "no nr_periods increment between two reads closer than a period: the cgroup has no CPU "
-            "limit (no period timer) or the samples are too sparse to place the period grid"
+            "no nr_periods increment between two reads closer than half a period: the cgroup has no CPU "
+            "limit (no period timer) or the samples are too sparse to place the period grid (sample at "
+            "least every 50 ms for 100 ms periods; ~1 ms gives a precise grid)"
         )
     # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]; the
     # narrowest bracket's upper end lies closest to a boundary (a wide first bracket, after
@@ -190,6 +192,7 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     if not segs:
         raise MissingDataError(
             "cannot place the CFS period grid: no segment of the samples has nr_periods rising between reads "
-            "closer than one period (is there a CPU limit? was the group busy?)"
+            "closer than half a period (is there a CPU limit? was the group busy? were the reads at least "
+            "every 50 ms for 100 ms periods?)"
         )
     return PeriodGrid(period_ns, tuple(segs))

@@ -29,6 +29,8 @@ RUNNING_CPUS = 0.25
 # interpolated across it (and says so); counters stay exact unless several period
 # boundaries fall inside it.
 HOLE_READS = 10
+# The finest sampling the exhaustion brackets assume the truth is defined at (~1 kHz reads).
+RESOLUTION_NS = 1_000_000
 
 PERIOD_COLUMNS = [
     "period",
@@ -97,9 +99,10 @@ def _exhaustion(
     The group's usage is charged when a task is descheduled, so the freeze shows as the
     last running-pace step: it happened after the read before that step and at the latest
     at the read that saw it. The bracket is (previous read, that read], clipped to the
-    period and widened by the grid's uncertainty; when reads are missing after it (and usage
-    rose across the hole), the group may have run on unseen, and the bracket reaches the
-    read that closes the hole.
+    period and widened by the grid's uncertainty; when reads are missing after it (a stretch
+    longer than 1.5 sampling intervals, or than 1.5 ms for sparser sampling, across which
+    usage rose by a short read's running-pace step), the group may have run on unseen, and
+    the bracket reaches the read that closes that stretch.
     """
     med_dt = float(np.median(np.diff(t))) if len(t) > 1 else float(P)
     # the rise over the last tick-length of time (usage interpolated there, so missing
@@ -120,17 +123,20 @@ def _exhaustion(
     jj = np.maximum(j, 0)
     tx = np.where(has, t[jj], start)
     tprev = np.where(has & (jj > 0), t[np.maximum(jj - 1, 0)], start)
-    # reads missing after that read (before the period's end): the group may have run in
-    # such a hole unseen, so the bracket reaches the read that closes the last one -- if
-    # usage rose across it by at least one running-pace step of a short read interval
-    short_dt = float(np.percentile(np.diff(t), 10)) if len(t) > 1 else float(P)  # a read's shortest step
-    closes = np.r_[False, (np.diff(t) > 1.5 * med_dt) & (np.diff(u) >= RUNNING_CPUS * short_dt / 1e3)]
+    # A stretch between reads longer than the finest resolution (1.5 sampling intervals,
+    # and at most 1.5 ms: sparser sampling hides running too) can hide a running-pace step
+    # that reads there would have seen, if usage rose across it by at least one such step of
+    # a short read (1 ms at most): the bracket reaches the read that closes the last one.
+    short_dt = min(float(np.percentile(np.diff(t), 10)) if len(t) > 1 else float(P), RESOLUTION_NS)
+    closes = np.r_[
+        False, (np.diff(t) > 1.5 * min(med_dt, RESOLUTION_NS)) & (np.diff(u) >= RUNNING_CPUS * short_dt / 1e3)
+    ]
     last_close = np.maximum.accumulate(np.where(closes, np.arange(len(t)), -1))
     after = np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)  # the first read after the end
     r = last_close[after]
     # a hole across the end boundary counts only for the part of it before the boundary
     # (after it, the unthrottled group runs: that rise belongs to the next period)
-    short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= 1.5 * med_dt)
+    short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= 1.5 * min(med_dt, RESOLUTION_NS))
     r = np.where(short_tail, last_close[np.maximum(last_read, 0)], r)
     late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
     tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
@@ -349,7 +355,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
     queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
     usage still rose at a running CPU's pace (NaN if not throttled), inside the bracket
-    ``exhausted_lo_us``..``exhausted_hi_us`` (the read before that one, and that read);
+    ``exhausted_lo_us``..``exhausted_hi_us`` (from the read before that one to that read, or
+    to the read closing a later stretch where running could hide; widened by the grid's
+    uncertainty);
     ``stall_us`` µs of wall time frozen (period - exhaustion; NaN if unknown);
     ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the number of CPUs' run queues that
     stood throttled (NaN when unknown or the stall is shorter than a 4 ms tick);
@@ -379,6 +387,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     next_group = 0
     for i, seg in enumerate(grid.segments):
         ss = s.iloc[seg.first_row : seg.last_row + 1]
+        t = ss["t_ns"].to_numpy()
+        if len(t) > 1 and (np.diff(t) == 0).any():  # a row written twice: one read, not two
+            ss = ss[np.r_[True, np.diff(t) != 0]]
         part, cr = _segment_table(run, grid, i, ss)
         if not len(part):
             continue
@@ -396,7 +407,10 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
         cons += _conservation(i, ss, part, cr)
         parts.append(part)
     if not parts:
-        return pd.DataFrame(columns=PERIOD_COLUMNS)
+        raise MissingDataError(
+            f"{run.path}: the samples hold no complete CFS period (no two period boundaries inside the "
+            f"sampled span {(s['t_ns'].iloc[-1] - s['t_ns'].iloc[0]) / 1e6:.0f} ms); collect for longer"
+        )
     out = pd.concat(parts, ignore_index=True)
     _add_trace(out, run)
     _add_requests(out, run)
@@ -449,7 +463,8 @@ def df_conservation(per: pd.DataFrame) -> pd.DataFrame:
     ``delta`` last read - first read of the segment; ``rows`` Σ over the rows that know
     their value; ``groups`` Σ of the unresolved ambiguous groups' sums; ``outside`` credits
     of the periods before and after the table (for usage: before the first and after the
-    last boundary). ``rows + groups + outside == delta`` on every input.
+    last boundary). ``rows + groups + outside == delta`` on every input, up to float
+    rounding (the throttled time is a float sum of µs).
     """
     return _ledger(per).conservation
 

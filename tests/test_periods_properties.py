@@ -77,7 +77,7 @@ def test_counts_are_conserved_and_brackets_hold_the_truth(d):
         g = groups[groups["segment"] == seg]
         unresolved = ~g["nr_throttled_resolved"].astype(bool) if "nr_throttled_resolved" in g else slice(None)
         # Σ throttle counts over rows (+ what ambiguous groups hold) = Δnr_throttled
-        n_thr = int(rows["throttled"].fillna(False).astype(bool).sum()) + int(g.loc[unresolved, "nr_throttled"].sum())
+        n_thr = int(rows["nr_throttled"].sum()) + int(g.loc[unresolved, "nr_throttled"].sum())
         assert n_thr == table_delta(per, s, "nr_throttled", seg)
         unresolved_us = ~g["throttled_us_resolved"].astype(bool) if "throttled_us_resolved" in g else slice(None)
         thr_us = float(np.nansum(rows["throttled_rq_us"])) + float(g.loc[unresolved_us, "throttled_us"].sum())

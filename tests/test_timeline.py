@@ -314,3 +314,78 @@ def test_stw_across_a_frozen_boundary_counts_when_its_period_starts_before_the_t
         assert np.isnan(k["stw_us"])  # its trace sums are unknown ...
         assert k["stw_spans_boundary"]  # ... but the crossing of its end is seen
         assert p["stw_spans_boundary"].sum() == per.loc[per.end_ns >= tr.meta["first_ns"], "stw_spans_boundary"].sum()
+
+
+@pytest.mark.parametrize("every", [50, 70, 80, 90, 95])
+def test_sparse_reads_give_the_right_grid_or_a_clear_error(tables, every):
+    """Reads 50-95 ms apart bracket each boundary with more than half a period: on the
+    circle of offsets such a bracket can hold the truth twice, so it must not pin a phase."""
+    full = tables["cpu-0.5cpu-gmp8"][1]
+    run = _copy_run("cpu-0.5cpu-gmp8")
+    run.samples = run.samples.iloc[::every].reset_index(drop=True)
+    try:
+        per = gmp.df_periods(run)
+    except gmp.MissingDataError as e:
+        assert "50 ms" in str(e)
+        return
+    P = 100_000_000
+    for seg in per.attrs["grid"].segments:
+        d = abs((seg.phase_ns - full.attrs["grid"].phase_ns + P // 2) % P - P // 2)
+        assert d <= seg.uncertainty_ns + full.attrs["grid"].uncertainty_ns
+    assert_conserved(per, run.samples)
+
+
+def test_coarse_sampling_brackets_hold_the_fine_exhaustion(tables):
+    """A sampler every 10 ms: a step of ~1 ms of CPU after the last running-pace read may hide
+    running at 1 ms resolution, so the bracket reaches the read after it."""
+    from gmpanalysis import degrade as D
+
+    run0, full = tables["alloc-0.5cpu-gmp8"]
+    run = _copy_run("alloc-0.5cpu-gmp8")
+    run.samples = D.thin_lateness(run0.samples, np.zeros(1, dtype=np.int64), 10_000_000, np.random.default_rng(80))
+    per = gmp.df_periods(run)
+    m = per.merge(full, on="period", suffixes=("", "_c"))
+    m = m[m["throttled"].fillna(False).astype(bool) & m["throttled_c"].fillna(False).astype(bool)]
+    assert len(m) > 40
+    inside = (m["exhausted_at_us_c"] >= m["exhausted_lo_us"] - 1e-6) & (
+        m["exhausted_at_us_c"] <= m["exhausted_hi_us"] + 1e-6
+    )
+    assert inside.all(), m.loc[~inside, ["period", "exhausted_at_us_c", "exhausted_lo_us", "exhausted_hi_us"]]
+
+
+def test_rows_written_twice_are_one_read(tables):
+    run0, full = tables["cpu-0.5cpu-gmp1"]
+    run = _copy_run("cpu-0.5cpu-gmp1")
+    s = run0.samples
+    run.samples = pd.concat([s, s.iloc[::13]]).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    per = gmp.df_periods(run)
+    for c in ("exhausted_at_us", "exhausted_lo_us", "exhausted_hi_us", "usage_us", "throttled_rq_us"):
+        assert np.allclose(per[c].to_numpy(dtype=float), full[c].to_numpy(dtype=float), equal_nan=True), c
+
+
+def test_less_than_one_period_is_a_clear_error():
+    run = _copy_run("cpu-0.5cpu-gmp8")
+    t = run.samples.t_ns
+    first_end = gmp.df_periods(run)["start_ns"].iloc[0]  # the first boundary inside the samples
+    run.samples = run.samples[t < first_end + 90_000_000].reset_index(drop=True)  # ... and no second
+    with pytest.raises(gmp.MissingDataError, match="no complete CFS period|cannot place"):
+        gmp.df_periods(run)
+
+
+def test_throttled_time_rising_mid_period_belongs_to_the_period_in_progress():
+    """The slack timer can unthrottle run queues mid-period (runtime handed back by other
+    CPUs): that throttled time is the current period's, not a late credit of the last
+    boundary. Kernel-model samples: a boundary every 100 ms, reads every 997 µs."""
+    from test_periods import synth
+
+    s = synth(30_000_000, 997_000, 2.0)
+    s["throttled_us"] = 0.0
+    # 7 ms of throttled time credited 40 ms after a boundary
+    b = 30_000_000 + ((int(s.t_ns.iloc[0]) - 30_000_000) // 100_000_000 + 5) * 100_000_000
+    s.loc[s.t_ns >= b + 40_000_000, "throttled_us"] = 7_000.0
+    run = _copy_run("cpu-0.5cpu-gmp8")
+    run.samples, run.requests, run.trace_path, run._trace = s, None, None, None
+    per = gmp.df_periods(run)
+    row = per[(per.start_ns <= b + 40_000_000) & (per.end_ns > b + 40_000_000)].iloc[0]
+    assert row["throttled_rq_us"] == 7_000.0
+    assert per["throttled_rq_us"].sum() == 7_000.0
