@@ -26,7 +26,9 @@ def _axes(ax: Any, size: tuple[float, float]) -> Any:
 
 def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None) -> Any:
     """CPU used in each CFS period (bars) against the quota (dashed line), the frozen part of
-    each throttled period shaded red, the longest STW of each period on the right axis
+    each throttled period shaded red (a dotted bracket where the samples leave the moment of
+    exhaustion more than 5 ms open), periods whose throttling is unknown hatched grey, the
+    longest STW of each period on the right axis
     (an X where it spanned a throttled boundary), and GOMAXPROCS written where it changes.
     Takes :func:`gmpanalysis.df_periods` output."""
     from matplotlib.patches import Patch
@@ -49,7 +51,7 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
         np.nan_to_num(usage),
         width=run_w,
         align="edge",
-        color=np.where(thr, THROTTLED, BUSY),
+        color=np.where(thr, THROTTLED, np.where(unknown, UNKNOWN, BUSY)),
         edgecolor="white",
         linewidth=0.3,
         zorder=2,
@@ -64,6 +66,15 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     spans = [(x[i] + ex[i], w[i] - ex[i]) for i in np.flatnonzero(thr & np.isfinite(ex))]
     if spans:
         ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1)
+    # where the samples leave the moment of exhaustion open (a hole around it): the
+    # bracket drawn as a dotted span on the quota line's level
+    if "exhausted_lo_us" in per:
+        lo_s = per["exhausted_lo_us"].to_numpy(dtype=float) / 1e6
+        hi_s = per["exhausted_hi_us"].to_numpy(dtype=float) / 1e6
+        wide = thr & np.isfinite(lo_s) & np.isfinite(hi_s) & (hi_s - lo_s > 0.005)
+        brackets = [(x[i] + lo_s[i], hi_s[i] - lo_s[i]) for i in np.flatnonzero(wide)]
+        if brackets:
+            ax.broken_barh(brackets, (top * 0.9, top * 0.04), facecolors="none", edgecolors=FROZEN, linestyle=":")
     # periods whose throttling the samples cannot tell (ends inside a hole): hatched
     holes = [(x[i], w[i]) for i in np.flatnonzero(unknown)]
     if holes:
@@ -79,6 +90,8 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     ]
     if holes:
         handles.append(Patch(facecolor="none", edgecolor=UNKNOWN, hatch="///", label="unknown: hole in the samples"))
+    if "exhausted_lo_us" in per and brackets:
+        handles.append(Patch(facecolor="none", edgecolor=FROZEN, linestyle=":", label="quota ran out: bracket > 5 ms"))
     if len(quota):
         handles.insert(0, ax.get_lines()[0])
     stw = per["stw_max_us"].to_numpy() / 1e3
