@@ -190,10 +190,19 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes:
         raise BundleError(f"{path}: is a directory, expected a CSV file") from None
 
 
-def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame:
-    """Parse cpu_stat.csv bytes; see :func:`read_cpu_stat`."""
-    df, truncated = _parse_csv(data, source, CPU_STAT_COLUMNS, {"cgroup": str})
-    _check_sorted(df, "t_ns", source, by="cgroup")
+def _parse_table(
+    data: bytes,
+    source: str,
+    columns: dict[str, Any],
+    optional: dict[str, Any] | None = None,
+    *,
+    sorted_by: str | None = None,
+    group: str | None = None,
+) -> pd.DataFrame:
+    """A house CSV from bytes, its time order checked, a dropped last line announced."""
+    df, truncated = _parse_csv(data, source, columns, optional)
+    if sorted_by is not None:
+        _check_sorted(df, sorted_by, source, by=group)
     df.attrs["source"] = source
     df.attrs["truncated_last_line"] = truncated
     if truncated:
@@ -201,9 +210,14 @@ def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame
             f"{source}: last line was incomplete (writer stopped mid-line) and was dropped; "
             f"{len(df)} complete rows kept",
             TruncatedLineWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return df
+
+
+def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame:
+    """Parse cpu_stat.csv bytes; see :func:`read_cpu_stat`."""
+    return _parse_table(data, source, CPU_STAT_COLUMNS, {"cgroup": str}, sorted_by="t_ns", group="cgroup")
 
 
 def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -225,16 +239,7 @@ def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_requests(data: bytes, *, source: str = "requests.csv") -> pd.DataFrame:
     """Parse requests.csv bytes; see :func:`read_requests`."""
-    df, truncated = _parse_csv(data, source, REQUEST_COLUMNS)
-    df.attrs["source"] = source
-    df.attrs["truncated_last_line"] = truncated
-    if truncated:
-        warnings.warn(
-            f"{source}: last line was incomplete and was dropped; {len(df)} complete rows kept",
-            TruncatedLineWarning,
-            stacklevel=3,
-        )
-    return df
+    return _parse_table(data, source, REQUEST_COLUMNS)
 
 
 def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -250,18 +255,7 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_host_stat(data: bytes, *, source: str = "host_stat.csv") -> pd.DataFrame:
     """Parse host_stat.csv bytes; see :func:`read_host_stat`."""
-    df, truncated = _parse_csv(data, source, HOST_STAT_COLUMNS)
-    _check_sorted(df, "t_ns", source)
-    df.attrs["source"] = source
-    df.attrs["truncated_last_line"] = truncated
-    if truncated:
-        warnings.warn(
-            f"{source}: last line was incomplete (writer stopped mid-line) and was dropped; "
-            f"{len(df)} complete rows kept",
-            TruncatedLineWarning,
-            stacklevel=3,
-        )
-    return df
+    return _parse_table(data, source, HOST_STAT_COLUMNS, sorted_by="t_ns")
 
 
 def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:

@@ -46,7 +46,7 @@ class Credits:
 
     values: dict[str, np.ndarray]  # per counter, float64 per row; NaN where unknown (unresolved group)
     group: np.ndarray  # int64 per row: group number inside this segment, -1 outside any group
-    groups: pd.DataFrame  # one row per group: see ambiguous_groups
+    groups: pd.DataFrame  # one row per group (columns as timeline.df_period_groups, rows not periods)
     outside: dict[str, float]  # per counter: credits of boundaries outside the table
 
 
@@ -150,7 +150,7 @@ def credit_boundaries(
     renum = np.full(ng, -1, dtype=np.int64)
     renum[keep] = np.arange(int(keep.sum()))
     groups["group"] = renum[keep]
-    group_rows = np.where(group_rows >= 0, renum[np.maximum(group_rows, 0)], -1) if ng else group_rows
+    group_rows = np.where(group_rows >= 0, renum[np.maximum(group_rows, 0)], -1)
     return Credits(
         values={c: values[c][rows] for c in CREDITED},
         group=group_rows,

@@ -141,31 +141,27 @@ def plot_period_heatmap(
 
     ax = _axes(ax, (11, 4))
     cpus = off.pivot(index="offset_ms", columns="period", values="cpus")
-    frozen = off.pivot(index="offset_ms", columns="period", values="frozen").astype(float)
     step = float(cpus.index[1] - cpus.index[0]) if len(cpus.index) > 1 else 1.0
     extent = (-0.5, cpus.shape[1] - 0.5, float(cpus.index[-1]) + step, 0.0)
     vmax = vmax or off.attrs.get("cpus_max") or float(np.nanmax(cpus.to_numpy()))
     im = ax.imshow(
         cpus.to_numpy(), aspect="auto", cmap="Blues", vmin=0, vmax=vmax, extent=extent, interpolation="nearest"
     )
-    ax.imshow(
-        np.where(frozen.to_numpy() > 0, 1.0, np.nan),
-        aspect="auto",
-        extent=extent,
-        interpolation="nearest",
-        cmap=ListedColormap([FROZEN]),
-        alpha=0.85,
-    )
-    if "unknown" in off and off["unknown"].any():
-        unk = off.pivot(index="offset_ms", columns="period", values="unknown").astype(float)
+
+    def overlay(col: str, color: str, alpha: float) -> None:
+        mask = off.pivot(index="offset_ms", columns="period", values=col).to_numpy(dtype=float) > 0
         ax.imshow(
-            np.where(unk.to_numpy() > 0, 1.0, np.nan),
+            np.where(mask, 1.0, np.nan),
             aspect="auto",
             extent=extent,
             interpolation="nearest",
-            cmap=ListedColormap([UNKNOWN]),
-            alpha=0.6,
+            cmap=ListedColormap([color]),
+            alpha=alpha,
         )
+
+    overlay("frozen", FROZEN, 0.85)
+    if "unknown" in off and off["unknown"].any():
+        overlay("unknown", UNKNOWN, 0.6)
     ax.figure.colorbar(im, ax=ax, label="CPUs busy")
     ax.set_xlabel("period (from the first)")
     ax.set_ylabel("offset inside the period (ms)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,58 +23,21 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "k8s"
-K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
-DEPLOY = REPO / "collectors" / "deploy"
-
-
-def _wait_running(core: Any, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = [p for p in core.list_pod_for_all_namespaces().items if p.metadata.deletion_timestamp is None]
-        demo = [p for p in pods if p.metadata.labels.get("app") == "gmp-demoapp"]
-        if (
-            demo
-            and all(p.status.phase == "Running" for p in pods)
-            and all(cs.ready for p in demo for cs in (p.status.container_statuses or []))
-        ):
-            return
-        time.sleep(0.5)
-    raise SystemExit("pods did not get Running")
 
 
 def run(outdir: Path, seconds: float, rate: int) -> Path:
     import kubernetes
-    from kubernetes import utils
 
     sys.path.insert(0, str(REPO))
+    from gmpanalysis.kube import local
     from gmpanalysis.lab import ensure_binaries
 
     bins = ensure_binaries()
-    subprocess.run(["bash", str(SHARED / "build-k8s.sh"), str(K8S_BIN)], check=True, stdout=subprocess.DEVNULL)
+    local.build()
     base = Path(tempfile.mkdtemp(prefix="gmp-k8s-"))
     try:
-        subprocess.run(["bash", str(SHARED / "k8s-up.sh"), str(base), str(K8S_BIN)], check=True, timeout=600)
-        sock = base / "containerd" / "containerd.sock"
-        for prog in ("gmp-sampler", "gmp-demoapp"):
-            tar = base / f"{prog}.tar"
-            image = f"localhost/{prog}:dev"
-            subprocess.run(
-                [sys.executable, str(SHARED / "mkimage.py"), str(tar), image, f'["/{prog}"]', f"{bins[prog]}:/{prog}"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            subprocess.run(
-                ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        kubeconfig = str(base / "admin.kubeconfig")
-        kubernetes.config.load_kube_config(config_file=kubeconfig)
-        api = kubernetes.client.ApiClient()
-        for f in ("sampler.yaml", "rbac.yaml", "demo.yaml"):
-            utils.create_from_yaml(api, str(DEPLOY / f), namespace="default")
-        _wait_running(kubernetes.client.CoreV1Api(api))
+        cl = local.start(base, bins)
+        kubeconfig, api = cl["kubeconfig"], cl["api"]
         version = kubernetes.client.VersionApi(api).get_code().git_version
         # open-loop load from the host: 40 req/s x 20 ms = 0.8 CPU of demand against a 0.5 limit
         lg = subprocess.Popen(
@@ -128,7 +90,7 @@ def run(outdir: Path, seconds: float, rate: int) -> Path:
         print(bundle)
         return bundle
     finally:
-        subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
+        local.stop(base)
 
 
 def _quantiles(tick: Any, lat_us: Any) -> dict[str, Any]:

@@ -1,10 +1,9 @@
-"""`gmpanalysis collect` against a real single-node Kubernetes started on this machine with
-the shared scripts (../shared/k8s): real pods, real CFS quotas from limits.cpu, real exec
-and port-forward."""
+"""`gmpanalysis collect` against a real single-node Kubernetes started on this machine
+(gmpanalysis.kube.local, driving the cluster scripts in ../shared/k8s): real pods, real CFS
+quotas from limits.cpu, real exec and port-forward."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -13,80 +12,28 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 import gmpanalysis as gmp
+from gmpanalysis.kube import local
 
-SHARED = REPO.parent / "shared" / "k8s"
-K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
-DEPLOY = REPO / "collectors" / "deploy"
+DEPLOY = local.DEPLOY
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="a local Kubernetes node needs root (kubelet, containerd, cgroups)"),
-    pytest.mark.skipif(not (SHARED / "k8s-up.sh").exists(), reason="../shared/k8s (the cluster scripts) is absent"),
-    pytest.mark.skipif(
-        Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() is False,
-        reason="the shared cluster scripts run the kubelet on cgroup v1 only",
-    ),
-]
+pytestmark = [pytest.mark.skipif(local.unavailable_reason() is not None, reason=str(local.unavailable_reason()))]
 
 
 @pytest.fixture(scope="module")
 def cluster(bins, tmp_path_factory):
-    kubernetes = pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
-    from kubernetes import utils
-
-    subprocess.run(
-        ["bash", str(SHARED / "build-k8s.sh"), str(K8S_BIN)], check=True, timeout=3600, stdout=subprocess.DEVNULL
-    )
+    pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
+    local.build()
     base = tmp_path_factory.mktemp("k8s")
     try:
-        subprocess.run(
-            ["bash", str(SHARED / "k8s-up.sh"), str(base), str(K8S_BIN)],
-            check=True,
-            timeout=600,
-            stdout=subprocess.DEVNULL,
-        )
-        sock = base / "containerd" / "containerd.sock"
-        for prog, image in (("gmp-sampler", "localhost/gmp-sampler:dev"), ("gmp-demoapp", "localhost/gmp-demoapp:dev")):
-            tar = base / f"{prog}.tar"
-            subprocess.run(
-                [sys.executable, str(SHARED / "mkimage.py"), str(tar), image, f'["/{prog}"]', f"{bins[prog]}:/{prog}"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            subprocess.run(
-                ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        kubeconfig = str(base / "admin.kubeconfig")
-        kubernetes.config.load_kube_config(config_file=kubeconfig)
-        api = kubernetes.client.ApiClient()
-        for f in ("sampler.yaml", "rbac.yaml", "demo.yaml"):
-            utils.create_from_yaml(api, str(DEPLOY / f), namespace="default")
-        core = kubernetes.client.CoreV1Api(api)
-        wait_running(core)
-        yield {"kubeconfig": kubeconfig, "core": core, "sock": str(sock), "base": base}
+        yield local.start(base, bins)
     finally:
-        subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
+        local.stop(base)
 
 
 def wait_running(core, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = core.list_pod_for_all_namespaces().items
-        demo = [
-            p for p in pods if p.metadata.labels.get("app") == "gmp-demoapp" and p.metadata.deletion_timestamp is None
-        ]
-        if (
-            demo
-            and all(p.status.phase == "Running" for p in pods if p.metadata.deletion_timestamp is None)
-            and all(cs.ready for p in demo for cs in (p.status.container_statuses or []))
-        ):
-            return demo[0]
-        time.sleep(0.5)
-    raise AssertionError(f"pods not running: {[(p.metadata.name, p.status.phase) for p in pods]}")
+    return local.wait_running(core, timeout)
 
 
 def load(bins, seconds, rate=40):

@@ -1,0 +1,107 @@
+"""A real one-node Kubernetes cluster on this machine, with the collectors' images and the
+demo workload: what the end-to-end tests and the in-pod measurements run against.
+
+The node is built and started by the cluster scripts beside the checkout (``../shared/k8s``:
+build-k8s.sh, k8s-up.sh, k8s-down.sh, mkimage.py); this module drives them, imports the
+sampler and demo images into the node's containerd, applies the manifests of
+``collectors/deploy`` and waits until the demo pod is ready. Needs root and cgroup v1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "k8s"
+K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
+DEPLOY = REPO / "collectors" / "deploy"
+IMAGES = ("gmp-sampler", "gmp-demoapp")  # each as localhost/<name>:dev, the manifests' images
+
+
+def unavailable_reason() -> str | None:
+    """Why a local cluster cannot start here, or None."""
+    if os.geteuid() != 0:
+        return "a local Kubernetes node needs root (kubelet, containerd, cgroups)"
+    if not (SHARED / "k8s-up.sh").exists():
+        return "../shared/k8s (the cluster scripts) is absent"
+    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        return "the cluster scripts run the kubelet on cgroup v1 only"
+    return None
+
+
+def build() -> None:
+    """Build the Kubernetes binaries once (cached in K8S_BIN; a cold build takes minutes)."""
+    subprocess.run(
+        ["bash", str(SHARED / "build-k8s.sh"), str(K8S_BIN)], check=True, timeout=3600, stdout=subprocess.DEVNULL
+    )
+
+
+def wait_running(core: Any, timeout: float = 120) -> Any:
+    """Wait until every live pod runs and the demo pod's containers are ready; returns it."""
+    deadline = time.monotonic() + timeout
+    pods: list[Any] = []
+    while time.monotonic() < deadline:
+        pods = [p for p in core.list_pod_for_all_namespaces().items if p.metadata.deletion_timestamp is None]
+        demo = [p for p in pods if p.metadata.labels.get("app") == "gmp-demoapp"]
+        if (
+            demo
+            and all(p.status.phase == "Running" for p in pods)
+            and all(cs.ready for p in demo for cs in (p.status.container_statuses or []))
+        ):
+            return demo[0]
+        time.sleep(0.5)
+    raise TimeoutError(f"pods not running after {timeout:.0f} s: {[(p.metadata.name, p.status.phase) for p in pods]}")
+
+
+def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
+    """Start the node under ``base``, import the images built from ``bins``, apply the
+    sampler DaemonSet, RBAC and demo manifests, and wait for the demo pod. Returns
+    ``kubeconfig``, ``core`` (CoreV1Api), ``api`` (ApiClient), ``sock`` (containerd) and
+    ``base``. Call :func:`stop` with the same ``base`` whatever happens."""
+    import kubernetes
+    from kubernetes import utils
+
+    subprocess.run(
+        ["bash", str(SHARED / "k8s-up.sh"), str(base), str(K8S_BIN)],
+        check=True,
+        timeout=600,
+        stdout=subprocess.DEVNULL,
+    )
+    sock = base / "containerd" / "containerd.sock"
+    for prog in IMAGES:
+        tar = base / f"{prog}.tar"
+        subprocess.run(
+            [
+                sys.executable,
+                str(SHARED / "mkimage.py"),
+                str(tar),
+                f"localhost/{prog}:dev",
+                f'["/{prog}"]',
+                f"{bins[prog]}:/{prog}",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    kubeconfig = str(base / "admin.kubeconfig")
+    kubernetes.config.load_kube_config(config_file=kubeconfig)
+    api = kubernetes.client.ApiClient()
+    for f in ("sampler.yaml", "rbac.yaml", "demo.yaml"):
+        utils.create_from_yaml(api, str(DEPLOY / f), namespace="default")
+    core = kubernetes.client.CoreV1Api(api)
+    wait_running(core)
+    return {"kubeconfig": kubeconfig, "core": core, "api": api, "sock": str(sock), "base": base}
+
+
+def stop(base: Path) -> None:
+    """Tear the node down (processes, mounts, cgroups it made)."""
+    subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
