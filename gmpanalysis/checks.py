@@ -7,7 +7,6 @@ import pandas as pd
 
 from .bundle import Run
 from .errors import MissingDataError
-from .timeline import df_periods
 
 # cpuacct.usage lags the truth by up to a tick per CPU, and threads trickle leftover slice
 # after exhaustion: events this soon after the estimated exhaustion do not break a silence.
@@ -41,10 +40,16 @@ def df_checks(run: Run) -> pd.DataFrame:
     (no trace event between exhaustion + 1 ms and the boundary). ``df.attrs["silent_fraction"]``
     is the share of silent periods: near 1 when samples and trace agree on the period grid.
     """
+    from .analysis import analyze
+
+    return analyze(run).checks
+
+
+def checks(run: Run, per: pd.DataFrame) -> pd.DataFrame:
+    """:func:`df_checks` over a given period table."""
     tr = run.trace
     if tr is None:
         raise MissingDataError(f"{run.path}: the bundle has no trace.out; df_checks compares cpu.stat with the trace")
-    per = df_periods(run)
     inside = (per["start_ns"] >= tr.meta["first_ns"]) & (per["end_ns"] <= tr.meta["last_ns"])
     sel = per[per["throttled"].fillna(False).astype(bool) & inside & per["exhausted_at_us"].notna()]
     t = _event_times(tr)

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .analysis import analyze
 from .bundle import Run
+from .errors import MissingDataError
 from .gotrace.gcwork import gc_cpu
-from .timeline import df_periods
 
 
 def _pct(x: pd.Series | np.ndarray, q: float) -> float:
@@ -114,10 +115,13 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     :func:`latency_ci`).
     ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
     """
+    runs = list(runs)
+    if periods is not None and len(periods) != len(runs):
+        raise MissingDataError(f"compare_runs: {len(runs)} runs but {len(periods)} period tables; pass one per run")
     rows = []
     for i, run in enumerate(runs):
         # callers that already hold the per-period tables pass them in ``periods``
-        per = periods[i] if periods is not None else df_periods(run)
+        per = periods[i] if periods is not None else analyze(run).periods
         m = run.meta
         load = m.get("load") or {}
         desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(

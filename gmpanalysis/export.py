@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .analysis import analyze
 from .bundle import Run
-from .timeline import df_periods
 
 PID_CGROUP, PID_GO = 1, 2
 
@@ -37,7 +37,7 @@ def chrome_trace_events(run: Run) -> list[dict[str, Any]]:
     """The trace events: counter tracks per period (CPU used, throttled time), one slice per
     frozen interval, and from the Go trace one slice per STW pause and GC mark phase.
     Times are µs of CLOCK_MONOTONIC."""
-    per = df_periods(run)
+    per = analyze(run).periods
     ev: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID_CGROUP, "tid": 0, "args": {"name": f"cgroup ({run.name})"}},
         {"ph": "M", "name": "thread_name", "pid": PID_CGROUP, "tid": 1, "args": {"name": "frozen (quota exhausted)"}},

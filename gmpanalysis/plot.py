@@ -194,7 +194,8 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
         stw["offset_ms"][sp], stw["dur_ms"][sp], s=70, marker="X", color=FROZEN, label="STW across a frozen boundary"
     )
     ax.set_yscale("log")
-    ax.set_xlim(0, 100)
+    period_ms = stw.attrs.get("period_ms", np.nan)
+    ax.set_xlim(0, period_ms if np.isfinite(period_ms) else max(100.0, float(stw["offset_ms"].max())))
     ax.set_xlabel("STW start, offset inside its period (ms)")
     ax.set_ylabel("STW length (ms, log)")
     ax.legend(fontsize=8, loc="lower right")

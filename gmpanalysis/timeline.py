@@ -17,7 +17,7 @@ from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
-from .periods import PeriodGrid, fit_period_grid
+from .periods import PeriodGrid
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
 # of about one scheduler tick. cpuacct.usage moves in tick-sized steps (4 ms at HZ=250), so
@@ -335,7 +335,8 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
 
 
 def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
-    """One row per CFS period of the reconstructed grid over the sampled span.
+    """One row per CFS period of the reconstructed grid over the sampled span (a copy of
+    ``gmp.analyze(run).periods``, built once per run; with ``grid``, built on that grid).
 
     Every row is right, or says how sure it is, or is NA with a ``reason``: holes in the
     samples never turn a count into a silent 0 (see :mod:`gmpanalysis.credits`).
@@ -376,13 +377,20 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``ledger`` the ambiguous groups and
     the conservation account (:func:`df_period_groups`, :func:`df_conservation`).
     """
+    from .analysis import analyze
+
+    if grid is not None:
+        return build_periods(run, grid)
+    return analyze(run).periods.copy()
+
+
+def build_periods(run: Run, grid: PeriodGrid) -> pd.DataFrame:
+    """The per-period table on a given grid (see :func:`df_periods`)."""
     s = run.samples
     if "cgroup" in s and s["cgroup"].nunique() > 1:
         raise MissingDataError("the bundle samples several cgroups; select one with run.samples[...] first")
-    P = int(run.meta.get("period_us") or 100_000) * 1000
     if run.meta.get("quota_us") is None:
         raise MissingDataError(f"{run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to")
-    grid = grid or fit_period_grid(s, P)
     parts, groups, cons = [], [], []
     next_group = 0
     for i, seg in enumerate(grid.segments):
@@ -532,7 +540,13 @@ def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | Non
     ``unknown`` bool, the period's throttling is unknown (inside a hole in the samples).
     ``df.attrs["cpus_max"]`` is the cap used.
     """
-    per = df_periods(run) if per is None else per
+    from .analysis import analyze
+
+    return analyze(run).offsets(bucket_ms) if per is None else period_offsets(run, per, bucket_ms)
+
+
+def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
+    """:func:`df_period_offsets` over a given period table."""
     s = run.samples
     P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
     b_ns = int(bucket_ms * 1e6)
@@ -583,17 +597,26 @@ def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
     began in; ``offset_ms`` its start inside that period (ms); ``throttled`` bool, that period
     ended throttled; ``exhausted_ms`` when that period's quota ran out (ms, NaN if it did
     not); ``spans_boundary`` bool, still running when a throttled period ended.
-    ``df.attrs``: ``exhausted_p10_ms``, ``exhausted_p90_ms`` over all throttled periods of
-    the run.
+    ``df.attrs``: ``period_ms``; ``exhausted_p10_ms``, ``exhausted_p90_ms`` over all
+    throttled periods of the run.
     """
+    from .analysis import analyze
+
+    return analyze(run).stw_periods if per is None else stw_periods(run, per)
+
+
+def stw_periods(run: Run, per: pd.DataFrame) -> pd.DataFrame:
+    """:func:`df_stw_periods` over a given period table (any subset of rows: a pause is
+    placed only in a row that holds its start)."""
     tr = run.trace
     if tr is None:
         raise MissingDataError(f"{run.path}: no trace.out in the bundle: STW pauses come from the Go trace")
-    per = df_periods(run) if per is None else per
     stw = tr.stw
-    B = per["start_ns"].to_numpy()
-    k = np.searchsorted(B, stw["start_ns"].to_numpy(), side="right") - 1
-    ok = (k >= 0) & (stw["start_ns"].to_numpy() < per["end_ns"].to_numpy()[-1])
+    per = per.sort_values("start_ns")
+    start, end_all = per["start_ns"].to_numpy(), per["end_ns"].to_numpy()
+    s0 = stw["start_ns"].to_numpy()
+    k = np.searchsorted(start, s0, side="right") - 1
+    ok = (k >= 0) & (s0 < end_all[np.maximum(k, 0)])
     st, kk = stw[ok], k[ok]
     row = per.iloc[kk]
     end = row["end_ns"].to_numpy()
@@ -612,6 +635,7 @@ def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
     # where the quota ran out in the run's throttled periods (all of them, not only those
     # holding an STW): the band the pauses are read against
     ex = per.loc[known_true(per["throttled"]), "exhausted_at_us"].dropna().to_numpy() / 1e3
+    out.attrs["period_ms"] = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e6 if len(per) else np.nan
     out.attrs["exhausted_p10_ms"] = float(np.percentile(ex, 10)) if len(ex) else np.nan
     out.attrs["exhausted_p90_ms"] = float(np.percentile(ex, 90)) if len(ex) else np.nan
     return out

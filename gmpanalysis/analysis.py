@@ -1,0 +1,133 @@
+"""One run's derived tables, built once and kept: the period grid, the per-period table and
+what is read from it.
+
+``gmp.analyze(run)`` returns the run's :class:`Analysis`; its tables are computed on first
+use and memoised, so a report, a comparison and a notebook that all need the period table
+build it once. The free functions (``gmp.df_periods(run)``, ``gmp.df_checks(run)``, ...)
+are thin wrappers over it. The period length has one carrier: the bundle's ``period_us``
+(:func:`period_ns`), which the grid then carries with the phase and its uncertainty.
+
+An Analysis belongs to the exact samples, requests, trace and meta it was built from: a run
+whose ``samples`` (or ``requests``, ``meta``, trace) were replaced gets a new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import pandas as pd
+
+from .bundle import Run
+from .errors import MissingDataError
+from .periods import PeriodGrid, fit_period_grid
+
+
+def period_ns(meta: dict[str, Any]) -> int:
+    """The CFS period of a bundle, in ns: its ``period_us`` (validated by the bundle reader;
+    the kernel's default, 100 ms, when a hand-made meta lacks it)."""
+    return int(meta.get("period_us") or 100_000) * 1000
+
+
+def _inputs(run: Run) -> tuple[Any, ...]:
+    # the trace is parsed lazily into run._trace: that object is checked separately, once
+    # a table has used it (see analyze)
+    return (run.samples, run.requests, run.meta, run.trace_path)
+
+
+@dataclasses.dataclass(eq=False)
+class Analysis:
+    """The derived tables of one run (see module doc). Attributes are built on first use."""
+
+    run: Run
+    _built_from: tuple[Any, ...] = dataclasses.field(repr=False)
+    _trace_seen: Any = dataclasses.field(default=None, repr=False)  # the GoTrace the tables used
+
+    def _trace_used(self) -> None:
+        self._trace_seen = self.run._trace
+
+    @property
+    def period_ns(self) -> int:
+        return period_ns(self.run.meta)
+
+    @functools.cached_property
+    def grid(self) -> PeriodGrid:
+        """The kernel's CFS period grid (:func:`gmpanalysis.fit_period_grid`)."""
+        s = self.run.samples
+        if "cgroup" in s and s["cgroup"].nunique() > 1:
+            raise MissingDataError("the bundle samples several cgroups; select one with run.samples[...] first")
+        return fit_period_grid(s, self.period_ns)
+
+    @functools.cached_property
+    def periods(self) -> pd.DataFrame:
+        """The per-period table (:func:`gmpanalysis.df_periods`)."""
+        from .timeline import build_periods
+
+        if self.run.meta.get("quota_us") is None:
+            raise MissingDataError(
+                f"{self.run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to"
+            )
+        out = build_periods(self.run, self.grid)
+        self._trace_used()
+        return out
+
+    @functools.cached_property
+    def summary(self) -> dict[str, float]:
+        """:func:`gmpanalysis.period_summary` of the period table."""
+        from .compare import period_summary
+
+        return period_summary(self.periods)
+
+    @functools.cached_property
+    def stw_periods(self) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_stw_periods`."""
+        from .timeline import stw_periods
+
+        out = stw_periods(self.run, self.periods)
+        self._trace_used()
+        return out
+
+    @functools.cached_property
+    def checks(self) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_checks`."""
+        from .checks import checks
+
+        out = checks(self.run, self.periods)
+        self._trace_used()
+        return out
+
+    def offsets(self, bucket_ms: float = 10.0) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_period_offsets` (memoised per bucket width)."""
+        from .timeline import period_offsets
+
+        cache = self.__dict__.setdefault("_offsets", {})
+        if bucket_ms not in cache:
+            cache[bucket_ms] = period_offsets(self.run, self.periods, bucket_ms)
+        return cache[bucket_ms]
+
+    @functools.cached_property
+    def mmu(self) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_mmu` with its default windows."""
+        from .mmu import df_mmu
+
+        out = df_mmu(self.run)
+        self._trace_used()
+        return out
+
+
+def analyze(run: Run) -> Analysis:
+    """The run's :class:`Analysis`, built once per set of inputs and kept on the run."""
+    a = getattr(run, "_analysis", None)
+    now = _inputs(run)
+    stale = (
+        a is None
+        or any(x is not y for x, y in zip(a._built_from, now, strict=True))
+        # a copy of the run may carry a trace of its own
+        or (a.run is not run and a.run._trace is not run._trace)
+        or (a._trace_seen is not None and a._trace_seen is not run._trace)
+    )
+    if stale:
+        a = Analysis(run, now)
+        run._analysis = a  # kept on the run (copies of the run share it while their inputs match)
+    return a

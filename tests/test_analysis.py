@@ -1,0 +1,75 @@
+"""The analysis object: one run's tables built once, rebuilt when the inputs change."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from conftest import RUNS
+
+import gmpanalysis as gmp
+from gmpanalysis.analysis import analyze, period_ns
+
+ALLOC = next(p for p in RUNS if p.name == "alloc-0.5cpu-gmp8")
+
+
+def test_tables_are_built_once_and_shared(monkeypatch):
+    run = gmp.load_run(ALLOC)
+    import gmpanalysis.timeline as tl
+
+    calls = []
+    real = tl.build_periods
+    monkeypatch.setattr(tl, "build_periods", lambda r, g: calls.append(1) or real(r, g))
+    a = analyze(run)
+    assert analyze(run) is a
+    per = gmp.df_periods(run)
+    gmp.compare_runs([run])
+    gmp.df_checks(run)
+    gmp.df_stw_periods(run)
+    gmp.df_period_offsets(run)
+    assert len(calls) == 1  # one build for the table, the comparison, the checks, the STW and offset views
+    assert a.period_ns == period_ns(run.meta) == run.meta["period_us"] * 1000 == a.grid.period_ns
+    # the free function hands out a copy: changing it does not change the memoised table
+    per["usage_us"] = 0.0
+    assert (analyze(run).periods["usage_us"] > 0).any()
+
+
+def test_new_inputs_give_a_new_analysis():
+    run = gmp.load_run(ALLOC)
+    full = gmp.df_periods(run)
+    cut = copy.copy(run)  # shares the memoised analysis while its inputs are the same objects
+    assert analyze(cut) is analyze(run)
+    t = run.samples.t_ns
+    cut.samples = run.samples[t < t.iloc[0] + 2_000_000_000].reset_index(drop=True)
+    part = gmp.df_periods(cut)
+    assert analyze(cut) is not analyze(run) and len(part) < len(full)
+    assert len(gmp.df_periods(run)) == len(full)  # the original keeps its own
+    # a copy with a trace of its own (e.g. a cut one) is analysed with that trace
+    other = copy.copy(run)
+    tr = copy.copy(run.trace)
+    tr.meta = dict(tr.meta, last_ns=int(full["end_ns"].iloc[10]))
+    other._trace = tr
+    per = gmp.df_periods(other)
+    assert per["go_running_us"].notna().sum() < full["go_running_us"].notna().sum()
+
+
+def test_stw_periods_from_a_filtered_table_place_pauses_in_their_own_periods():
+    """A filtered period table (here: every other period) must not shift pauses into
+    neighbouring rows."""
+    run = gmp.load_run(ALLOC)
+    per = gmp.df_periods(run)
+    whole = gmp.df_stw_periods(run)
+    sub = per.iloc[::2]
+    assert (~whole["period"].isin(sub["period"])).sum() > 0  # some pauses fall in the left-out rows
+    part = gmp.df_stw_periods(run, per=sub)
+    assert set(part["period"]) <= set(sub["period"])
+    expect = whole[whole["period"].isin(sub["period"])].reset_index(drop=True)
+    assert np.array_equal(part["start_ns"].to_numpy(), expect["start_ns"].to_numpy())
+    assert np.array_equal(part["period"].to_numpy(), expect["period"].to_numpy())
+
+
+def test_compare_runs_refuses_tables_that_do_not_pair_with_the_runs():
+    run = gmp.load_run(ALLOC)
+    with pytest.raises(gmp.MissingDataError, match="one per run"):
+        gmp.compare_runs([run, run], periods=[gmp.df_periods(run)])
