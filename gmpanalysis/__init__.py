@@ -8,7 +8,21 @@ run.samples            # cpu.stat reads, units normalised
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_requests
 from .checks import df_checks
 from .compare import compare_runs, period_summary
-from .errors import BundleError, CgroupFormatError, GmpError, LabError, MissingDataError, TraceFormatError
+from .errors import (
+    BundleError,
+    CgroupFormatError,
+    ClockWarning,
+    CollectError,
+    GmpError,
+    GmpWarning,
+    LabError,
+    MissingDataError,
+    TraceFormatError,
+    TruncatedLineWarning,
+    TruncatedTraceWarning,
+    UnknownVersionWarning,
+    UsageError,
+)
 from .export import to_chrome_trace
 from .gotrace import GoTrace, read_trace
 from .mmu import df_mmu
@@ -23,13 +37,20 @@ __version__ = "0.1.0"
 __all__ = [
     "BundleError",
     "CgroupFormatError",
+    "ClockWarning",
+    "CollectError",
     "GmpError",
+    "GmpWarning",
     "GoTrace",
     "LabError",
     "MissingDataError",
     "PeriodGrid",
     "Run",
     "TraceFormatError",
+    "TruncatedLineWarning",
+    "TruncatedTraceWarning",
+    "UnknownVersionWarning",
+    "UsageError",
     "compare_runs",
     "df_checks",
     "df_lateness",

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import BundleError
+from .errors import BundleError, GmpWarning, TruncatedLineWarning
 
 SCHEMA = 1
 
@@ -63,10 +63,6 @@ HOST_STAT_COLUMNS: dict[str, Any] = {
 }
 
 
-class TruncatedLineWarning(UserWarning):
-    """A CSV's last line had no newline (its writer stopped mid-line) and was dropped."""
-
-
 @dataclasses.dataclass
 class Run:
     """One run bundle, loaded.
@@ -75,7 +71,10 @@ class Run:
     table or None, ``trace_path`` the raw Go execution trace or None, ``host_stat`` the
     host's /proc/stat rows (:func:`read_host_stat`) or None, and ``trace`` its
     tables (:class:`~gmpanalysis.gotrace.GoTrace`), parsed on first use. ``notes`` lists
-    what the reader tolerated (a dropped partial line, an unfinished collection).
+    what the readers tolerated, one sentence each: an unfinished collection, an empty
+    trace, and the message of every :class:`~gmpanalysis.errors.GmpWarning` issued while
+    loading (a dropped partial CSV line) or, once ``trace`` is first used, while parsing
+    the trace (a trace cut mid-generation). :func:`gmpanalysis.to_report` shows them.
     """
 
     path: Path
@@ -93,7 +92,13 @@ class Run:
         if self._trace is None and self.trace_path is not None:
             from .gotrace import read_trace
 
-            self._trace = read_trace(self.trace_path)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", GmpWarning)
+                self._trace = read_trace(self.trace_path)
+            for w in caught:
+                if issubclass(w.category, GmpWarning) and str(w.message) not in self.notes:
+                    self.notes.append(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # still shown
         return self._trace
 
     @property
@@ -307,7 +312,8 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     """Load and validate a run bundle directory.
 
     Raises :class:`BundleError` for a missing or inconsistent piece; tolerates (and lists in
-    ``run.notes``) a truncated last CSV line and a collection that did not finish.
+    ``run.notes``) a truncated last CSV line, any other :class:`GmpWarning` of the readers,
+    an empty trace.out and a collection that did not finish.
     """
     d = Path(path)
     if not d.is_dir():
@@ -318,14 +324,14 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         notes.append("collection did not finish (meta.json says complete=false): data ends where the collector stopped")
 
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TruncatedLineWarning)
+        warnings.simplefilter("always", GmpWarning)
         if not (d / "cpu_stat.csv").exists():
             raise BundleError(f"{d / 'cpu_stat.csv'}: missing; a bundle without samples cannot be analysed")
         samples = read_cpu_stat(d / "cpu_stat.csv")
         requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
         host_stat = read_host_stat(d / "host_stat.csv") if (d / "host_stat.csv").exists() else None
     for w in caught:
-        if issubclass(w.category, TruncatedLineWarning):
+        if issubclass(w.category, GmpWarning):
             notes.append(str(w.message))
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

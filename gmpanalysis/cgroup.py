@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .errors import CgroupFormatError
+from .errors import CgroupFormatError, UsageError
 
 # cpu.stat keys whose v1 values are ns, renamed to their µs form.
 _V1_NS_KEYS = {"throttled_time": "throttled_us", "burst_time": "burst_us"}
@@ -91,7 +91,10 @@ def normalise_cpu_stat(stat: dict[str, int], version: int, *, cpuacct_usage_ns: 
         for k, v in stat.items():
             out[_V2_US_KEYS.get(k, k)] = v
     else:
-        raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+        raise UsageError(
+            f"normalise_cpu_stat: cgroup version must be 1 or 2, not {version!r}; pass the version "
+            "detect_version() gives for the mount the file came from"
+        )
     for k in ("nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us"):
         out.setdefault(k, 0)
     return out

@@ -189,16 +189,26 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")
     from .bundle import load_run
-    from .report import to_report
+    from .report import recording_notes, to_report
 
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
         print("no bundles given and no shipped fixtures found; pass bundle directories", file=sys.stderr)
         return 2
+    runs, loading_notes = [], []
     with warnings.catch_warnings():
+        # library noise (pandas, matplotlib) stays quiet; every GmpWarning is recorded instead
+        # (here while loading, inside to_report while analysing) and shown in the report's
+        # Data notes and below on stderr
         warnings.simplefilter("ignore")
-        runs = [load_run(p) for p in paths]
-        out = to_report(runs, a.out)
+        for p in paths:
+            with recording_notes([]) as found:
+                runs.append(load_run(p))
+            loading_notes.append(found)
+        out = to_report(runs, a.out, notes=loading_notes)
+    for p, run, found in zip(paths, runs, loading_notes, strict=True):
+        for n in dict.fromkeys([*run.notes, *found]):
+            print(f"{p}: note: {n}", file=sys.stderr)
     print(out)
     return 0
 

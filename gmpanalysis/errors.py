@@ -1,9 +1,47 @@
-"""The one exception family of gmpanalysis.
+"""The one exception family and the one warning family of gmpanalysis.
 
-Every message names the file, the place in it (offset or line) and what to do.
+Every error gmpanalysis raises on purpose is a :class:`GmpError`; every warning it issues
+is a :class:`GmpWarning`. Messages name the file, the place in it (offset or line) and
+what to do. The classes are also importable from where they were first defined
+(``gmpanalysis.bundle.TruncatedLineWarning``, ``gmpanalysis.kube.CollectError``, ...).
+
+Errors::
+
+    GmpError
+    ├── TraceFormatError    a Go execution trace that cannot be read
+    ├── BundleError         a run bundle with a missing, malformed or inconsistent piece
+    ├── MissingDataError    an analysis needs data the run does not have
+    ├── CgroupFormatError   a cgroup interface file not in the kernel's format
+    ├── LabError            a lab experiment (or the local cluster) cannot run here
+    ├── CollectError        a Kubernetes collection cannot be done
+    └── UsageError          a bad argument value (also a ValueError)
+
+Warnings (the data was read, with something tolerated)::
+
+    GmpWarning (a UserWarning)
+    ├── TruncatedLineWarning    a CSV's unfinished last line was dropped
+    ├── TruncatedTraceWarning   a trace cut inside a generation; the complete ones were read
+    ├── ClockWarning            the trace clock is not CLOCK_MONOTONIC
+    └── UnknownVersionWarning   a trace version newer than this reader knows
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "BundleError",
+    "CgroupFormatError",
+    "ClockWarning",
+    "CollectError",
+    "GmpError",
+    "GmpWarning",
+    "LabError",
+    "MissingDataError",
+    "TraceFormatError",
+    "TruncatedLineWarning",
+    "TruncatedTraceWarning",
+    "UnknownVersionWarning",
+    "UsageError",
+]
 
 
 class GmpError(Exception):
@@ -28,3 +66,36 @@ class CgroupFormatError(GmpError):
 
 class LabError(GmpError):
     """A lab experiment cannot run here (no root, no cgroup access, no Go toolchain...)."""
+
+
+class CollectError(GmpError):
+    """A collection could not be done; the message says what is missing and what to apply."""
+
+
+class UsageError(GmpError, ValueError):
+    """A function was called with an argument value it does not accept.
+
+    Also a :class:`ValueError`, so ``except ValueError`` written before it existed still
+    catches it."""
+
+
+class GmpWarning(UserWarning):
+    """Base class of every warning gmpanalysis issues: the data was read, but something in it
+    was tolerated (a dropped line, a cut trace...). :func:`gmpanalysis.to_report` lists them
+    under "Data notes"; ``warnings.simplefilter("error", GmpWarning)`` makes them fatal."""
+
+
+class TruncatedLineWarning(GmpWarning):
+    """A CSV's last line had no newline (its writer stopped mid-line) and was dropped."""
+
+
+class TruncatedTraceWarning(GmpWarning):
+    """The trace ends inside a generation; the complete generations before it were read."""
+
+
+class ClockWarning(GmpWarning):
+    """The trace clock is not Linux's nanotime/64: times are not CLOCK_MONOTONIC ns."""
+
+
+class UnknownVersionWarning(GmpWarning):
+    """The trace header names a version newer than this reader knows."""

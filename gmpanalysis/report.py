@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pandas as pd
 
 from .bundle import Run
 from .compare import compare_runs
+from .errors import GmpWarning, UsageError
 from .mmu import df_mmu
 from .sampling import sampling_summary
 from .timeline import cpus_available, df_period_groups, df_period_offsets, df_periods, df_stw_periods
@@ -124,17 +127,48 @@ def data_quality(run: Run, per: pd.DataFrame) -> list[str]:
             )
         )
     return out
-    sm = sampling_summary(run)
-    if sm.get("holes"):
-        txt = (
-            f"The sampler missed {sm['missed_ms']:.0f} ms in {sm['holes']} hole(s) (longest {sm['longest_ms']:.0f} ms)"
-        )
-        steal = sm.get("steal_ms")
-        txt += "; the host stole " + (
-            f"{steal:.0f} ms of CPU over the run." if np.isfinite(steal) else "an unknown amount (no host_stat.csv)."
-        )
-        out.append(txt)
-    return out
+
+
+@contextlib.contextmanager
+def recording_notes(into: list[str]) -> Iterator[list[str]]:
+    """Inside the block, every :class:`~gmpanalysis.errors.GmpWarning` is recorded: its
+    message is appended to ``into`` (once) instead of being printed, whatever the warning
+    filters outside say. Other warnings pass through as they would have.
+
+    Example: ``with recording_notes(notes): run = load_run(path)``.
+    """
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GmpWarning)
+            yield into
+    finally:
+        for w in caught:
+            if not issubclass(w.category, GmpWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif str(w.message) not in into:
+                into.append(str(w.message))
+
+
+def _data_notes_html(runs: Sequence[Run], notes: Sequence[Sequence[str]], general: Sequence[str]) -> str:
+    """The "Data notes" box at the top of the report: per run, what its readers tolerated."""
+    parts = ['<section id="data-notes" class="data-notes"><h2>Data notes</h2>']
+    if not general and not any(notes):
+        parts.append("<p>None: no run had a line dropped, a trace cut short or anything else tolerated.</p>")
+        return "".join(parts) + "</section>"
+    parts.append(
+        "<p>Read these first: some data below was dropped, cut short or tolerated while reading. "
+        "The figures rest on what was left.</p>"
+    )
+    for run, ns in zip(runs, notes, strict=True):
+        parts.append(f"<h3>{html.escape(run.name)}</h3>")
+        if ns:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in ns) + "</ul>")
+        else:
+            parts.append("<p>No notes.</p>")
+    if general:
+        parts.append("<h3>All runs</h3><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in general) + "</ul>")
+    return "".join(parts) + "</section>"
 
 
 def _png(draw: Any, size: tuple[float, float]) -> str:
@@ -151,15 +185,55 @@ def _img(src: str, alt: str) -> str:
     return f'<figure><img src="{src}" alt="{html.escape(alt)}"><figcaption>{html.escape(alt)}</figcaption></figure>'
 
 
-def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str = "gmpanalysis report") -> Path:
-    """Write one self-contained HTML file: summary table, findings in plain words, and per
-    run the period plot, the in-period heatmap and the STW plot; a comparison panel when
-    there are several runs."""
+def to_report(
+    runs: Sequence[Run],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "gmpanalysis report",
+    notes: Sequence[Sequence[str]] | None = None,
+) -> Path:
+    """Write one self-contained HTML file: "Data notes" at the top, then findings in plain
+    words, the summary table, and per run the period plot, the in-period heatmap and the
+    STW plot; a comparison panel when there are several runs.
+
+    The Data notes list, per run, everything the data could not vouch for: ``run.notes``
+    (a dropped partial CSV line, an unfinished collection, an empty trace), the message of
+    every :class:`~gmpanalysis.errors.GmpWarning` raised while analysing the run here (a
+    trace cut mid-generation, a foreign trace clock), and ``notes[i]`` for ``runs[i]``:
+    extra notes from the caller, e.g. warnings recorded with :func:`recording_notes`
+    while loading. Those warnings are recorded, not printed."""
     from . import plot
 
-    pers = [df_periods(r) for r in runs]
-    cmp = compare_runs(runs, periods=pers)
-    parts = [f"<h1>{html.escape(title)}</h1>", "<h2>Findings</h2><ul>"]
+    if notes is not None and len(notes) != len(runs):
+        raise UsageError(f"to_report: notes has {len(notes)} entries for {len(runs)} runs; give one list per run")
+    run_notes: list[list[str]] = []
+    pers: list[pd.DataFrame] = []
+    offs: list[pd.DataFrame] = []
+    stws: list[pd.DataFrame | None] = []
+    mmus: list[pd.DataFrame | None] = []
+    quality: list[list[str]] = []
+    for i, r in enumerate(runs):
+        found = list(r.notes)
+        found += [n for n in (notes[i] if notes is not None else ()) if n not in found]
+        with recording_notes(found):
+            per = df_periods(r)
+            traced = r.trace is not None
+            pers.append(per)
+            quality.append(data_quality(r, per))
+            offs.append(df_period_offsets(r, per=per))
+            stws.append(df_stw_periods(r, per=per) if traced else None)
+            mmus.append(df_mmu(r) if traced else None)
+        for n in r.notes:  # reading the trace above may have added to them
+            if n not in found:
+                found.insert(0, n)
+        run_notes.append(found)
+    general: list[str] = []
+    with recording_notes(general):
+        cmp = compare_runs(runs, periods=pers)
+        vmax = max(cpus_available(r) for r in runs)  # one colour scale, so runs compare
+    general = [n for n in general if not any(n in ns for ns in run_notes)]
+
+    parts = [f"<h1>{html.escape(title)}</h1>", _data_notes_html(runs, run_notes, general), "<h2>Findings</h2><ul>"]
     parts += [f"<li>{html.escape(f)}</li>" for f in findings(cmp)]
     parts.append("</ul><h2>Summary</h2>")
     table = cmp[[c for c in SUMMARY_COLUMNS if c in cmp]].rename(columns=SUMMARY_COLUMNS)
@@ -171,14 +245,13 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
                 "runs side by side",
             )
         )
-    traced = [r for r in runs if r.trace is not None]
-    if traced:
-        mmus = [(r.name, df_mmu(r)) for r in traced]
+    if any(m is not None for m in mmus):
 
         def draw_mmu(f: Any) -> None:
             ax = f.add_subplot()
-            for name, m in mmus:
-                plot.plot_mmu(m, ax=ax, label=name)
+            for r, m in zip(runs, mmus, strict=True):
+                if m is not None:
+                    plot.plot_mmu(m, ax=ax, label=r.name)
 
         parts.append(
             _img(
@@ -187,8 +260,7 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
                 "stop-the-world stretched across a frozen period counts in full)",
             )
         )
-    vmax = max(cpus_available(r) for r in runs)  # one colour scale, so runs compare
-    for run, per in zip(runs, pers, strict=True):
+    for run, per, off, stw, dq, ns in zip(runs, pers, offs, stws, quality, run_notes, strict=True):
         m = run.meta
         parts.append(
             f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {m.get('gomaxprocs_effective')} "
@@ -197,22 +269,25 @@ def to_report(runs: Sequence[Run], path: str | os.PathLike[str], *, title: str =
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
-        parts += [f"<p>{html.escape(x)}</p>" for x in data_quality(run, per)]
+        if ns:
+            parts.append(
+                f'<p class="data-note">{len(ns)} data note(s) for this run: see <a href="#data-notes">Data notes</a> '
+                "at the top.</p>"
+            )
+        parts += [f"<p>{html.escape(x)}</p>" for x in dq]
         parts.append(
             _img(
                 _png(lambda f, per=per: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),
                 f"{run.name}: CPU per period against the quota",
             )
         )
-        off = df_period_offsets(run, per=per)
         parts.append(
             _img(
                 _png(lambda f, off=off: plot.plot_period_heatmap(off, ax=f.add_subplot(), vmax=vmax), (12, 4)),
                 f"{run.name}: inside each period",
             )
         )
-        if run.trace is not None:
-            stw = df_stw_periods(run, per=per)
+        if stw is not None:
             parts.append(
                 _img(
                     _png(lambda f, stw=stw: plot.plot_stw_vs_boundary(stw, ax=f.add_subplot()), (8, 4)),
@@ -230,6 +305,9 @@ th {{ background: #f3f3f3; }}
 img {{ max-width: 100%; }}
 figure {{ margin: 1em 0; }} figcaption {{ color: #666; font-size: 0.85em; }}
 li {{ margin: 0.4em 0; }}
+.data-notes {{ background: #fff4e0; border-left: 6px solid #e08a00; padding: 0.2em 1em 0.6em; margin: 1em 0; }}
+.data-notes h3 {{ margin: 0.6em 0 0.2em; }}
+.data-note {{ color: #9a5a00; }}
 </style></head><body>
 {body}
 <p style="color:#888;font-size:0.8em">Times are CLOCK_MONOTONIC; periods are the kernel's own CFS periods,

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from gmpanalysis.errors import GmpError
+from gmpanalysis.errors import CollectError
 from gmpanalysis.kube.paths import container_cgroup_candidates, pod_cgroup_candidates, resolve
 
 UID = "0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b"
@@ -68,17 +68,17 @@ def test_resolves_every_layout(tmp_path, version, driver, qos, runtime):
 
 def test_missing_cgroup_names_the_candidates(tmp_path):
     (tmp_path / "cgroup.controllers").write_text("cpu\n")
-    with pytest.raises(GmpError, match="none of these cgroups exists"):
+    with pytest.raises(CollectError, match="none of these cgroups exists"):
         resolve(tmp_path, container_cgroup_candidates(UID, "Burstable", f"containerd://{CID}"))
 
 
 @pytest.mark.parametrize("bad", ["containerd://../../etc", "rkt://abc", f"containerd://{CID}; rm -rf /", "abc"])
 def test_container_ids_are_validated(bad):
-    with pytest.raises(GmpError):
+    with pytest.raises(CollectError):
         container_cgroup_candidates(UID, "Burstable", bad)
 
 
 @pytest.mark.parametrize("uid,qos", [("../x", "Burstable"), (UID, "Gold")])
 def test_uid_and_qos_are_validated(uid, qos):
-    with pytest.raises(GmpError):
+    with pytest.raises(CollectError):
         pod_cgroup_candidates(uid, qos)

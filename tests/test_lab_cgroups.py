@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from gmpanalysis.errors import LabError
+from gmpanalysis.errors import LabError, UsageError
 from gmpanalysis.lab import LabCgroup, LabConfig, parse_cpu_limit
 from gmpanalysis.lab.run import preflight
 
@@ -101,7 +101,7 @@ def test_existing_cgroup_is_not_reused(tmp_path):
 
 
 def test_only_own_prefix(tmp_path):
-    with pytest.raises(ValueError, match="gmp-lab-"):
+    with pytest.raises(UsageError, match="gmp-lab-"):
         LabCgroup("kubepods", root=v2_root(tmp_path))
 
 

@@ -33,6 +33,9 @@ def test_report_is_self_contained(report):
     # per run: periods + heatmap + STW; plus the comparison and the MMU panels
     assert n_img == 3 * len(RUNS) + 2
     assert 'src="http' not in html and "<script" not in html
+    # the shipped fixtures were read whole: the Data notes box says so, above the findings
+    notes = html[html.index('<section id="data-notes"') : html.index("<h2>Findings</h2>")]
+    assert "Data notes" in notes and "None: no run had" in notes
 
 
 def test_report_findings_are_computed_from_the_data(report):

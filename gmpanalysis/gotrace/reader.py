@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceFormatError
+from ..errors import ClockWarning, TraceFormatError, TruncatedTraceWarning
 from . import spec, tables
 from .wire import (
     Batch,
@@ -39,14 +39,6 @@ def uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
 # per token, so memory stays bounded whatever the file size.
 CHUNK_BYTES = 16 << 20
 TICKS_PER_S_LINUX = 15_625_000  # nanotime()/64: ticks * 64 are CLOCK_MONOTONIC ns
-
-
-class TruncatedTraceWarning(UserWarning):
-    """The trace ends inside a generation; the complete generations before it were read."""
-
-
-class ClockWarning(UserWarning):
-    """The trace clock is not Linux's nanotime/64: times are not CLOCK_MONOTONIC ns."""
 
 
 @dataclasses.dataclass

@@ -12,14 +12,10 @@ import warnings
 
 import numpy as np
 
-from ..errors import TraceFormatError
+from ..errors import TraceFormatError, UnknownVersionWarning
 from . import spec
 
 HEADER_LEN = 16
-
-
-class UnknownVersionWarning(UserWarning):
-    """The trace header names a version newer than this reader knows."""
 
 
 @dataclasses.dataclass

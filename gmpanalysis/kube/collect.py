@@ -23,16 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import HOST_STAT_COLUMNS, SCHEMA, to_meta
-from ..errors import GmpError
+from ..errors import CollectError
 from .paths import container_cgroup_candidates, pod_cgroup_candidates
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SELECTOR = re.compile(r"^[A-Za-z0-9_./=!,()\- ]{1,1024}$")
 SAMPLER_ROOT = "/host/sys/fs/cgroup"
-
-
-class CollectError(GmpError):
-    """A collection could not be done; the message says what is missing and what to apply."""
 
 
 @dataclasses.dataclass

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import LabError
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "k8s"
 K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
@@ -55,7 +57,10 @@ def wait_running(core: Any, timeout: float = 120) -> Any:
         ):
             return demo[0]
         time.sleep(0.5)
-    raise TimeoutError(f"pods not running after {timeout:.0f} s: {[(p.metadata.name, p.status.phase) for p in pods]}")
+    raise LabError(
+        f"local cluster: pods not running after {timeout:.0f} s: "
+        f"{[(p.metadata.name, p.status.phase) for p in pods]}; see `kubectl describe pod` for the stuck ones"
+    )
 
 
 def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:

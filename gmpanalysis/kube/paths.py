@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import GmpError
+from ..errors import CollectError
 
 QOS = ("Guaranteed", "Burstable", "BestEffort")
 _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -28,16 +28,19 @@ def split_container_id(container_id: str) -> tuple[str, str]:
     """``containerd://abc...`` -> ("containerd", "abc..."); validated, never used in a shell."""
     runtime, sep, cid = container_id.partition("://")
     if not sep or runtime not in ("containerd", "cri-o", "docker") or not _CID.match(cid):
-        raise GmpError(f"container ID {container_id!r}: expected containerd://, cri-o:// or docker:// and a hex ID")
+        raise CollectError(
+            f"container ID {container_id!r} (the pod's status.containerStatuses[].containerID): expected "
+            "containerd://, cri-o:// or docker:// and a hex ID; other runtimes are not supported"
+        )
     return runtime, cid
 
 
 def pod_cgroup_candidates(pod_uid: str, qos: str) -> list[str]:
     """Relative paths (to a hierarchy root) the pod's cgroup may have: cgroupfs, then systemd."""
     if not _UID.match(pod_uid):
-        raise GmpError(f"pod UID {pod_uid!r} is not a UID")
+        raise CollectError(f"pod UID {pod_uid!r} (the pod's metadata.uid) is not a UID; pass the UID the API gives")
     if qos not in QOS:
-        raise GmpError(f"QoS class {qos!r}: expected one of {', '.join(QOS)}")
+        raise CollectError(f"QoS class {qos!r} (the pod's status.qosClass): expected one of {', '.join(QOS)}")
     q = qos.lower()
     us = pod_uid.replace("-", "_")
     if qos == "Guaranteed":
@@ -68,4 +71,7 @@ def resolve(root: str | Path, candidates: list[str]) -> tuple[str, int]:
                 return rel, 1
         if (r / rel / "cpu.stat").exists() and (r / "cgroup.controllers").exists():
             return rel, 2
-    raise GmpError(f"none of these cgroups exists under {root}: {', '.join(candidates)}")
+    raise CollectError(
+        f"none of these cgroups exists under {root}: {', '.join(candidates)}; is the pod running on this "
+        "node, and is the host's cgroup mount the one given?"
+    )

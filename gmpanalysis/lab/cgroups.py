@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..cgroup import CpuLimits, detect_version, read_cpu_limits_v1, read_cpu_limits_v2, v1_dirs
-from ..errors import LabError
+from ..errors import LabError, UsageError
 
 PREFIX = "gmp-lab-"
 
@@ -29,7 +29,10 @@ class LabCgroup:
 
     def __init__(self, name: str, *, root: str | Path = "/sys/fs/cgroup", parent: str = "") -> None:
         if not name.startswith(PREFIX) or "/" in name:
-            raise ValueError(f"lab cgroup names start with {PREFIX!r} and have no '/', got {name!r}")
+            raise UsageError(
+                f"LabCgroup: lab cgroup names start with {PREFIX!r} and have no '/', got {name!r}; "
+                f"choose e.g. {PREFIX + 'mytest'!r} (put nesting in parent=)"
+            )
         self.root = Path(root)
         self.version = detect_version(self.root)
         if self.version is None:
