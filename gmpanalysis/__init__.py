@@ -5,6 +5,7 @@ run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
 run.samples            # cpu.stat reads, units normalised
 """
 
+from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_requests
 from .checks import df_checks
 from .compare import compare_runs, period_summary
@@ -35,6 +36,7 @@ from .timeline import df_conservation, df_period_groups, df_period_offsets, df_p
 __version__ = "0.1.0"
 
 __all__ = [
+    "Analysis",
     "BundleError",
     "CgroupFormatError",
     "ClockWarning",
@@ -51,6 +53,7 @@ __all__ = [
     "TruncatedTraceWarning",
     "UnknownVersionWarning",
     "UsageError",
+    "analyze",
     "compare_runs",
     "df_checks",
     "df_lateness",

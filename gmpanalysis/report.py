@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .analysis import analyze
 from .bundle import Run
 from .compare import compare_runs
 from .errors import GmpWarning, UsageError
-from .mmu import df_mmu
 from .sampling import sampling_summary
-from .timeline import cpus_available, df_period_groups, df_period_offsets, df_periods, df_stw_periods
+from .timeline import cpus_available, df_period_groups
 
 SUMMARY_COLUMNS = {
     "name": "run",
@@ -216,20 +216,21 @@ def to_report(
         found = list(r.notes)
         found += [n for n in (notes[i] if notes is not None else ()) if n not in found]
         with recording_notes(found):
-            per = df_periods(r)
+            a = analyze(r)  # every table below is built once, and shared with compare_runs
+            per = a.periods
             traced = r.trace is not None
             pers.append(per)
             quality.append(data_quality(r, per))
-            offs.append(df_period_offsets(r, per=per))
-            stws.append(df_stw_periods(r, per=per) if traced else None)
-            mmus.append(df_mmu(r) if traced else None)
+            offs.append(a.offsets())
+            stws.append(a.stw_periods if traced else None)
+            mmus.append(a.mmu if traced else None)
         for n in r.notes:  # reading the trace above may have added to them
             if n not in found:
                 found.insert(0, n)
         run_notes.append(found)
     general: list[str] = []
     with recording_notes(general):
-        cmp = compare_runs(runs, periods=pers)
+        cmp = compare_runs(runs)
         vmax = max(cpus_available(r) for r in runs)  # one colour scale, so runs compare
     general = [n for n in general if not any(n in ns for ns in run_notes)]
 
