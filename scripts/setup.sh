@@ -24,6 +24,6 @@ fi
 if command -v go >/dev/null 2>&1; then
   (cd collectors && go mod download)
 else
-  echo "setup: no Go toolchain (go on PATH or /usr/local/go): the lab and the collectors need Go >= 1.25;" \
+  echo "setup: no Go toolchain (go on PATH or /usr/local/go): the lab and the collectors need Go >= 1.26 (collectors/go.mod);" \
        "analysis of existing bundles works without it" >&2
 fi

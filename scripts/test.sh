@@ -20,7 +20,17 @@ if command -v go >/dev/null 2>&1; then
     unformatted=$(gofmt -l .)
     if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
     go vet ./...
-    go test ./...
+    # the race detector needs cgo, hence a C compiler (Go turns cgo off without one)
+    if [ "$(go env CGO_ENABLED)" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null) \
+        || echo "test.sh: could not install gcc for go test -race" >&2
+    fi
+    if [ "$(go env CGO_ENABLED)" = 1 ]; then
+      go test -race ./...
+    else
+      echo "test.sh: no C compiler (cgo off): go test runs WITHOUT -race" >&2
+      go test ./...
+    fi
   )
 fi
 exec .venv/bin/python -m pytest "$@"

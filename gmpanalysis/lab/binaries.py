@@ -59,7 +59,7 @@ def ensure_binaries(bin_dir: str | os.PathLike[str] | None = None) -> dict[str, 
         if go is None:
             raise LabError(
                 "the Go toolchain is needed to build the collectors (go not on PATH nor at "
-                "/usr/local/go/bin/go); install Go >= 1.25 or set GMP_BIN_DIR to prebuilt binaries"
+                "/usr/local/go/bin/go); install Go >= 1.26 (collectors/go.mod) or set GMP_BIN_DIR to prebuilt binaries"
             )
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gmpanalysis" / "bin"
         out = cache / _source_hash(src)

@@ -6,6 +6,10 @@
 //	GET /info                    JSON: GOMAXPROCS, NumCPU, Go version, calibration
 //	GET /debug/pprof/...         net/http/pprof, including /debug/pprof/trace
 //
+// Its first stdout line announces the listening address, as prose ("listening
+// http://ADDR ...", the default) or, with -ready json, as one JSON object
+// {"listening": {"addr": ..., and the /info facts}}.
+//
 // The work is counted in loop iterations, not wall time, so a request costs the same CPU
 // whatever the quota or GOMAXPROCS; the iterations per millisecond come from --iters-per-ms
 // or from a calibration against this thread's CPU clock, which throttling does not advance.
@@ -25,23 +29,30 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-var sink uint64
+// sink receives the results of the work loops so the compiler cannot remove them. It is
+// written by every /work request, and net/http serves each connection on its own
+// goroutine, so concurrent requests write it at the same time: a plain `sink += x` is a
+// data race (the Go memory model gives it no defined result, and `go test -race` reports
+// it). An atomic add is race-free and costs a few ns once per request.
+var sink atomic.Uint64
 
-// spin runs n iterations of an xorshift loop the compiler cannot remove.
-func spin(n int64) {
+// spin runs n iterations of an xorshift loop and returns its result; the caller must use
+// the result (add it to sink) or the compiler may drop the loop.
+func spin(n int64) uint64 {
 	x := uint64(n) | 1
 	for i := int64(0); i < n; i++ {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
 	}
-	sink += x
+	return x
 }
 
 func threadCPUNs() int64 {
@@ -59,7 +70,7 @@ func calibrate() int64 {
 	best := int64(0)
 	for r := 0; r < 7; r++ {
 		t0 := threadCPUNs()
-		spin(n)
+		sink.Add(spin(n))
 		dt := threadCPUNs() - t0
 		if dt > 0 {
 			if v := n * 1_000_000 / dt; v > best {
@@ -100,15 +111,120 @@ func (h *liveHeap) replaceOne(rng *rand.Rand, depth int) {
 	h.mu.Unlock()
 }
 
-// garbage allocates about kb KiB of short-lived linked nodes.
-func garbage(kb int64) {
+// garbage allocates about kb KiB of short-lived linked nodes; the result is for sink.
+func garbage(kb int64) uint64 {
 	var head *node
 	for i := int64(0); i < kb*1024/nodeBytes; i++ {
 		head = &node{left: head}
 	}
 	if head != nil {
-		sink += head.payload[0]
+		return head.payload[0]
 	}
+	return 0
+}
+
+// treeDepth: trees of depth 12 are 4095 nodes (256 KiB); 4 of them per MiB.
+const treeDepth = 12
+
+func newLiveHeap(mb int) *liveHeap {
+	h := &liveHeap{}
+	for i := 0; i < mb*4; i++ {
+		h.trees = append(h.trees, buildTree(treeDepth))
+	}
+	return h
+}
+
+// app holds the service's settings; its handlers are safe for concurrent requests.
+type app struct {
+	ipm     int64   // loop iterations per ms of CPU
+	workMs  float64 // default /work CPU
+	allocKB int64   // default /work garbage
+	liveMB  int
+	heap    *liveHeap
+}
+
+func (a *app) routes(mux *http.ServeMux) {
+	mux.HandleFunc("/work", a.work)
+	mux.HandleFunc("/info", a.info)
+}
+
+func (a *app) work(w http.ResponseWriter, r *http.Request) {
+	ms, kb := a.workMs, a.allocKB
+	q := r.URL.Query()
+	if v := q.Get("ms"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 10_000 {
+			http.Error(w, "ms must be a number in [0, 10000]", http.StatusBadRequest)
+			return
+		}
+		ms = f
+	}
+	if v := q.Get("alloc_kb"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 1<<20 {
+			http.Error(w, "alloc_kb must be an integer in [0, 1048576]", http.StatusBadRequest)
+			return
+		}
+		kb = n
+	}
+	total := int64(ms * float64(a.ipm))
+	// Interleave work and allocation in chunks so GC cycles start while
+	// goroutines are burning CPU, as in a real allocation-heavy service.
+	const chunks = 10
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	var acc uint64
+	for i := 0; i < chunks; i++ {
+		acc += spin(total / chunks)
+		if kb > 0 {
+			acc += garbage(kb / chunks)
+		}
+	}
+	sink.Add(acc)
+	if kb > 0 && a.heap != nil && len(a.heap.trees) > 0 {
+		a.heap.replaceOne(rng, treeDepth-2)
+	}
+	fmt.Fprintf(w, "ok %d\n", total)
+}
+
+// facts are what /info serves (and the JSON ready line carries): read at call time, since
+// Go >= 1.25 may change GOMAXPROCS while running.
+func (a *app) facts() map[string]any {
+	var env any
+	if v, ok := os.LookupEnv("GOMAXPROCS"); ok {
+		env = v
+	}
+	return map[string]any{
+		"gomaxprocs":     runtime.GOMAXPROCS(0),
+		"num_cpu":        runtime.NumCPU(),
+		"go_version":     runtime.Version(),
+		"pid":            os.Getpid(),
+		"iters_per_ms":   a.ipm,
+		"work_ms":        a.workMs,
+		"alloc_kb":       a.allocKB,
+		"live_mb":        a.liveMB,
+		"gomaxprocs_env": env,
+	}
+}
+
+func (a *app) info(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(a.facts())
+}
+
+// readyLine is the first stdout line, which launchers wait for: the address is known only
+// once the socket listens.
+func (a *app) readyLine(format string, addr net.Addr) (string, error) {
+	switch format {
+	case "text":
+		return fmt.Sprintf("listening http://%s gomaxprocs=%d num_cpu=%d go=%s iters_per_ms=%d",
+			addr, runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), a.ipm), nil
+	case "json":
+		f := a.facts()
+		f["addr"] = addr.String()
+		b, err := json.Marshal(map[string]any{"listening": f})
+		return string(b), err
+	}
+	return "", fmt.Errorf("-ready %q: want text or json", format)
 }
 
 func main() {
@@ -118,7 +234,11 @@ func main() {
 	liveMB := flag.Int("live-mb", 0, "live pointer-rich heap kept for the whole run, MiB")
 	itersPerMs := flag.Int64("iters-per-ms", 0, "work calibration (0: calibrate at start)")
 	calibrateOnly := flag.Bool("calibrate", false, "print iterations per ms of CPU and exit")
+	ready := flag.String("ready", "text", "first stdout line: text (\"listening http://ADDR ...\") or json ({\"listening\": {\"addr\": ...}})")
 	flag.Parse()
+	if *ready != "text" && *ready != "json" {
+		log.Fatalf("gmp-demoapp: -ready %q: want text or json", *ready)
+	}
 
 	ipm := *itersPerMs
 	if ipm <= 0 {
@@ -129,76 +249,19 @@ func main() {
 		return
 	}
 
-	// Trees of depth 12 are 4095 nodes (256 KiB); 4 of them per MiB.
-	const depth = 12
-	heap := &liveHeap{}
-	for i := 0; i < *liveMB*4; i++ {
-		heap.trees = append(heap.trees, buildTree(depth))
-	}
-
-	http.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
-		ms, kb := *workMs, *allocKB
-		q := r.URL.Query()
-		if v := q.Get("ms"); v != "" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || f > 10_000 {
-				http.Error(w, "ms must be a number in [0, 10000]", http.StatusBadRequest)
-				return
-			}
-			ms = f
-		}
-		if v := q.Get("alloc_kb"); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<20 {
-				http.Error(w, "alloc_kb must be an integer in [0, 1048576]", http.StatusBadRequest)
-				return
-			}
-			kb = n
-		}
-		total := int64(ms * float64(ipm))
-		// Interleave work and allocation in chunks so GC cycles start while
-		// goroutines are burning CPU, as in a real allocation-heavy service.
-		const chunks = 10
-		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-		for i := 0; i < chunks; i++ {
-			spin(total / chunks)
-			if kb > 0 {
-				garbage(kb / chunks)
-			}
-		}
-		if kb > 0 && len(heap.trees) > 0 {
-			heap.replaceOne(rng, depth-2)
-		}
-		fmt.Fprintf(w, "ok %d\n", total)
-	})
-	http.HandleFunc("/info", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"gomaxprocs":   runtime.GOMAXPROCS(0),
-			"num_cpu":      runtime.NumCPU(),
-			"go_version":   runtime.Version(),
-			"pid":          os.Getpid(),
-			"iters_per_ms": ipm,
-			"work_ms":      *workMs,
-			"alloc_kb":     *allocKB,
-			"live_mb":      *liveMB,
-			"gomaxprocs_env": func() any {
-				if v, ok := os.LookupEnv("GOMAXPROCS"); ok {
-					return v
-				}
-				return nil
-			}(),
-		})
-	})
+	a := &app{ipm: ipm, workMs: *workMs, allocKB: *allocKB, liveMB: *liveMB, heap: newLiveHeap(*liveMB)}
+	a.routes(http.DefaultServeMux) // beside net/http/pprof's handlers
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatalf("gmp-demoapp: listen %s: %v", *addr, err)
 	}
 	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
-	// One line on stdout that launchers wait for: the address is known only now.
-	fmt.Printf("listening http://%s gomaxprocs=%d num_cpu=%d go=%s iters_per_ms=%d\n",
-		ln.Addr(), runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), ipm)
+	line, err := a.readyLine(*ready, ln.Addr())
+	if err != nil {
+		log.Fatalf("gmp-demoapp: %v", err)
+	}
+	fmt.Println(line)
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -181,9 +181,9 @@ func openHostStat(dest string, every int64) (*hostStat, error) {
 // killed sampler leaves whole lines). Errors are counted, never fatal: the cgroup
 // counters are the primary data.
 func (h *hostStat) sample() {
-	t0 := nanotime()
+	t0 := monoNs()
 	n, err := unix.Pread(h.fd, h.buf, 0)
-	t1 := nanotime()
+	t1 := monoNs()
 	if err != nil || n <= 0 {
 		h.errs++
 		return
