@@ -27,7 +27,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     bins = ensure_binaries()
     app = subprocess.Popen(
-        [str(bins["gmp-demoapp"]), "-addr", "127.0.0.1:0", "-work-ms", "0.02", "-alloc-kb", "16"],
+        [str(bins["gmp-demoapp"]), "-ready", "json", "-addr", "127.0.0.1:0", "-work-ms", "0.02", "-alloc-kb", "16"],
         stdout=subprocess.PIPE,
     )
     load = None

@@ -446,7 +446,8 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         if rc == 0 or deadline - time.monotonic() <= 0.05:
             break
         stop = str((summary or {}).get("stop_reason", ""))
-        if not stop.startswith("cgroup gone") and "cgroup gone" not in stderr:
+        # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
+        if not stop.startswith("cgroup gone") and rc != 3:
             gone = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with

@@ -149,7 +149,8 @@ def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait_s: floa
 
 
 def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
-    """Read the app's first stdout line ("listening http://ADDR ...") and return ADDR."""
+    """Read the app's first stdout line (started with ``-ready json``: {"listening":
+    {"addr": ...}}) and return the address."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout_s
     buf = b""
@@ -162,10 +163,13 @@ def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
                 break
             buf += chunk
             if b"\n" in buf:
-                line = buf.split(b"\n", 1)[0].decode()
-                if line.startswith("listening http://"):
-                    return line.split()[1][len("http://") :]
-                raise LabError(f"gmp-demoapp said {line!r} instead of its listening line")
+                line = buf.split(b"\n", 1)[0].decode("utf-8", "replace")
+                try:
+                    return str(json.loads(line)["listening"]["addr"])
+                except (ValueError, KeyError, TypeError):
+                    raise LabError(
+                        f"gmp-demoapp said {line!r} instead of its JSON ready line (started without -ready json?)"
+                    ) from None
         if proc.poll() is not None:
             break
     raise LabError(f"gmp-demoapp did not start listening within {timeout_s}s (exit code {proc.poll()})")
@@ -306,6 +310,8 @@ def run_lab(
             env["GOMAXPROCS"] = str(cfg.gomaxprocs)
         app_cmd = [
             str(bins["gmp-demoapp"]),
+            "-ready",
+            "json",
             "-addr",
             "127.0.0.1:0",
             "-work-ms",
