@@ -52,6 +52,24 @@ class Analysis:
         return period_ns(self.run.meta)
 
     @functools.cached_property
+    def gomaxprocs(self) -> int | None:
+        """GOMAXPROCS at the start of the run: what the collector recorded, else the first
+        value in the trace (the runtime's own ProcsChange), else a literal GOMAXPROCS in
+        the environment (the runtime takes it as is); None when nothing tells."""
+        m = self.run.meta
+        g = m.get("gomaxprocs_effective")
+        if isinstance(g, int) and g > 0:
+            return g
+        tr = self.run.trace
+        self._trace_used()
+        if tr is not None and len(tr.gomaxprocs):
+            return int(tr.gomaxprocs["procs"].iloc[0])
+        env = m.get("gomaxprocs_env")
+        if isinstance(env, str) and env.strip().isdigit() and int(env) > 0:
+            return int(env)
+        return None
+
+    @functools.cached_property
     def grid(self) -> PeriodGrid:
         """The kernel's CFS period grid (:func:`gmpanalysis.fit_period_grid`)."""
         s = self.run.samples

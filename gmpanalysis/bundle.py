@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import BundleError, GmpWarning, TruncatedLineWarning
-
-SCHEMA = 1
+from .schema import READABLE, check, upgrade
 
 CPU_STAT_COLUMNS: dict[str, Any] = {
     "t_ns": np.int64,  # CLOCK_MONOTONIC midpoint of the read
@@ -281,7 +280,8 @@ def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check a bundle's ``meta.json``."""
+    """Read and check a bundle's ``meta.json`` against the contract
+    (:mod:`gmpanalysis.schema`); an older version is returned upgraded."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -294,18 +294,12 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise BundleError(f"{p}: expected a JSON object at the top level")
     schema = meta.get("schema")
-    if schema != SCHEMA:
-        raise BundleError(f"{p}: schema {schema!r} is not supported (this gmpanalysis reads schema {SCHEMA}); upgrade")
-    for key in ("source", "period_us", "quota_us", "cgroup_version"):
-        if key not in meta:
-            raise BundleError(f"{p}: missing key {key!r}; the collector that wrote it is incomplete or too old")
-    if not isinstance(meta["period_us"], int) or not 1000 <= meta["period_us"] <= 1_000_000:
-        raise BundleError(f"{p}: period_us {meta['period_us']!r} is outside the kernel's range 1000..1000000")
-    if meta["quota_us"] is not None and (not isinstance(meta["quota_us"], int) or meta["quota_us"] <= 0):
-        raise BundleError(f"{p}: quota_us must be a positive integer or null (no limit), got {meta['quota_us']!r}")
-    if meta["cgroup_version"] not in (1, 2):
-        raise BundleError(f"{p}: cgroup_version must be 1 or 2, got {meta['cgroup_version']!r}")
-    return meta
+    if schema not in READABLE or isinstance(schema, bool):
+        raise BundleError(
+            f"{p}: schema {schema!r} is not supported (this gmpanalysis reads schemas "
+            f"{', '.join(map(str, READABLE))}); upgrade gmpanalysis"
+        )
+    return upgrade(check(meta, str(p)))
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
@@ -370,8 +364,10 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 
 def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
     """Write meta.json atomically (write a temporary file, then rename over the old one),
-    so a crash leaves either the previous or the new metadata, never half of it."""
+    so a crash leaves either the previous or the new metadata, never half of it. The dict
+    is checked against the contract first (:func:`gmpanalysis.schema.check`)."""
     p = Path(path)
+    check(meta, f"{p} (being written)")  # every writer, every write: the contract holds
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
     os.replace(tmp, p)

@@ -104,7 +104,8 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
 def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per run: the table a GOMAXPROCS sweep is read from.
 
-    Columns: ``name``; ``gomaxprocs`` (effective); ``cpu_limit``; ``quota_us``;
+    Columns: ``name``; ``gomaxprocs`` (effective at the start: recorded, else from the
+    trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`); ``cpu_limit``; ``quota_us``;
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start); every key of :func:`period_summary`;
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
@@ -129,7 +130,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         )
         row: dict[str, object] = {
             "name": run.name,
-            "gomaxprocs": m.get("gomaxprocs_effective"),
+            "gomaxprocs": analyze(run).gomaxprocs,
             "cpu_limit": m.get("cpu_limit"),
             "quota_us": m.get("quota_us"),
             "load": desc,

@@ -264,7 +264,7 @@ def to_report(
     for run, per, off, stw, dq, ns in zip(runs, pers, offs, stws, quality, run_notes, strict=True):
         m = run.meta
         parts.append(
-            f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {m.get('gomaxprocs_effective')} "
+            f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
             f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota {m.get('quota_us')} µs per "
             f"{m.get('period_us')} µs, {html.escape(str(m.get('go_version')))}, kernel "
             f"{html.escape(str(m.get('kernel')))}; period grid phase "

@@ -73,3 +73,20 @@ def test_compare_runs_refuses_tables_that_do_not_pair_with_the_runs():
     run = gmp.load_run(ALLOC)
     with pytest.raises(gmp.MissingDataError, match="one per run"):
         gmp.compare_runs([run, run], periods=[gmp.df_periods(run)])
+
+
+def test_gomaxprocs_when_the_collector_could_not_record_it():
+    """A Kubernetes bundle has no gomaxprocs_effective: the trace's first value tells, else
+    a literal GOMAXPROCS in the environment."""
+    run = gmp.load_run(ALLOC)
+    assert analyze(run).gomaxprocs == run.meta["gomaxprocs_effective"] == 8
+    kube = copy.copy(run)
+    kube.meta = dict(run.meta, gomaxprocs_effective=None, gomaxprocs_env=None)
+    assert analyze(kube).gomaxprocs == int(run.trace.gomaxprocs["procs"].iloc[0]) == 8
+    assert gmp.compare_runs([kube])["gomaxprocs"].iloc[0] == 8
+    bare = copy.copy(run)
+    bare.meta = dict(run.meta, gomaxprocs_effective=None, gomaxprocs_env="3")
+    bare.trace_path, bare._trace = None, None
+    assert analyze(bare).gomaxprocs == 3
+    bare.meta = dict(bare.meta, gomaxprocs_env=None)
+    assert analyze(bare).gomaxprocs is None

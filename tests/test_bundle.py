@@ -162,9 +162,9 @@ def test_load_run_bad_meta(tmp_path):
     meta = json.loads(text)
     for key, value, match in [
         ("schema", 99, "schema 99 is not supported"),
-        ("quota_us", -5, "quota_us must be a positive integer or null"),
-        ("period_us", 5, "outside the kernel's range"),
-        ("cgroup_version", 3, "cgroup_version must be 1 or 2"),
+        ("quota_us", -5, "quota_us -5 is outside 1000"),
+        ("period_us", 5, "period_us 5 is outside 1000..1000000"),
+        ("cgroup_version", 3, r"cgroup_version must be one of \[1, 2, None\]"),
     ]:
         (d / "meta.json").write_text(json.dumps({**meta, key: value}))
         with pytest.raises(gmp.BundleError, match=match):

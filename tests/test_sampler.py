@@ -12,7 +12,8 @@ import pytest
 from conftest import DATA, requires_lab
 
 import gmpanalysis as gmp
-from gmpanalysis.bundle import SCHEMA, to_meta
+from gmpanalysis.bundle import to_meta
+from gmpanalysis.schema import SCHEMA
 
 
 def tree(tmp_path, version):

@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..bundle import HOST_STAT_COLUMNS, SCHEMA, to_meta
+from ..bundle import HOST_STAT_COLUMNS, to_meta
 from ..errors import CollectError
+from ..schema import new_meta
 from .paths import container_cgroup_candidates, pod_cgroup_candidates
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -400,10 +401,6 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
     out.mkdir(parents=True, exist_ok=False)
     csv = out / "cpu_stat.csv"
     meta: dict[str, Any] = {
-        "schema": SCHEMA,
-        "source": "kube",
-        "name": out.name,
-        "complete": False,
         **info,
         "period_us": 100_000,
         "burst_us": 0,
@@ -416,6 +413,7 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         "wall_start": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "restarts": [],
     }
+    meta = new_meta("kube", out.name, **meta)
     to_meta(out / "meta.json", meta)
     log(
         f"{info['pod']}: node {info['node']}, {info['qos']}, limit {info['cpu_limit']}, GOMAXPROCS env "

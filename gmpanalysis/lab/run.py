@@ -26,8 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..bundle import SCHEMA, to_meta
+from ..bundle import to_meta
 from ..errors import LabError
+from ..schema import new_meta
 from .binaries import ensure_binaries
 from .cgroups import PREFIX, LabCgroup
 
@@ -222,10 +223,6 @@ def run_lab(
     )
     rate = cfg.effective_rate()
     meta: dict[str, Any] = {
-        "schema": SCHEMA,
-        "source": "lab",
-        "name": cfg.name,
-        "complete": False,
         "namespace": None,
         "pod": None,
         "container": None,
@@ -266,6 +263,7 @@ def run_lab(
         },
         "lab_config": dataclasses.asdict(cfg),
     }
+    meta = new_meta("lab", cfg.name, **meta)
     sampler = app = loadgen = None
     old_term = None
     if threading.current_thread() is threading.main_thread():
