@@ -302,12 +302,17 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     return upgrade(check(meta, str(p)))
 
 
+def _empty(columns: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load and validate a run bundle directory.
 
     Raises :class:`BundleError` for a missing or inconsistent piece; tolerates (and lists in
     ``run.notes``) a truncated last CSV line, any other :class:`GmpWarning` of the readers,
-    an empty trace.out and a collection that did not finish.
+    an empty trace.out and a collection that did not finish (even one killed before its
+    first sample: its samples are then empty, and the analysis says so).
     """
     d = Path(path)
     if not d.is_dir():
@@ -319,9 +324,16 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", GmpWarning)
-        if not (d / "cpu_stat.csv").exists():
-            raise BundleError(f"{d / 'cpu_stat.csv'}: missing; a bundle without samples cannot be analysed")
-        samples = read_cpu_stat(d / "cpu_stat.csv")
+        unfinished = meta.get("complete") is False
+        csv = d / "cpu_stat.csv"
+        if unfinished and (not csv.exists() or csv.stat().st_size == 0):
+            # killed before the sampler wrote anything: what was collected (meta) is kept
+            samples = _empty(CPU_STAT_COLUMNS)
+            notes.append(f"{csv}: no samples: the collection stopped before the sampler's first read")
+        elif not csv.exists():
+            raise BundleError(f"{csv}: missing; a bundle without samples cannot be analysed")
+        else:
+            samples = read_cpu_stat(csv)
         requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
         host_stat = read_host_stat(d / "host_stat.csv") if (d / "host_stat.csv").exists() else None
     for w in caught:
@@ -331,9 +343,16 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     if samples.empty:
-        raise BundleError(f"{d / 'cpu_stat.csv'}: header only, no samples; the sampler stopped before its first read")
+        if not unfinished:
+            raise BundleError(
+                f"{d / 'cpu_stat.csv'}: header only, no samples; the sampler stopped before its first read"
+            )
+        if not any("no samples" in n for n in notes):
+            notes.append(f"{d / 'cpu_stat.csv'}: no samples: the collection stopped before the sampler's first read")
     start, end = meta.get("mono_start_ns"), meta.get("mono_end_ns")
     t = samples["t_ns"].to_numpy()
+    if not len(t):
+        start = end = None  # nothing to compare with
     slack = 5_000_000_000
     if isinstance(start, int) and t[0] < start - slack:
         raise BundleError(

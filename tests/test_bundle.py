@@ -213,3 +213,21 @@ def test_empty_trace_is_noted(tmp_path):
     (d / "trace.out").write_bytes(b"")
     run = gmp.load_run(d)
     assert run.trace_path is None and run.trace is None and any("trace.out is empty" in n for n in run.notes)
+
+
+def test_a_crash_while_writing_meta_leaves_the_previous_one(tmp_path, monkeypatch):
+    """meta.json is written to a temporary file and renamed over the old one: a writer that
+    dies before the rename leaves the previous, valid metadata (and the bundle loads)."""
+    d = _copy(tmp_path)
+    before = (d / "meta.json").read_text()
+    meta = json.loads(before)
+    meta["complete"] = False
+
+    def die(src, dst):
+        raise KeyboardInterrupt  # the process is stopped between the write and the rename
+
+    monkeypatch.setattr("gmpanalysis.bundle.os.replace", die)
+    with pytest.raises(KeyboardInterrupt):
+        gmp.bundle.to_meta(d / "meta.json", meta)
+    assert (d / "meta.json").read_text() == before
+    assert gmp.load_run(d).meta["complete"] is True

@@ -149,6 +149,38 @@ def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait_s: floa
         pass
 
 
+def reap_stale_cgroups(root: str | os.PathLike[str] = "/sys/fs/cgroup", parent: str = "") -> list[str]:
+    """Remove the lab cgroups of runs that were killed outright (no clean-up ran): named
+    ``gmp-lab-<runner pid>-...``, that runner gone, and no process left inside. Returns the
+    directories removed. Every lab run calls it first."""
+    probe = LabCgroup(f"{PREFIX}probe", root=root, parent=parent)
+    removed = []
+    for base in {d.parent for d in probe.dirs}:
+        for d in sorted(base.glob(f"{PREFIX}*-*")):
+            pid = d.name[len(PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            procs = d / "cgroup.procs"
+            if procs.exists() and procs.read_text().strip():
+                continue
+            try:
+                os.rmdir(d)
+                removed.append(str(d))
+            except OSError:
+                continue  # busy or gone meanwhile: another run's business
+    return removed
+
+
+def _die_with_parent(_: object = None) -> None:
+    """In a child between fork and exec: ask the kernel to SIGKILL it when the lab runner
+    dies (prctl PR_SET_PDEATHSIG), so a runner killed outright leaves nothing running.
+    The samples it wrote stay: the sampler appends and flushes as it goes."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+
+
 def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
     """Read the app's first stdout line (started with ``-ready json``: {"listening":
     {"addr": ...}}) and return the address."""
@@ -264,6 +296,9 @@ def run_lab(
         "lab_config": dataclasses.asdict(cfg),
     }
     meta = new_meta("lab", cfg.name, **meta)
+    to_meta(out / "meta.json", meta)  # a bundle from the first moment: killed now, it still loads
+    for d in reap_stale_cgroups(cfg.cgroup_root, cfg.cgroup_parent):
+        progress(f"removed {d}, left by a lab run that was killed")
     sampler = app = loadgen = None
     old_term = None
     if threading.current_thread() is threading.main_thread():
@@ -277,10 +312,9 @@ def run_lab(
         cg.create(quota_us=quota_us, period_us=cfg.period_us, burst_us=cfg.burst_us)
         lim = cg.limits()
         meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us)
-        progress(f"cgroup {cg.rel} (v{cg.version}): quota {lim.quota_us} µs / period {lim.period_us} µs")
-
         meta["mono_start_ns"] = time.monotonic_ns()
         to_meta(out / "meta.json", meta)
+        progress(f"cgroup {cg.rel} (v{cg.version}): quota {lim.quota_us} µs / period {lim.period_us} µs")
         sampler_cmd = [
             str(bins["gmp-sampler"]),
             "--root",
@@ -299,7 +333,7 @@ def run_lab(
         ]
         if cfg.sampler_fifo:
             sampler_cmd.append("--fifo")
-        sampler = subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True)
+        sampler = subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
         progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
 
         env = dict(os.environ)
@@ -322,7 +356,13 @@ def run_lab(
         with open(app_log, "wb") as log:
             # preexec_fn runs in the child between fork and exec: the Go runtime then starts
             # inside the cgroup and sees its quota from its first instruction.
-            app = subprocess.Popen(app_cmd, env=env, stdout=subprocess.PIPE, stderr=log, preexec_fn=cg.join_in_child)
+            app = subprocess.Popen(
+                app_cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                preexec_fn=lambda: _die_with_parent(cg.join_in_child()),
+            )
         addr = _wait_listening(app)
         with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
             info = json.load(r)
@@ -359,7 +399,7 @@ def run_lab(
             str(out / ".loadgen.json"),
         ]
         load_t0 = time.monotonic()
-        loadgen = subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True)
+        loadgen = subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
         what = f"{rate} req/s {cfg.arrivals}" if cfg.mode == "open" else f"{cfg.concurrency} clients"
         progress(f"load: {cfg.mode} loop, {what}, {cfg.duration_s}s")
 
