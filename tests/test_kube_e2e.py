@@ -159,6 +159,35 @@ def test_pod_deleted_mid_collection(cluster, bins, tmp_path):
     wait_running(core)
 
 
+@pytest.mark.parametrize("after_s", [0.0, 3.0])
+def test_collector_killed_outright_leaves_a_loadable_bundle(cluster, bins, tmp_path, after_s):
+    """SIGKILL of `gmpanalysis collect` (no clean-up runs) at once, or mid-window: meta.json
+    was valid from the first write, the samples streamed so far are on disk, the bundle loads."""
+    wait_running(cluster["core"])
+    lg = load(bins, 8)
+    cmd = [
+        sys.executable, "-m", "gmpanalysis.cli", "collect", "--kubeconfig", cluster["kubeconfig"], "-n", "default",
+        "-l", "app=gmp-demoapp", "--duration", "20s", "--pprof-port", "18181", "--out", str(tmp_path),
+    ]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(tmp_path.glob("*/meta.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(after_s)
+        p.send_signal(9)
+        p.wait(30)
+    finally:
+        p.kill()
+        lg.wait(30)
+    bundle = next(tmp_path.iterdir())
+    run = gmp.load_run(bundle)
+    assert run.meta["complete"] is False and run.meta["source"] == "kube"
+    if after_s:
+        assert len(run.samples) > 1000  # ~3 s at 997 µs, appended as they arrived
+    wait_running(cluster["core"])
+
+
 def test_no_pprof_port_still_collects_samples(cluster, bins, tmp_path):
     wait_running(cluster["core"])
     r = collect_cli(cluster, tmp_path, 3, "--pprof-port", "18999")

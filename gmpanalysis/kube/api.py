@@ -1,0 +1,60 @@
+"""The Kubernetes API client, and API errors turned into messages that say what to grant."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import CollectError
+from .config import CollectConfig
+
+
+def _client(cfg: CollectConfig) -> Any:
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise CollectError(
+            "the Kubernetes collector needs the kubernetes client: pip install 'gmpanalysis[kube]'"
+        ) from None
+    if cfg.kubeconfig:
+        if not Path(cfg.kubeconfig).is_file():
+            raise CollectError(f"{cfg.kubeconfig}: kubeconfig not found")
+        config.load_kube_config(config_file=cfg.kubeconfig, context=cfg.context)
+    else:
+        config.load_kube_config(context=cfg.context)
+    return client.CoreV1Api()
+
+
+def _forbidden(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
+    reason = ""
+    text = str(e.body or e)
+    m = re.search(r'"message":"((?:[^"\\]|\\.)*)"', text)
+    if m:
+        reason = m.group(1).replace('\\"', '"')
+    else:
+        try:
+            reason = json.loads(e.body).get("message", "")
+        except (ValueError, TypeError, AttributeError):
+            reason = text[:200]
+    return CollectError(
+        f"forbidden: cannot {verb} {resource} in namespace {namespace!r} ({reason}); "
+        "grant it with collectors/deploy/rbac.yaml"
+    )
+
+
+def _call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: Any, **kw: Any) -> Any:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return fn(*a, **kw)
+    except ApiException as e:
+        # a refused websocket upgrade (exec, port-forward) comes back as status 0 with the
+        # apiserver's 403 answer in the text
+        if e.status == 403 or ('"code":403' in str(e) and "Forbidden" in str(e)):
+            raise _forbidden(e, verb, resource, namespace) from None
+        if e.status == 404:
+            raise CollectError(f"{resource} not found in namespace {namespace!r}: {e.reason}") from None
+        raise CollectError(f"{verb} {resource} in {namespace!r} failed: {e.status} {e.reason}") from None

@@ -1,0 +1,100 @@
+"""The target pod: its node, cgroup identity, limits and GOMAXPROCS; the sampler pod on its
+node; following a restarted container."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..errors import CollectError
+from .api import _call
+from .config import CollectConfig
+
+
+def _cpu_milli(q: str | None) -> int | None:
+    if not q:
+        return None
+    q = str(q)
+    return int(q[:-1]) if q.endswith("m") else int(round(float(q) * 1000))
+
+
+def describe(pod: Any, container: str | None) -> dict[str, Any]:
+    """The facts a bundle records about a target pod and container."""
+    spec_c = next((c for c in pod.spec.containers if container in (None, c.name)), None)
+    if spec_c is None:
+        raise CollectError(f"pod {pod.metadata.name} has no container {container!r}")
+    st = next((s for s in (pod.status.container_statuses or []) if s.name == spec_c.name), None)
+    if st is None or not st.container_id:
+        raise CollectError(f"container {spec_c.name} of pod {pod.metadata.name} is not running yet")
+    limits = (spec_c.resources.limits or {}) if spec_c.resources else {}
+    milli = _cpu_milli(limits.get("cpu"))
+    gmp_env: str | None = None
+    for e in spec_c.env or []:
+        if e.name != "GOMAXPROCS":
+            continue
+        if e.value is not None:
+            gmp_env = e.value
+        elif e.value_from is not None and e.value_from.resource_field_ref is not None:
+            # the downward API rounds limits.cpu up to whole CPUs, frozen at container start
+            ref = e.value_from.resource_field_ref
+            if ref.resource == "limits.cpu" and milli is not None:
+                gmp_env = str(max(1, math.ceil(milli / 1000)))
+            else:
+                gmp_env = f"resourceFieldRef:{ref.resource}"
+    return {
+        "namespace": pod.metadata.namespace,
+        "pod": pod.metadata.name,
+        "container": spec_c.name,
+        "node": pod.spec.node_name,
+        "pod_uid": pod.metadata.uid,
+        "container_id": st.container_id,
+        "restart_count": st.restart_count,
+        "qos": pod.status.qos_class,
+        "cpu_limit": limits.get("cpu"),
+        "quota_us": None if milli is None else max(1000, milli * 100),
+        "gomaxprocs_env": gmp_env,
+    }
+
+
+def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
+    pods = _call(
+        core.list_namespaced_pod,
+        "list",
+        "pods",
+        cfg.sampler_namespace,
+        cfg.sampler_namespace,
+        label_selector=cfg.sampler_selector,
+        field_selector=f"spec.nodeName={node}",
+    )
+    running = [p.metadata.name for p in pods.items if p.status.phase == "Running"]
+    if not running:
+        raise CollectError(
+            f"no running sampler pod on node {node} (namespace {cfg.sampler_namespace}, selector "
+            f"{cfg.sampler_selector}): apply collectors/deploy/sampler.yaml"
+        )
+    return running[0]
+
+
+def _wait_for_container(
+    core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float
+) -> tuple[str | None, str | None]:
+    """After the container's cgroup vanished: (reason the pod is gone, None), or (None, the
+    new container ID), or (None, None) when the window ended first."""
+    from kubernetes.client.rest import ApiException
+
+    while time.monotonic() < deadline:
+        try:
+            pod = core.read_namespaced_pod(info["pod"], cfg.namespace)
+        except ApiException as e:
+            return f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})", None
+        if pod.metadata.deletion_timestamp is not None:
+            return f"target pod {info['pod']} is being deleted (since {pod.metadata.deletion_timestamp})", None
+        try:
+            new = describe(pod, info["container"])
+        except CollectError:
+            new = None
+        if new is not None and new["container_id"] != info["container_id"]:
+            return None, new["container_id"]
+        time.sleep(0.5)
+    return None, None
