@@ -237,24 +237,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def run_lab(
-    cfg: LabConfig, out: str | os.PathLike[str], *, progress: Progress = _quiet, bins: dict[str, Path] | None = None
-) -> Path:
-    """Run one experiment and write its bundle to ``out`` (a new or empty directory)."""
-    preflight(cfg)
-    bins = bins or ensure_binaries()
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise LabError(f"{out} exists and is not empty; bundles are never overwritten: choose a new directory")
-    out.mkdir(parents=True, exist_ok=True)
-    ipm = cfg.iters_per_ms or calibrate(bins)
-
-    quota_us = None if cfg.cpu_limit is None else max(1000, round(cfg.cpu_limit * cfg.period_us))
-    cg = LabCgroup(
-        f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}", root=cfg.cgroup_root, parent=cfg.cgroup_parent
-    )
-    rate = cfg.effective_rate()
-    meta: dict[str, Any] = {
+def _initial_meta(cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None, rate: float) -> dict[str, Any]:
+    """The bundle's meta.json at the start of a run: every key of the contract, the
+    settings, and null where the run has not learnt the value yet."""
+    fields: dict[str, Any] = {
         "namespace": None,
         "pod": None,
         "container": None,
@@ -295,7 +281,111 @@ def run_lab(
         },
         "lab_config": dataclasses.asdict(cfg),
     }
-    meta = new_meta("lab", cfg.name, **meta)
+    return new_meta("lab", cfg.name, **fields)
+
+
+def _start_sampler(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, out: Path) -> subprocess.Popen:
+    """gmp-sampler outside the cgroup (never sample from inside: it would be throttled
+    with it), appending cpu_stat.csv and host_stat.csv as it goes."""
+    sampler_cmd = [
+        str(bins["gmp-sampler"]),
+        "--root",
+        cfg.cgroup_root,
+        "--cgroup",
+        cg.rel,
+        "--interval",
+        f"{cfg.sample_interval_us}us",
+        "--out",
+        str(out / "cpu_stat.csv"),
+        "--summary",
+        str(out / ".sampler.json"),
+        # the host's /proc/stat once a second (steal time: what explains sampling holes on a VM)
+        "--host-stat",
+        str(out / "host_stat.csv"),
+    ]
+    if cfg.sampler_fifo:
+        sampler_cmd.append("--fifo")
+    return subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+
+
+def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, app_log: Path) -> subprocess.Popen:
+    """The demo service, started inside the cgroup before it execs."""
+    env = dict(os.environ)
+    env.pop("GOMAXPROCS", None)
+    if cfg.gomaxprocs is not None:
+        env["GOMAXPROCS"] = str(cfg.gomaxprocs)
+    app_cmd = [
+        str(bins["gmp-demoapp"]),
+        "-ready",
+        "json",
+        "-addr",
+        "127.0.0.1:0",
+        "-work-ms",
+        str(cfg.work_ms),
+        "-iters-per-ms",
+        str(ipm),
+    ]
+    if cfg.workload == "alloc":
+        app_cmd += ["-alloc-kb", str(cfg.alloc_kb), "-live-mb", str(cfg.live_mb)]
+    with open(app_log, "wb") as log:
+        # preexec_fn runs in the child between fork and exec: the Go runtime then starts
+        # inside the cgroup and sees its quota from its first instruction.
+        return subprocess.Popen(
+            app_cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            preexec_fn=lambda: _die_with_parent(cg.join_in_child()),
+        )
+
+
+def _start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, out: Path) -> subprocess.Popen:
+    """The load generator: open-loop (Poisson or constant) or closed-loop, recording every
+    request into requests.csv."""
+    load_cmd = [
+        str(bins["gmp-loadgen"]),
+        "-url",
+        f"http://{addr}/work",
+        "-mode",
+        cfg.mode,
+        "-arrivals",
+        cfg.arrivals,
+        "-rate",
+        str(rate),
+        "-concurrency",
+        str(cfg.concurrency),
+        "-duration",
+        f"{cfg.duration_s}s",
+        "-max-requests",
+        str(cfg.max_requests),
+        "-seed",
+        str(cfg.seed),
+        "-out",
+        str(out / "requests.csv"),
+        "-summary",
+        str(out / ".loadgen.json"),
+    ]
+    return subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+
+
+def run_lab(
+    cfg: LabConfig, out: str | os.PathLike[str], *, progress: Progress = _quiet, bins: dict[str, Path] | None = None
+) -> Path:
+    """Run one experiment and write its bundle to ``out`` (a new or empty directory)."""
+    preflight(cfg)
+    bins = bins or ensure_binaries()
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise LabError(f"{out} exists and is not empty; bundles are never overwritten: choose a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    ipm = cfg.iters_per_ms or calibrate(bins)
+
+    quota_us = None if cfg.cpu_limit is None else max(1000, round(cfg.cpu_limit * cfg.period_us))
+    cg = LabCgroup(
+        f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}", root=cfg.cgroup_root, parent=cfg.cgroup_parent
+    )
+    rate = cfg.effective_rate()
+    meta = _initial_meta(cfg, cg, ipm, quota_us, rate)
     to_meta(out / "meta.json", meta)  # a bundle from the first moment: killed now, it still loads
     for d in reap_stale_cgroups(cfg.cgroup_root, cfg.cgroup_parent):
         progress(f"removed {d}, left by a lab run that was killed")
@@ -315,54 +405,10 @@ def run_lab(
         meta["mono_start_ns"] = time.monotonic_ns()
         to_meta(out / "meta.json", meta)
         progress(f"cgroup {cg.rel} (v{cg.version}): quota {lim.quota_us} µs / period {lim.period_us} µs")
-        sampler_cmd = [
-            str(bins["gmp-sampler"]),
-            "--root",
-            cfg.cgroup_root,
-            "--cgroup",
-            cg.rel,
-            "--interval",
-            f"{cfg.sample_interval_us}us",
-            "--out",
-            str(out / "cpu_stat.csv"),
-            "--summary",
-            str(out / ".sampler.json"),
-            # the host's /proc/stat once a second (steal time: what explains sampling holes on a VM)
-            "--host-stat",
-            str(out / "host_stat.csv"),
-        ]
-        if cfg.sampler_fifo:
-            sampler_cmd.append("--fifo")
-        sampler = subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+        sampler = _start_sampler(cfg, bins, cg, out)
         progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
 
-        env = dict(os.environ)
-        env.pop("GOMAXPROCS", None)
-        if cfg.gomaxprocs is not None:
-            env["GOMAXPROCS"] = str(cfg.gomaxprocs)
-        app_cmd = [
-            str(bins["gmp-demoapp"]),
-            "-ready",
-            "json",
-            "-addr",
-            "127.0.0.1:0",
-            "-work-ms",
-            str(cfg.work_ms),
-            "-iters-per-ms",
-            str(ipm),
-        ]
-        if cfg.workload == "alloc":
-            app_cmd += ["-alloc-kb", str(cfg.alloc_kb), "-live-mb", str(cfg.live_mb)]
-        with open(app_log, "wb") as log:
-            # preexec_fn runs in the child between fork and exec: the Go runtime then starts
-            # inside the cgroup and sees its quota from its first instruction.
-            app = subprocess.Popen(
-                app_cmd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                preexec_fn=lambda: _die_with_parent(cg.join_in_child()),
-            )
+        app = _start_app(cfg, bins, cg, ipm, app_log)
         addr = _wait_listening(app)
         with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
             info = json.load(r)
@@ -375,31 +421,8 @@ def run_lab(
             f"(env {meta['gomaxprocs_env'] or 'unset'}), {info['go_version']}"
         )
 
-        load_cmd = [
-            str(bins["gmp-loadgen"]),
-            "-url",
-            f"http://{addr}/work",
-            "-mode",
-            cfg.mode,
-            "-arrivals",
-            cfg.arrivals,
-            "-rate",
-            str(rate),
-            "-concurrency",
-            str(cfg.concurrency),
-            "-duration",
-            f"{cfg.duration_s}s",
-            "-max-requests",
-            str(cfg.max_requests),
-            "-seed",
-            str(cfg.seed),
-            "-out",
-            str(out / "requests.csv"),
-            "-summary",
-            str(out / ".loadgen.json"),
-        ]
         load_t0 = time.monotonic()
-        loadgen = subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+        loadgen = _start_load(cfg, bins, addr, rate, out)
         what = f"{rate} req/s {cfg.arrivals}" if cfg.mode == "open" else f"{cfg.concurrency} clients"
         progress(f"load: {cfg.mode} loop, {what}, {cfg.duration_s}s")
 
