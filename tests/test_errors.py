@@ -115,10 +115,10 @@ def test_the_family_is_exported_and_old_homes_still_work():
 
 
 def test_bad_arguments_are_usage_errors():
-    from gmpanalysis.cgroup import normalise_cpu_stat
+    from gmpanalysis.lab import LabCgroup
 
-    with pytest.raises(gmp.UsageError, match="version must be 1 or 2"):
-        normalise_cpu_stat({}, 3)
+    with pytest.raises(gmp.UsageError, match="lab cgroup names start with"):
+        LabCgroup("bad")
 
 
 # --- data notes in the report ----------------------------------------------------------

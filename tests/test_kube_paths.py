@@ -1,84 +1,65 @@
-"""Pod and container cgroup paths on fixture trees: both drivers, both cgroup versions,
-every QoS class, containerd / CRI-O / docker IDs."""
+"""Pod and container cgroup paths: the golden table tests/data/cgroup/paths.json, which the Go
+reader's tests (collectors/internal/cgroup) read too. collect.py builds the sampler's
+``|``-joined --cgroup argument from these candidates and gmp-sampler resolves it on the
+node, so both sides are held to one table: every driver × QoS × runtime × cgroup version."""
 
 from __future__ import annotations
 
-import itertools
+import json
 
 import pytest
+from conftest import DATA
+from test_cgroup import make_files
 
 from gmpanalysis.errors import CollectError
 from gmpanalysis.kube.paths import container_cgroup_candidates, pod_cgroup_candidates, resolve
 
-UID = "0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b"
-US = UID.replace("-", "_")
-CID = "3b1f" * 16
+PATHS = json.loads((DATA / "cgroup" / "paths.json").read_text())
 
-# what a node really has, per driver, QoS and runtime (kubelet and runtime naming)
-EXPECTED = {
-    ("cgroupfs", "Guaranteed"): f"kubepods/pod{UID}",
-    ("cgroupfs", "Burstable"): f"kubepods/burstable/pod{UID}",
-    ("cgroupfs", "BestEffort"): f"kubepods/besteffort/pod{UID}",
-    ("systemd", "Guaranteed"): f"kubepods.slice/kubepods-pod{US}.slice",
-    ("systemd", "Burstable"): f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{US}.slice",
-    ("systemd", "BestEffort"): f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{US}.slice",
-}
-CONTAINER = {
-    ("cgroupfs", "containerd"): CID,
-    ("systemd", "containerd"): f"cri-containerd-{CID}.scope",
-    ("cgroupfs", "cri-o"): f"crio-{CID}",
-    ("systemd", "cri-o"): f"crio-{CID}.scope",
-    ("cgroupfs", "docker"): CID,
-    ("systemd", "docker"): f"docker-{CID}.scope",
-}
-CASES = list(
-    itertools.product(
-        (1, 2), ("cgroupfs", "systemd"), ("Guaranteed", "Burstable", "BestEffort"), ("containerd", "cri-o", "docker")
-    )
-)
+
+@pytest.mark.parametrize("case", PATHS["candidates"], ids=[c["id"] for c in PATHS["candidates"]])
+def test_candidates(case):
+    assert pod_cgroup_candidates(case["pod_uid"], case["qos"]) == case["pod"]
+    assert container_cgroup_candidates(case["pod_uid"], case["qos"], case["container_id"]) == case["container"]
 
 
 def make_node(tmp_path, version, rel):
-    """A node's cgroup mount with the path ``rel``; like the kernel, every cgroup directory
-    on the way has its interface files."""
+    """A node's cgroup mount holding ``rel`` as paths.json's trees say: like the kernel,
+    every cgroup directory on the way has its interface files."""
+    tree = PATHS["trees"][str(version)]
+    make_files(tmp_path, tree["root"])
     parts = rel.split("/")
     for i in range(1, len(parts) + 1):
         sub = "/".join(parts[:i])
-        if version == 1:
-            for h in ("cpu", "cpuacct"):
-                (tmp_path / h / sub).mkdir(parents=True, exist_ok=True)
-            (tmp_path / "cpu" / sub / "cpu.stat").write_text("nr_periods 0\n")
-        else:
-            (tmp_path / sub).mkdir(parents=True, exist_ok=True)
-            (tmp_path / sub / "cpu.stat").write_text("usage_usec 0\n")
-    if version == 2:
-        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+        make_files(tmp_path, {p.replace("{}", sub): c for p, c in tree["cgroup"].items()})
     return tmp_path
 
 
-@pytest.mark.parametrize("version,driver,qos,runtime", CASES, ids=["-".join(map(str, c)) for c in CASES])
-def test_resolves_every_layout(tmp_path, version, driver, qos, runtime):
-    rel = f"{EXPECTED[(driver, qos)]}/{CONTAINER[(driver, runtime)]}"
-    root = make_node(tmp_path, version, rel)
-    got, v = resolve(root, container_cgroup_candidates(UID, qos, f"{runtime}://{CID}"))
-    assert (got, v) == (rel, version)
-    pod, _ = resolve(root, pod_cgroup_candidates(UID, qos))
-    assert pod == EXPECTED[(driver, qos)]
+def test_every_layout_is_in_the_table():
+    assert len(PATHS["layouts"]) == 2 * 2 * 3 * 3
+
+
+@pytest.mark.parametrize("case", PATHS["layouts"], ids=[c["id"] for c in PATHS["layouts"]])
+def test_resolves_every_layout(tmp_path, case):
+    root = make_node(tmp_path, case["version"], case["container_path"])
+    got = resolve(root, container_cgroup_candidates(case["pod_uid"], case["qos"], case["container_id"]))
+    assert got == (case["container_path"], case["version"])
+    assert resolve(root, pod_cgroup_candidates(case["pod_uid"], case["qos"])) == (case["pod_path"], case["version"])
 
 
 def test_missing_cgroup_names_the_candidates(tmp_path):
+    c = PATHS["candidates"][0]
     (tmp_path / "cgroup.controllers").write_text("cpu\n")
     with pytest.raises(CollectError, match="none of these cgroups exists"):
-        resolve(tmp_path, container_cgroup_candidates(UID, "Burstable", f"containerd://{CID}"))
+        resolve(tmp_path, c["container"])
 
 
-@pytest.mark.parametrize("bad", ["containerd://../../etc", "rkt://abc", f"containerd://{CID}; rm -rf /", "abc"])
-def test_container_ids_are_validated(bad):
-    with pytest.raises(CollectError):
-        container_cgroup_candidates(UID, "Burstable", bad)
+def test_no_cpu_controller(tmp_path):
+    with pytest.raises(CollectError, match="no cgroup cpu controller"):
+        resolve(tmp_path, PATHS["candidates"][0]["container"])
 
 
-@pytest.mark.parametrize("uid,qos", [("../x", "Burstable"), (UID, "Gold")])
-def test_uid_and_qos_are_validated(uid, qos):
-    with pytest.raises(CollectError):
-        pod_cgroup_candidates(uid, qos)
+@pytest.mark.parametrize("case", PATHS["invalid"], ids=[c["id"] for c in PATHS["invalid"]])
+def test_inputs_are_validated(case):
+    with pytest.raises(CollectError, match=case["error"]):
+        container_cgroup_candidates(case["pod_uid"], case["qos"], case["container_id"])

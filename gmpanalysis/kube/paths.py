@@ -10,6 +10,10 @@ and the container's directory by runtime and driver: containerd ``<id>`` /
 ``docker-<id>.scope``. cgroup v1 puts these under each controller's hierarchy (cpu/,
 cpuacct/), v2 under the single mount. The candidates are listed for every combination and
 the first that exists on the node wins, so no driver setting has to be guessed.
+
+collect.py joins these lists with ``|`` into gmp-sampler's --cgroup argument; the sampler
+(collectors/internal/cgroup/kube.go builds the same lists) resolves them on the node. Both
+are tested against tests/data/cgroup/paths.json, so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..cgroup import detect, lookup
 from ..errors import CollectError
 
 QOS = ("Guaranteed", "Burstable", "BestEffort")
@@ -63,14 +68,18 @@ def container_cgroup_candidates(pod_uid: str, qos: str, container_id: str) -> li
 
 def resolve(root: str | Path, candidates: list[str]) -> tuple[str, int]:
     """The first candidate that exists under the cgroup mount ``root`` -> (relative path,
-    cgroup version). v1 is looked up in the cpu hierarchy, v2 under the mount itself."""
-    r = Path(root)
+    cgroup version), by the rule gmp-sampler applies to its ``|``-joined --cgroup argument
+    (:func:`gmpanalysis.cgroup.lookup`, the mirror of collectors/internal/cgroup)."""
+    mount = detect(root)
+    if mount is None:
+        raise CollectError(
+            f"no cgroup cpu controller under {root}: neither a v1 cpu hierarchy nor a v2 mount listing cpu "
+            "in cgroup.controllers; is the host's cgroup mount the one given?"
+        )
     for rel in candidates:
-        for hier in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-            if (r / hier / rel / "cpu.stat").exists():
-                return rel, 1
-        if (r / rel / "cpu.stat").exists() and (r / "cgroup.controllers").exists():
-            return rel, 2
+        found = lookup(mount, rel)
+        if not isinstance(found, str):
+            return found.rel, found.version
     raise CollectError(
         f"none of these cgroups exists under {root}: {', '.join(candidates)}; is the pod running on this "
         "node, and is the host's cgroup mount the one given?"

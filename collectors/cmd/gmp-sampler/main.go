@@ -6,6 +6,12 @@
 // normalised to µs whatever the cgroup version (v1 reports ns). Rows are written with
 // write(2) at least every --flush interval and the file only ever grows, so a sampler
 // killed at any moment leaves a readable file holding all but the last few rows.
+//
+// Where the cgroup's files are and how they parse is internal/cgroup's. Exit status: 0 at
+// the end of --duration or on a signal, 2 when nothing could be sampled (bad arguments, no
+// such cgroup, files that do not parse at the first read), 3 when a sampled cgroup went
+// away (its files no longer read), 4 when a later read did not parse (the summary's
+// stop_reason quotes the file and line; no row is written for it).
 package main
 
 import (
@@ -24,6 +30,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
 // monoNs reads CLOCK_MONOTONIC, the clock of the Go execution trace (ticks = the runtime's
@@ -203,20 +211,18 @@ func main() {
 	if *interval < 10*time.Microsecond {
 		fatalf("--interval %v is too small (minimum 10µs)", *interval)
 	}
+	mount, err := cgroup.Detect(*root)
+	if err != nil {
+		fatalf("%v", err)
+	}
 	targets := make([]*target, 0, len(cgroups))
 	for _, spec := range cgroups {
-		t, err := resolveTarget(*root, spec)
+		t, err := openTarget(mount, spec)
 		if err != nil {
 			fatalf("%v", err)
 		}
-		if err := checkOutside(t); err != nil {
-			fatalf("%v", err)
-		}
-		if err := t.open(); err != nil {
-			fatalf("cgroup %q: %v", spec, err)
-		}
 		targets = append(targets, t)
-		fmt.Fprintf(os.Stderr, "gmp-sampler: sampling %s at %s (cgroup v%d)\n", t.name, t.rel, t.version)
+		fmt.Fprintf(os.Stderr, "gmp-sampler: sampling %s at %s (cgroup v%d)\n", t.name, t.Rel, t.Version)
 	}
 
 	var w *os.File
@@ -268,9 +274,9 @@ func main() {
 		sum.UserHZ = hs.userHz
 	}
 	for _, t := range targets {
-		c := map[string]any{"name": t.name, "path": t.rel, "version": t.version, "cpu_stat": t.statPath}
-		if t.usePath != "" {
-			c["cpuacct_usage"] = t.usePath
+		c := map[string]any{"name": t.name, "path": t.Rel, "version": t.Version, "cpu_stat": t.StatPath}
+		if t.UsagePath != "" {
+			c["cpuacct_usage"] = t.UsagePath
 		}
 		sum.Cgroups = append(sum.Cgroups, c)
 	}
@@ -292,8 +298,7 @@ func main() {
 	debug.SetGCPercent(-1)
 
 	var lat, readDur latencyHist
-	buf := make([]byte, 4096)
-	ubuf := make([]byte, 64)
+	var st cgroup.Stat
 	pending := make([]byte, 0, 1<<16)
 	iv := interval.Nanoseconds()
 	flushNs := flushEvery.Nanoseconds()
@@ -325,6 +330,7 @@ func main() {
 		endAt = start + duration.Nanoseconds()
 	}
 	k := int64(0)
+	badData := false
 	sum.StopReason = "duration"
 	if hs != nil {
 		hs.next = start
@@ -346,25 +352,28 @@ loop:
 		sum.Ticks++
 		for _, t := range targets {
 			t0 := monoNs()
-			// pread at offset 0 on a file kept open: the kernel regenerates the text on
-			// every read from offset 0, with no open/close per sample.
-			n, err1 := unix.Pread(t.statFd, buf, 0)
-			var un int
-			var err2 error
-			if t.usage != nil {
-				un, err2 = unix.Pread(t.useFd, ubuf, 0)
-			}
+			// pread at offset 0 on the files kept open (cgroup.Reader)
+			stat, usage, err := t.ReadRaw()
 			t1 := monoNs()
 			lastRead = t1
-			if err1 != nil || n <= 0 || err2 != nil || (t.usage != nil && un <= 0) {
-				// The cgroup vanished (container restart, pod deleted): stop cleanly so
-				// what was written stays a valid file.
+			if err == nil {
+				err = t.Parse(stat, usage, &st)
+			}
+			if err != nil {
+				// The cgroup vanished (container restart, pod deleted), or a read did not
+				// parse (never written as a row of zeros): stop cleanly so what was written
+				// stays a valid file.
 				sum.ReadErrors++
-				sum.StopReason = "cgroup gone: " + t.statPath
+				if _, gone := err.(*cgroup.GoneError); gone {
+					sum.StopReason = "cgroup gone: " + t.StatPath
+				} else {
+					sum.StopReason = "bad cgroup data: " + err.Error()
+					badData = true
+				}
 				break loop
 			}
 			readDur.add(t1 - t0)
-			pending = appendRow(pending, t, (t0+t1)/2, t1-t0, buf[:n], ubuf[:max(un, 0)], multi)
+			pending = appendRow(pending, t.name, (t0+t1)/2, t1-t0, &st, multi)
 			sum.Rows++
 		}
 		// the end of the last read is "now" for the flush and /proc/stat decisions
@@ -422,6 +431,9 @@ loop:
 		if err := os.WriteFile(*summaryPath, append(b, '\n'), 0o644); err != nil {
 			fatalf("summary: %v", err)
 		}
+	}
+	if badData {
+		os.Exit(4)
 	}
 	if sum.ReadErrors > 0 {
 		os.Exit(3)

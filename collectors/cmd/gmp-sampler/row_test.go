@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
+)
 
 func TestAppendRow(t *testing.T) {
 	cases := []struct {
@@ -34,11 +38,32 @@ func TestAppendRow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := string(appendRow(nil, &target{version: c.version}, 100, 7, []byte(c.stat), []byte(c.usage), false))
+			var st cgroup.Stat
+			if err := cgroup.ParseStat("cpu.stat", []byte(c.stat), c.version, &st); err != nil {
+				t.Fatal(err)
+			}
+			if c.version == 1 {
+				u, err := cgroup.ParseUsage("cpuacct.usage", []byte(c.usage))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.Usage = u
+			}
+			got := string(appendRow(nil, "g", 100, 7, &st, false))
 			if got != c.want {
 				t.Fatalf("got %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// The hot loop's formatting allocates nothing (the read and parse are checked in
+// internal/cgroup).
+func TestAppendRowAllocs(t *testing.T) {
+	st := cgroup.Stat{Usage: 2500000789, Periods: 12, Throttled: 5, ThrottledTime: 145000123, NsUnits: true}
+	row := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() { row = appendRow(row[:0], "ctr", 100, 7, &st, true) }); n != 0 {
+		t.Fatalf("%v allocations per row", n)
 	}
 }
 

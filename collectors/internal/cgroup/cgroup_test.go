@@ -1,0 +1,426 @@
+package cgroup
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The fixture trees and golden files shared with the Python tests.
+var dataDir = filepath.Join("..", "..", "..", "tests", "data", "cgroup")
+
+type wantError struct {
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Quote    string `json:"quote"`
+	Contains string `json:"contains"`
+}
+
+type wantLimits struct {
+	PeriodUs uint64     `json:"period_us"`
+	QuotaUs  int64      `json:"quota_us"`
+	BurstUs  uint64     `json:"burst_us"`
+	Error    *wantError `json:"error"`
+}
+
+type wantStat struct {
+	Usage         uint64     `json:"usage"`
+	Periods       uint64     `json:"nr_periods"`
+	Throttled     uint64     `json:"nr_throttled"`
+	ThrottledTime uint64     `json:"throttled"`
+	Bursts        uint64     `json:"nr_bursts"`
+	BurstTime     uint64     `json:"burst"`
+	Keys          []string   `json:"keys"`
+	Error         *wantError `json:"error"`
+}
+
+type fixtureCase struct {
+	Limits *wantLimits `json:"limits"`
+	Stat   *wantStat   `json:"stat"`
+}
+
+func loadJSON(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// checkError: err names the file (its full path) and the line, and quotes the text.
+func checkError(t *testing.T, dir string, err error, w *wantError) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one about %s", w.File)
+	}
+	msg := err.Error()
+	for _, s := range []string{filepath.Join(dir, w.File), w.Contains} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("error %q does not contain %q", msg, s)
+		}
+	}
+	if w.Line > 0 || w.Quote != "" {
+		var fe *FormatError
+		if !errors.As(err, &fe) {
+			t.Fatalf("error %q is not a *FormatError", msg)
+		}
+		if !strings.Contains(msg, "line "+strconv.Itoa(w.Line)+":") || fe.Line != w.Line {
+			t.Errorf("error %q: want line %d", msg, w.Line)
+		}
+		if !strings.Contains(msg, w.Quote) || !strings.Contains(fe.Text, w.Quote) {
+			t.Errorf("error %q does not quote %q", msg, w.Quote)
+		}
+	}
+	if len(msg) > 400 {
+		t.Errorf("error message of %d bytes: quote less", len(msg))
+	}
+}
+
+// TestFixtures runs every case directory of tests/data/cgroup/v{1,2} through the readers
+// the sampler uses; the expected outcomes are in expected.json (the Python tests read the
+// same file). A case directory without an entry, or an entry without a directory, fails.
+func TestFixtures(t *testing.T) {
+	var doc struct {
+		Cases map[string]fixtureCase `json:"cases"`
+	}
+	loadJSON(t, "expected.json", &doc)
+	seen := map[string]bool{}
+	for _, v := range []string{"v1", "v2"} {
+		ents, err := os.ReadDir(filepath.Join(dataDir, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		version := int(v[1] - '0')
+		for _, e := range ents {
+			id := v + "/" + e.Name()
+			seen[id] = true
+			c, ok := doc.Cases[id]
+			if !ok {
+				t.Errorf("%s: no entry in expected.json", id)
+				continue
+			}
+			dir := filepath.Join(dataDir, v, e.Name())
+			t.Run(id, func(t *testing.T) {
+				if c.Limits == nil {
+					t.Fatal("every case states its limits")
+				}
+				t.Run("limits", func(t *testing.T) { checkLimits(t, dir, version, c.Limits) })
+				if c.Stat != nil {
+					t.Run("stat", func(t *testing.T) { checkStat(t, dir, version, c.Stat) })
+				}
+			})
+		}
+	}
+	for id := range doc.Cases {
+		if !seen[id] {
+			t.Errorf("expected.json names %s, which has no directory", id)
+		}
+	}
+}
+
+func checkLimits(t *testing.T, dir string, version int, w *wantLimits) {
+	got, err := ReadLimits(dir, version)
+	if w.Error != nil {
+		checkError(t, dir, err, w.Error)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{Version: version, PeriodUs: w.PeriodUs, QuotaUs: w.QuotaUs, BurstUs: w.BurstUs}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+func checkStat(t *testing.T, dir string, version int, w *wantStat) {
+	c := &Cgroup{Version: version, StatPath: filepath.Join(dir, "cpu.stat")}
+	if version == 1 {
+		c.UsagePath = filepath.Join(dir, "cpuacct.usage")
+	}
+	r, err := c.Open() // the sampler's path: held files, pread at offset 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var s Stat
+	err = r.Read(&s)
+	if w.Error != nil {
+		checkError(t, dir, err, w.Error)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stat{Usage: w.Usage, Periods: w.Periods, Throttled: w.Throttled, ThrottledTime: w.ThrottledTime,
+		Bursts: w.Bursts, BurstTime: w.BurstTime, NsUnits: version == 1}
+	if s != want {
+		t.Fatalf("got %+v, want %+v", s, want)
+	}
+	if w.Keys != nil {
+		b, _ := os.ReadFile(c.StatPath)
+		fields, err := ParseKeyed(c.StatPath, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, f := range fields {
+			keys = append(keys, f.Key)
+		}
+		if !reflect.DeepEqual(keys, w.Keys) {
+			t.Fatalf("keys %v, want %v", keys, w.Keys)
+		}
+	}
+}
+
+// The sampler's hot path: pread and parse allocate nothing.
+func TestReadAllocatesNothing(t *testing.T) {
+	for _, v := range []string{"v1", "v2"} {
+		dir := filepath.Join(dataDir, v, "set")
+		c := &Cgroup{Version: int(v[1] - '0'), StatPath: filepath.Join(dir, "cpu.stat")}
+		if c.Version == 1 {
+			c.UsagePath = filepath.Join(dir, "cpuacct.usage")
+		}
+		r, err := c.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Stat
+		if n := testing.AllocsPerRun(200, func() {
+			if err := r.Read(&s); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v allocations per read", v, n)
+		}
+		r.Close()
+	}
+}
+
+func TestParseUint(t *testing.T) {
+	for in, want := range map[string]uint64{"0": 0, "7": 7, "18446744073709551615": 1<<64 - 1, "00000000000000000001": 1} {
+		if got, ok := parseUint([]byte(in)); !ok || got != want {
+			t.Errorf("%q: %d %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"", "-1", "+1", " 1", "1 ", "1a", "18446744073709551616", "99999999999999999999",
+		"000000000000000000001", "\uff15", "\u0663", "1\xff", strings.Repeat("9", 5000)} {
+		if got, ok := parseUint([]byte(in)); ok {
+			t.Errorf("%q accepted as %d", in, got)
+		}
+	}
+	for in, want := range map[string]int64{"-1": -1, "0": 0, "-9223372036854775808": -1 << 63, "9223372036854775807": 1<<63 - 1} {
+		if got, ok := parseInt([]byte(in)); !ok || got != want {
+			t.Errorf("%q: %d %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"--5", "-", "9223372036854775808", "-9223372036854775809", "- 1"} {
+		if got, ok := parseInt([]byte(in)); ok {
+			t.Errorf("%q accepted as %d", in, got)
+		}
+	}
+}
+
+type pathsDoc struct {
+	Candidates []struct {
+		ID          string   `json:"id"`
+		PodUID      string   `json:"pod_uid"`
+		QoS         string   `json:"qos"`
+		ContainerID string   `json:"container_id"`
+		Pod         []string `json:"pod"`
+		Container   []string `json:"container"`
+	} `json:"candidates"`
+	Invalid []struct {
+		ID          string `json:"id"`
+		PodUID      string `json:"pod_uid"`
+		QoS         string `json:"qos"`
+		ContainerID string `json:"container_id"`
+		Error       string `json:"error"`
+	} `json:"invalid"`
+	Trees map[string]struct {
+		Root   map[string]*string `json:"root"`
+		Cgroup map[string]*string `json:"cgroup"`
+	} `json:"trees"`
+	Layouts []struct {
+		ID            string `json:"id"`
+		Version       int    `json:"version"`
+		QoS           string `json:"qos"`
+		PodUID        string `json:"pod_uid"`
+		ContainerID   string `json:"container_id"`
+		PodPath       string `json:"pod_path"`
+		ContainerPath string `json:"container_path"`
+	} `json:"layouts"`
+	Lookups []struct {
+		ID    string             `json:"id"`
+		Files map[string]*string `json:"files"`
+		Spec  string             `json:"spec"`
+		Want  struct {
+			Name     string  `json:"name"`
+			Rel      string  `json:"rel"`
+			Version  int     `json:"version"`
+			Stat     string  `json:"stat"`
+			Usage    *string `json:"usage"`
+			Error    string  `json:"error"`
+			Contains string  `json:"contains"`
+		} `json:"want"`
+	} `json:"lookups"`
+}
+
+// writeFiles makes a tree: a value is a file's content; nil or a path ending in "/" is a directory.
+func writeFiles(t *testing.T, root string, files map[string]*string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(root, filepath.FromSlash(p))
+		if content == nil || strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(*content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	var doc pathsDoc
+	loadJSON(t, "paths.json", &doc)
+	for _, c := range doc.Candidates {
+		t.Run(c.ID, func(t *testing.T) {
+			pod, err := PodCandidates(c.PodUID, c.QoS)
+			if err != nil || !reflect.DeepEqual(pod, c.Pod) {
+				t.Fatalf("pod: %v %v, want %v", pod, err, c.Pod)
+			}
+			ctr, err := ContainerCandidates(c.PodUID, c.QoS, c.ContainerID)
+			if err != nil || !reflect.DeepEqual(ctr, c.Container) {
+				t.Fatalf("container: %v %v, want %v", ctr, err, c.Container)
+			}
+		})
+	}
+	for _, c := range doc.Invalid {
+		t.Run("invalid-"+c.ID, func(t *testing.T) {
+			_, err := ContainerCandidates(c.PodUID, c.QoS, c.ContainerID)
+			if err == nil || !strings.Contains(err.Error(), c.Error) {
+				t.Fatalf("got %v, want an error about %s", err, c.Error)
+			}
+		})
+	}
+}
+
+// TestLayouts: on a node tree of every version × driver × QoS × runtime, the "|"-joined
+// candidates (what the sampler gets from the collector) resolve to the kubelet's path.
+func TestLayouts(t *testing.T) {
+	var doc pathsDoc
+	loadJSON(t, "paths.json", &doc)
+	if len(doc.Layouts) != 36 {
+		t.Fatalf("%d layouts, want 2 versions × 2 drivers × 3 QoS × 3 runtimes", len(doc.Layouts))
+	}
+	for _, l := range doc.Layouts {
+		t.Run(l.ID, func(t *testing.T) {
+			root := t.TempDir()
+			tree := doc.Trees[strconv.Itoa(l.Version)]
+			writeFiles(t, root, tree.Root)
+			parts := strings.Split(l.ContainerPath, "/")
+			for i := 1; i <= len(parts); i++ {
+				dir := strings.Join(parts[:i], "/")
+				files := map[string]*string{}
+				for p, c := range tree.Cgroup {
+					files[strings.ReplaceAll(p, "{}", dir)] = c
+				}
+				writeFiles(t, root, files)
+			}
+			m, err := Detect(root)
+			if err != nil || m.Version != l.Version {
+				t.Fatalf("Detect: %+v %v", m, err)
+			}
+			ctr, _ := ContainerCandidates(l.PodUID, l.QoS, l.ContainerID)
+			got, err := m.Resolve(strings.Join(ctr, "|"))
+			if err != nil || got.Rel != l.ContainerPath || got.Version != l.Version {
+				t.Fatalf("container: %+v %v, want %s", got, err, l.ContainerPath)
+			}
+			pod, _ := PodCandidates(l.PodUID, l.QoS)
+			got, err = m.Resolve("pod=" + strings.Join(pod, "|"))
+			if err != nil || got.Rel != l.PodPath || got.Name != "pod" {
+				t.Fatalf("pod: %+v %v, want %s", got, err, l.PodPath)
+			}
+		})
+	}
+}
+
+func TestLookups(t *testing.T) {
+	var doc pathsDoc
+	loadJSON(t, "paths.json", &doc)
+	for _, c := range doc.Lookups {
+		t.Run(c.ID, func(t *testing.T) {
+			root := t.TempDir()
+			writeFiles(t, root, c.Files)
+			m, err := Detect(root)
+			var got *Target
+			if err == nil {
+				got, err = m.Resolve(c.Spec)
+			}
+			w := c.Want
+			if w.Error != "" {
+				if err == nil {
+					t.Fatalf("found %+v, want a %s error", got.Cgroup, w.Error)
+				}
+				kind := "invalid"
+				if errors.Is(err, ErrNoController) {
+					kind = "no_controller"
+				} else if errors.Is(err, fs.ErrNotExist) {
+					kind = "not_exist"
+				}
+				if kind != w.Error || !strings.Contains(err.Error(), w.Contains) {
+					t.Fatalf("error %q (%s), want %s containing %q", err, kind, w.Error, w.Contains)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			usage := ""
+			if w.Usage != nil {
+				usage = filepath.Join(root, *w.Usage)
+			}
+			if got.Name != w.Name || got.Rel != w.Rel || got.Version != w.Version ||
+				got.StatPath != filepath.Join(root, w.Stat) || got.UsagePath != usage {
+				t.Fatalf("got %s %+v", got.Name, got.Cgroup)
+			}
+		})
+	}
+}
+
+func TestContains(t *testing.T) {
+	cases := []struct {
+		rel, self string
+		want      bool
+	}{
+		{"a/b", "/a/b", true}, {"a/b", "/a/b/c", true}, {"a/b", "/a/bc", false}, {"a", "/", false},
+		{"a", "", false}, {"", "/x", true}, {"a/b", "/a", false},
+	}
+	for _, c := range cases {
+		if got := Contains(c.rel, c.self); got != c.want {
+			t.Errorf("Contains(%q, %q) = %v", c.rel, c.self, got)
+		}
+	}
+	proc := []byte("12:pids:/x\n4:cpu,cpuacct:/kubepods/pod1/c\n0::/user.slice/u.scope\n")
+	if got := ProcCgroupPath(proc, 1); got != "/kubepods/pod1/c" {
+		t.Errorf("v1: %q", got)
+	}
+	if got := ProcCgroupPath(proc, 2); got != "/user.slice/u.scope" {
+		t.Errorf("v2: %q", got)
+	}
+}

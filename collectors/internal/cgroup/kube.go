@@ -1,0 +1,94 @@
+package cgroup
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Where the kubelet puts a pod's and a container's cgroup, by cgroup driver and QoS class
+// (Guaranteed pods have no QoS level):
+//
+//	cgroupfs: kubepods[/burstable|/besteffort]/pod<UID>/<container>
+//	systemd:  kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<UID with _>.slice/<container>
+//
+// and the container's directory by runtime and driver: containerd <id> /
+// cri-containerd-<id>.scope, CRI-O crio-<id> / crio-<id>.scope, docker <id> /
+// docker-<id>.scope. The same paths hold under each v1 hierarchy and under the v2 mount.
+// Candidates list every layout (cgroupfs first); the first that exists (Mount.Resolve of
+// the "|"-joined list) wins, so no driver setting is guessed.
+//
+// gmpanalysis/kube/paths.py builds the same lists for the sampler's --cgroup argument;
+// both are tested against tests/data/cgroup/paths.json.
+
+// QoSClasses are the values of a pod's status.qosClass.
+var QoSClasses = []string{"Guaranteed", "Burstable", "BestEffort"}
+
+var (
+	uidRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	cidRe = regexp.MustCompile(`^[0-9a-f]{12,128}$`)
+)
+
+// SplitContainerID splits status.containerStatuses[].containerID, e.g.
+// "containerd://abc..." -> ("containerd", "abc..."), validated (it becomes a path).
+func SplitContainerID(id string) (runtime, cid string, err error) {
+	runtime, cid, ok := strings.Cut(id, "://")
+	if !ok || (runtime != "containerd" && runtime != "cri-o" && runtime != "docker") || !cidRe.MatchString(cid) {
+		return "", "", fmt.Errorf("container ID %q (the pod's status.containerStatuses[].containerID): expected "+
+			"containerd://, cri-o:// or docker:// and a hex ID; other runtimes are not supported", id)
+	}
+	return runtime, cid, nil
+}
+
+// PodCandidates lists the paths the pod's cgroup may have: cgroupfs, then systemd.
+func PodCandidates(podUID, qos string) ([]string, error) {
+	if !uidRe.MatchString(podUID) {
+		return nil, fmt.Errorf("pod UID %q (the pod's metadata.uid) is not a UID; pass the UID the API gives", podUID)
+	}
+	us := strings.ReplaceAll(podUID, "-", "_")
+	switch qos {
+	case "Guaranteed":
+		return []string{"kubepods/pod" + podUID, "kubepods.slice/kubepods-pod" + us + ".slice"}, nil
+	case "Burstable", "BestEffort":
+		q := strings.ToLower(qos)
+		return []string{
+			"kubepods/" + q + "/pod" + podUID,
+			"kubepods.slice/kubepods-" + q + ".slice/kubepods-" + q + "-pod" + us + ".slice",
+		}, nil
+	}
+	return nil, fmt.Errorf("QoS class %q (the pod's status.qosClass): expected one of %s", qos, strings.Join(QoSClasses, ", "))
+}
+
+// ContainerDirCandidates lists the names of the container's directory inside its pod's.
+func ContainerDirCandidates(containerID string) ([]string, error) {
+	runtime, cid, err := SplitContainerID(containerID)
+	if err != nil {
+		return nil, err
+	}
+	switch runtime {
+	case "containerd":
+		return []string{cid, "cri-containerd-" + cid + ".scope"}, nil
+	case "cri-o":
+		return []string{"crio-" + cid, "crio-" + cid + ".scope"}, nil
+	}
+	return []string{cid, "docker-" + cid + ".scope"}, nil
+}
+
+// ContainerCandidates lists the paths the container's cgroup may have.
+func ContainerCandidates(podUID, qos, containerID string) ([]string, error) {
+	pods, err := PodCandidates(podUID, qos)
+	if err != nil {
+		return nil, err
+	}
+	dirs, err := ContainerDirCandidates(containerID)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pods {
+		for _, d := range dirs {
+			out = append(out, p+"/"+d)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reader holds a cgroup's counter files open and reads them with pread at offset 0: the
+// kernel regenerates the text on every read from offset 0, with no open/close per sample.
+// ReadRaw and Parse never allocate unless they fail (the sampler calls them ~1000×/s).
+type Reader struct {
+	*Cgroup
+	stat, usage   *os.File
+	statFd, useFd int
+	buf, ubuf     []byte
+}
+
+// statBufSize: a v2 cpu.stat of 6.x is ~250 bytes; a read that fills the buffer is refused
+// rather than parsed cut. pread copies only what the file holds, so size costs nothing.
+const statBufSize = 16 << 10
+
+// Open opens the cgroup's counter files.
+func (c *Cgroup) Open() (*Reader, error) {
+	r := &Reader{Cgroup: c, buf: make([]byte, statBufSize), ubuf: make([]byte, 64), useFd: -1}
+	var err error
+	if r.stat, err = os.Open(c.StatPath); err != nil {
+		return nil, err
+	}
+	r.statFd = int(r.stat.Fd())
+	if c.UsagePath != "" {
+		if r.usage, err = os.Open(c.UsagePath); err != nil {
+			r.stat.Close()
+			return nil, err
+		}
+		r.useFd = int(r.usage.Fd())
+	}
+	return r, nil
+}
+
+// Close closes the files.
+func (r *Reader) Close() {
+	r.stat.Close()
+	if r.usage != nil {
+		r.usage.Close()
+	}
+}
+
+// GoneError is a read that failed: the cgroup was removed (a container restart, a deleted
+// pod; the kernel answers ENODEV) or the file cannot be read any more. An empty read is
+// data, and fails to parse.
+type GoneError struct {
+	Path string
+	Err  error
+}
+
+func (e *GoneError) Error() string { return fmt.Sprintf("%s: %v", e.Path, e.Err) }
+func (e *GoneError) Unwrap() error { return e.Err }
+
+// ReadRaw preads cpu.stat (and on v1 cpuacct.usage); the slices stay valid until the next
+// call. A failed read is a *GoneError; a read that fills the buffer a *FormatError.
+func (r *Reader) ReadRaw() (stat, usage []byte, err error) {
+	n, err := unix.Pread(r.statFd, r.buf, 0)
+	if err != nil {
+		return nil, nil, &GoneError{Path: r.StatPath, Err: err}
+	}
+	if n == len(r.buf) {
+		return nil, nil, formatError(r.StatPath, 1, firstLine(r.buf), fmt.Sprintf("file larger than the %d-byte read buffer", len(r.buf)))
+	}
+	if r.useFd >= 0 {
+		un, err := unix.Pread(r.useFd, r.ubuf, 0)
+		if err != nil {
+			return nil, nil, &GoneError{Path: r.UsagePath, Err: err}
+		}
+		if un == len(r.ubuf) {
+			return nil, nil, formatError(r.UsagePath, 1, r.ubuf, fmt.Sprintf("file larger than the %d-byte read buffer", len(r.ubuf)))
+		}
+		usage = r.ubuf[:un]
+	}
+	return r.buf[:n], usage, nil
+}
+
+// Parse parses what ReadRaw returned into s (v1: usage from cpuacct.usage, ns).
+func (r *Reader) Parse(stat, usage []byte, s *Stat) error {
+	if err := ParseStat(r.StatPath, stat, r.Version, s); err != nil {
+		return err
+	}
+	if r.Version == 1 {
+		u, err := ParseUsage(r.UsagePath, usage)
+		if err != nil {
+			return err
+		}
+		s.Usage = u
+	}
+	return nil
+}
+
+// Read is ReadRaw then Parse.
+func (r *Reader) Read(s *Stat) error {
+	stat, usage, err := r.ReadRaw()
+	if err != nil {
+		return err
+	}
+	return r.Parse(stat, usage, s)
+}
