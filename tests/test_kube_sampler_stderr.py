@@ -58,3 +58,14 @@ def test_a_cut_json_line_is_logged_not_lost_silently(tmp_path):
     err.close()
     assert logged == ['{"host_stat":{"t_ns":1'] and not (tmp_path / "host_stat.csv").exists()
     assert isinstance(gmp.BundleError("x"), gmp.GmpError)
+
+
+def test_the_kernels_limits_replace_the_pod_specs():
+    """The sampler reports the bandwidth settings of the cgroup it reads; the bundle records
+    those (a kubelet may run another CFS period; a limit may have changed in place)."""
+    meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "period_us": 100_000, "quota_us": 50_000}
+    lim = {"period_us": 50_000, "quota_us": 30_000, "burst_us": 0}
+    _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": lim}, {"path": "pod", "version": 2}]})
+    assert (meta["period_us"], meta["quota_us"], meta["burst_us"]) == (50_000, 30_000, 0)
+    _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": {**lim, "quota_us": None}}]})
+    assert meta["quota_us"] is None  # no limit (any more)

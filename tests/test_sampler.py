@@ -102,6 +102,9 @@ def test_summary_json(bins, tmp_path):
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["interval_ns"] == 5_000_000 and s["rows"] >= 5 and s["policy"] == "SCHED_OTHER"
     assert s["lateness_p99_ns"] >= s["lateness_p50_ns"] >= 0
+    # the bandwidth settings as the files hold them (tests/data/cgroup/v2/set/cpu.max)
+    quota, period = (DATA / "cgroup" / "v2" / "set" / "cpu.max").read_text().split()
+    assert s["cgroups"][0]["limits"] == {"period_us": int(period), "quota_us": int(quota), "burst_us": 0}
 
 
 @requires_lab

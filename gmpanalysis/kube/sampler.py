@@ -142,14 +142,20 @@ def _stream_sampler(
 
 
 def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
-    """Put one sampler exec's JSON summary into meta: the cgroup it sampled, the scheduling
+    """Put one sampler exec's JSON summary into meta: the cgroup it sampled and its
+    bandwidth settings as the kernel has them (period, quota, burst), the scheduling
     policy it got (not the one asked for: inside a pod SCHED_FIFO is refused and the
     summary says why), its first deadline and its lateness. Every exec's summary (one more
     per container restart) is kept in ``sampler.execs``; the top-level fields are the first's."""
-    for c in summary.get("cgroups") or []:
+    for i, c in enumerate(summary.get("cgroups") or []):
         meta["cgroup_version"] = c.get("version", meta["cgroup_version"])
         if c.get("path") and c["path"] not in meta["cgroup_paths"]:
             meta["cgroup_paths"].append(c["path"])
+        lim = c.get("limits")
+        if i == 0 and isinstance(lim, dict):
+            # the kernel's settings of the sampled cgroup, not the pod spec's: the contract
+            # checks them on the next write
+            meta.update({k: lim[k] for k in ("period_us", "quota_us", "burst_us") if k in lim})
     s = meta["sampler"]
     execs = s.setdefault("execs", [])
     execs.append({k: v for k, v in summary.items() if k != "cgroups"})

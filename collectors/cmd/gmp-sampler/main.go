@@ -278,6 +278,18 @@ func main() {
 		if t.UsagePath != "" {
 			c["cpuacct_usage"] = t.UsagePath
 		}
+		// The bandwidth settings in force at the start, as the kernel has them: a collector
+		// records these rather than deriving them from a pod spec (the kubelet may set
+		// another period, and limits change in place).
+		if l, err := cgroup.ReadLimits(t.Dir, t.Version); err != nil {
+			c["limits_error"] = err.Error()
+		} else {
+			lim := map[string]any{"period_us": l.PeriodUs, "quota_us": nil, "burst_us": l.BurstUs}
+			if l.QuotaUs != cgroup.NoQuota {
+				lim["quota_us"] = l.QuotaUs
+			}
+			c["limits"] = lim
+		}
 		sum.Cgroups = append(sum.Cgroups, c)
 	}
 
