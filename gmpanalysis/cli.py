@@ -243,6 +243,8 @@ def cmd_collect(a: argparse.Namespace) -> int:
         container=a.container,
         duration_s=a.duration,
         pprof_port=None if a.pprof_port == 0 else a.pprof_port,
+        pprof_host=a.pprof_host,
+        pprof_path=a.pprof_path,
         out=Path(a.out),
         kubeconfig=a.kubeconfig,
         context=a.context,
@@ -281,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--container", default=None, help="container (default: the pod's first)")
     cp.add_argument("--duration", type=_seconds, default=30.0, help="window, e.g. 30s (default: 30s)")
     cp.add_argument("--pprof-port", type=int, default=6060, help="net/http/pprof port (0: no trace)")
+    cp.add_argument(
+        "--pprof-host", default=None, help="Host header of the trace request (default: 127.0.0.1:PORT, what is dialled)"
+    )
+    cp.add_argument("--pprof-path", default="/debug/pprof/trace", help="path of the trace endpoint")
     cp.add_argument("--sampler-namespace", default="gmp-system", help="namespace of the sampler DaemonSet")
     cp.add_argument("--out", default="runs", help="directory for the bundles (default: runs)")
     cp.set_defaults(func=cmd_collect)

@@ -119,6 +119,12 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
     to_meta(out / "meta.json", meta)
     if gone:
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
+    if th is not None and not trace_res.get("complete"):
+        # a part the user asked for is missing: say so with a failing exit, keep the rest
+        raise CollectError(
+            f"the trace is incomplete or absent ({trace_res.get('error', 'still running')}); "
+            f"the samples are complete in {out}"
+        )
     return out
 
 

@@ -27,6 +27,8 @@ class CollectConfig:
     container: str | None = None  # container name (default: the pod's first)
     duration_s: float = 30.0  # sampling and trace window
     pprof_port: int | None = 6060  # the target's net/http/pprof port (None: no trace)
+    pprof_host: str | None = None  # Host header of the trace request (default 127.0.0.1:PORT)
+    pprof_path: str = "/debug/pprof/trace"  # where the server mounts net/http/pprof's trace
     out: Path = Path("runs")  # one bundle directory per pod is created inside
     kubeconfig: str | None = None  # explicit file; None: the standard lookup (KUBECONFIG, ~/.kube/config)
     context: str | None = None  # kubeconfig context
@@ -53,3 +55,9 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError("--duration must be in (0, 3600] seconds")
     if cfg.pprof_port is not None and not 1 <= cfg.pprof_port <= 65535:
         raise CollectError(f"--pprof-port {cfg.pprof_port} is not a port")
+    if not cfg.pprof_path.startswith("/") or any(c.isspace() for c in cfg.pprof_path):
+        raise CollectError(
+            f"--pprof-path {cfg.pprof_path!r}: an absolute URL path without spaces, e.g. /debug/pprof/trace"
+        )
+    if cfg.pprof_host is not None and (not cfg.pprof_host or any(c.isspace() for c in cfg.pprof_host)):
+        raise CollectError(f"--pprof-host {cfg.pprof_host!r}: a host or host:port without spaces")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -10,12 +12,48 @@ from ..errors import CollectError
 from .api import _call
 from .config import CollectConfig
 
+BODY_SHOWN = 300  # bytes of a refusal's body quoted in the error
+
+
+def trace_request(cfg: CollectConfig, window_s: float) -> tuple[str, str]:
+    """(path with query, Host header) of the trace request. The Host is the host:port the
+    forward dialled inside the pod (127.0.0.1:PORT) unless ``pprof_host`` says otherwise:
+    admin endpoints that check it refuse a bare "localhost"."""
+    sep = "&" if "?" in cfg.pprof_path else "?"
+    host = cfg.pprof_host or f"127.0.0.1:{cfg.pprof_port}"
+    return f"{cfg.pprof_path}{sep}seconds={window_s:.0f}", host
+
+
+def get_trace(sock: socket.socket, cfg: CollectConfig, window_s: float, dest: Path, res: dict[str, Any]) -> None:
+    """Ask for the trace over a connected stream and append the body to ``dest`` as it
+    arrives (HTTP/1.1 by the standard library, chunked or not). A refusal raises
+    :class:`CollectError` quoting the server's answer."""
+    path, host = trace_request(cfg, window_s)
+    conn = http.client.HTTPConnection(host, timeout=window_s + 30)
+    conn.sock = sock  # the forwarded stream instead of a TCP connect
+    sock.settimeout(window_s + 30)
+    conn.request("GET", path, headers={"Host": host, "Connection": "close", "Accept-Encoding": "identity"})
+    resp = conn.getresponse()
+    res["http_status_line"] = f"HTTP/{resp.version / 10:.1f} {resp.status} {resp.reason}"
+    if resp.status != 200:
+        body = resp.read(BODY_SHOWN).decode("utf-8", "replace").strip()
+        hint = {
+            403: "the server refused the request: pass --pprof-host with the host:port it accepts",
+            404: "nothing is served at that path: is net/http/pprof mounted there (--pprof-path)?",
+        }.get(resp.status, "see the server's answer")
+        raise CollectError(f"GET {path} (Host: {host}) answered {resp.status} {resp.reason}: {body!r}; {hint}")
+    with open(dest, "ab") as out:
+        try:
+            while data := resp.read1(1 << 16):
+                out.write(data)
+                out.flush()
+        except http.client.IncompleteRead as e:  # the forward dropped inside the body
+            out.write(e.partial)
+            raise CollectError(f"connection closed inside the body after {dest.stat().st_size} bytes") from None
+
 
 def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: Path, res: dict[str, Any]) -> None:
-    """Port-forward to the pprof port and stream the trace body to dest as it arrives
-    (the standard library speaks HTTP over the forwarded socket, chunked or not)."""
-    import http.client
-
+    """Port-forward to the pprof port and stream the trace body to dest as it arrives."""
     from kubernetes.stream import portforward
 
     res["mono_request_ns"] = time.monotonic_ns()
@@ -34,38 +72,16 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
                 cfg.namespace,
                 ports=str(cfg.pprof_port),
             )
-            window = max(1.0, end - time.monotonic())
-            conn = http.client.HTTPConnection("localhost", cfg.pprof_port, timeout=window + 30)
-            conn.sock = pf.socket(cfg.pprof_port)  # the forwarded stream instead of a TCP connect
-            conn.sock.settimeout(window + 30)
             try:
-                conn.request(
-                    "GET",
-                    f"/debug/pprof/trace?seconds={window:.0f}",
-                    headers={"Connection": "close", "Accept-Encoding": "identity"},
-                )
-                resp = conn.getresponse()
+                res["attempts"] = attempt + 1
+                get_trace(pf.socket(cfg.pprof_port), cfg, max(1.0, end - time.monotonic()), dest, res)
                 break
             except (http.client.RemoteDisconnected, ConnectionError):
-                if attempt == 7:
+                # retry only while nothing arrived: bytes on disk are never rewritten or doubled
+                if attempt == 7 or (dest.exists() and dest.stat().st_size):
                     raise
                 pf.close()
                 time.sleep(0.5)
-        res["http_status_line"] = f"HTTP/{resp.version / 10:.1f} {resp.status} {resp.reason}"
-        res["attempts"] = attempt + 1
-        if resp.status != 200:
-            raise CollectError(
-                f"pprof answered {resp.status} {resp.reason} on port {cfg.pprof_port} (is it a Go service with "
-                "net/http/pprof listening there?)"
-            )
-        with open(dest, "wb") as out:
-            try:
-                while data := resp.read1(1 << 16):
-                    out.write(data)
-                    out.flush()
-            except http.client.IncompleteRead as e:  # the forward dropped inside the body
-                out.write(e.partial)
-                raise CollectError(f"connection closed inside the body after {dest.stat().st_size} bytes") from None
         res["complete"] = True
         err = pf.error(cfg.pprof_port)
         if err:
