@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
@@ -11,6 +12,25 @@ import (
 type target struct {
 	name string // label for the optional `cgroup` column
 	*cgroup.Reader
+}
+
+// openTargets opens the --cgroup specs under the cgroup mount at root, telling log about
+// each as it is opened.
+func openTargets(log io.Writer, root string, specs []string) ([]*target, error) {
+	mount, err := cgroup.Detect(root)
+	if err != nil {
+		return nil, err
+	}
+	targets := make([]*target, 0, len(specs))
+	for _, spec := range specs {
+		t, err := openTarget(mount, spec)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, t)
+		fmt.Fprintf(log, "gmp-sampler: sampling %s at %s (cgroup v%d)\n", t.name, t.Rel, t.Version)
+	}
+	return targets, nil
 }
 
 // openTarget resolves --cgroup spec under the mount m, refuses a cgroup that contains the

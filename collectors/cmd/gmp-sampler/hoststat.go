@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -151,6 +152,17 @@ type hostStat struct {
 	errs   uint64
 }
 
+// startHostStat opens what --host-stat and --host-stat-every ask for; nil when dest is "".
+func startHostStat(dest string, every time.Duration) (*hostStat, error) {
+	if dest == "" {
+		return nil, nil
+	}
+	if every < time.Millisecond {
+		return nil, fmt.Errorf("--host-stat-every %v is too small (minimum 1ms)", every)
+	}
+	return openHostStat(dest, every.Nanoseconds())
+}
+
 // openHostStat opens /proc/stat and the destination: a CSV file appended to (header only
 // when new), or "stderr" for JSON lines.
 func openHostStat(dest string, every int64) (*hostStat, error) {
@@ -200,6 +212,18 @@ func (h *hostStat) sample() {
 	}
 	if _, err := h.w.Write(h.row); err != nil {
 		h.errs++
+	}
+}
+
+// sampleIfDue samples when now (CLOCK_MONOTONIC ns) has reached the next read, and sets
+// the one after on the grid of every, skipping the reads now is already past.
+func (h *hostStat) sampleIfDue(now int64) {
+	if now < h.next {
+		return
+	}
+	h.sample()
+	for h.next <= now {
+		h.next += h.every
 	}
 }
 

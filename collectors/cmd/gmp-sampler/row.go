@@ -1,10 +1,40 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
+
+const csvHeader = "t_ns,read_ns,usage_us,nr_periods,nr_throttled,throttled_us,nr_bursts,burst_us"
+
+// openOutput opens --out ("-": stdout) for appending. A header only for a new file:
+// appending to an existing file continues its rows.
+func openOutput(path string, multi bool) (*os.File, error) {
+	w := os.Stdout
+	if path != "-" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open output: %w", err)
+		}
+		w = f
+	}
+	if st, err := w.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		hdr := csvHeader
+		if multi {
+			hdr += ",cgroup"
+		}
+		if _, err := w.WriteString(hdr + "\n"); err != nil {
+			if w != os.Stdout {
+				w.Close()
+			}
+			return nil, fmt.Errorf("write: %w", err)
+		}
+	}
+	return w, nil
+}
 
 // appendUs writes v (in µs, or in ns when ns is true) as µs: ns become an exact decimal
 // with three fractional digits, so no precision is lost in the unit change.

@@ -66,20 +66,3 @@ func TestAppendRowAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per row", n)
 	}
 }
-
-func TestLatencyQuantile(t *testing.T) {
-	var h latencyHist
-	for i := 0; i < 99; i++ {
-		h.add(10_500) // 10.5 µs -> bucket 10
-	}
-	h.add(5_000_000)
-	if got := h.quantile(0.5); got != 11_000 {
-		t.Fatalf("p50 %d", got)
-	}
-	if got := h.quantile(0.99); got != 11_000 {
-		t.Fatalf("p99 %d", got)
-	}
-	if h.max != 5_000_000 {
-		t.Fatalf("max %d", h.max)
-	}
-}

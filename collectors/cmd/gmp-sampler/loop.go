@@ -1,0 +1,180 @@
+package main
+
+import (
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
+)
+
+// sampler is the sampling loop and its state. Everything run touches is allocated
+// beforehand: run allocates nothing until it stops.
+type sampler struct {
+	targets []*target
+	multi   bool // several targets: rows carry the `cgroup` column
+	w       *os.File
+	hs      *hostStat     // nil: no /proc/stat reads
+	stop    *atomic.Int32 // the signal that asked to stop; 0 until one did
+	iv      int64         // interval, ns
+	flushNs int64
+	sum     *summary // the counters and the stop reason go straight in
+
+	cpu0         int64 // process CPU time at begin
+	start        int64 // CLOCK_MONOTONIC of deadline 0: deadline k is start + k·iv
+	endAt        int64 // no deadline at or after this
+	lat, readDur latencyHist
+	st           cgroup.Stat
+	pending      []byte // rows not written yet
+	lastFlush    int64
+	badData      bool // stopped on a read that did not parse
+}
+
+func newSampler(c *config, targets []*target, w *os.File, hs *hostStat, stop *atomic.Int32, sum *summary) *sampler {
+	return &sampler{
+		targets: targets, multi: len(targets) > 1, w: w, hs: hs, stop: stop,
+		iv: c.interval.Nanoseconds(), flushNs: c.flush.Nanoseconds(), sum: sum,
+		pending: make([]byte, 0, 1<<16),
+	}
+}
+
+// begin fixes the grid at now: the first deadline is at once, the last before duration
+// has passed (0: none, run until stopped).
+func (s *sampler) begin(duration time.Duration) {
+	s.cpu0 = cpuTimeNs()
+	s.start = monoNs()
+	s.sum.MonoStartNs = s.start
+	s.endAt = 1<<63 - 1
+	if duration > 0 {
+		s.endAt = s.start + duration.Nanoseconds()
+	}
+	s.sum.StopReason = "duration"
+	if s.hs != nil {
+		s.hs.next = s.start
+	}
+}
+
+// run samples on the grid until the end of the run, a stop signal, a failed read or a
+// failed write; sum.StopReason says which.
+func (s *sampler) run() {
+	start, iv, endAt := s.start, s.iv, s.endAt
+	k := int64(0)
+	for {
+		deadline := start + k*iv
+		if deadline >= endAt {
+			return
+		}
+		ts := unix.NsecToTimespec(deadline)
+		sleepUntil(&ts)
+		if sig := s.stop.Load(); sig != 0 {
+			s.sum.StopReason = syscall.Signal(sig).String()
+			return
+		}
+		now := monoNs()
+		s.lat.add(now - deadline)
+		s.sum.Ticks++
+		last, ok := s.readTargets()
+		if !ok {
+			return
+		}
+		// the end of the last read is "now" for the flush and /proc/stat decisions
+		if last-s.lastFlush >= s.flushNs || len(s.pending) > cap(s.pending)-4096 {
+			s.lastFlush = last
+			if err := s.flush(); err != nil {
+				s.sum.StopReason = "write failed: " + err.Error()
+				return
+			}
+		}
+		// Once a second, after this tick's reads so they are not delayed: the host's
+		// /proc/stat (≈tens of µs, well inside the interval).
+		if s.hs != nil {
+			s.hs.sampleIfDue(last)
+		}
+		// Keep the grid start + k·interval; if we overslept past later deadlines, skip them.
+		k++
+		if next := monoNs(); next > start+k*iv {
+			behind := (next - (start + k*iv)) / iv
+			s.sum.Missed += uint64(behind)
+			k += behind
+		}
+	}
+}
+
+// readTargets reads every target once and queues its row. It returns the end of the last
+// read, and false when a read failed (the stop reason says why; no row for it).
+func (s *sampler) readTargets() (last int64, ok bool) {
+	for _, t := range s.targets {
+		t0 := monoNs()
+		// pread at offset 0 on the files kept open (cgroup.Reader)
+		stat, usage, err := t.ReadRaw()
+		t1 := monoNs()
+		last = t1
+		if err == nil {
+			err = t.Parse(stat, usage, &s.st)
+		}
+		if err != nil {
+			s.readFailed(t, err)
+			return last, false
+		}
+		s.readDur.add(t1 - t0)
+		s.pending = appendRow(s.pending, t.name, (t0+t1)/2, t1-t0, &s.st, s.multi)
+		s.sum.Rows++
+	}
+	return last, true
+}
+
+// readFailed records why the run stops. The cgroup vanished (container restart, pod
+// deleted), or a read did not parse (never written as a row of zeros): stop cleanly so
+// what was written stays a valid file.
+func (s *sampler) readFailed(t *target, err error) {
+	s.sum.ReadErrors++
+	if _, gone := err.(*cgroup.GoneError); gone {
+		s.sum.StopReason = "cgroup gone: " + t.StatPath
+	} else {
+		s.sum.StopReason = "bad cgroup data: " + err.Error()
+		s.badData = true
+	}
+}
+
+// flush writes the queued rows with one write(2).
+func (s *sampler) flush() error {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	_, err := s.w.Write(s.pending)
+	s.pending = s.pending[:0]
+	return err
+}
+
+// finish writes what is left, takes a last host row so the host rows bracket the whole
+// run, and completes the summary.
+func (s *sampler) finish() {
+	if err := s.flush(); err != nil {
+		s.sum.StopReason = "write failed: " + err.Error()
+	}
+	if s.hs != nil {
+		s.hs.sample()
+		s.sum.HostStatErrors = s.hs.errs
+	}
+	end := monoNs()
+	s.sum.MonoEndNs = end
+	s.sum.LateP50Ns, s.sum.LateP99Ns, s.sum.LateMaxNs = s.lat.quantile(0.50), s.lat.quantile(0.99), s.lat.max
+	s.sum.ReadP50Ns, s.sum.ReadP99Ns = s.readDur.quantile(0.50), s.readDur.quantile(0.99)
+	if end > s.start {
+		s.sum.CPUPctOfCore = 100 * float64(cpuTimeNs()-s.cpu0) / float64(end-s.start)
+	}
+}
+
+// exitCode: 4 when a read did not parse, 3 when a cgroup went away, else 0.
+func (s *sampler) exitCode() int {
+	switch {
+	case s.badData:
+		return 4
+	case s.sum.ReadErrors > 0:
+		return 3
+	}
+	return 0
+}

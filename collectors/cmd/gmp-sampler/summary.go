@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
+)
+
+type summary struct {
+	Cgroups        []map[string]any `json:"cgroups"`
+	IntervalNs     int64            `json:"interval_ns"`
+	Policy         string           `json:"policy"`
+	PolicyError    string           `json:"policy_error,omitempty"`
+	MonoStartNs    int64            `json:"mono_start_ns"`
+	MonoEndNs      int64            `json:"mono_end_ns"`
+	Ticks          uint64           `json:"ticks"`
+	Rows           uint64           `json:"rows"`
+	Missed         uint64           `json:"missed_ticks"`
+	ReadErrors     uint64           `json:"read_errors"`
+	LateP50Ns      int64            `json:"lateness_p50_ns"`
+	LateP99Ns      int64            `json:"lateness_p99_ns"`
+	LateMaxNs      int64            `json:"lateness_max_ns"`
+	ReadP50Ns      int64            `json:"read_p50_ns"`
+	ReadP99Ns      int64            `json:"read_p99_ns"`
+	CPUPctOfCore   float64          `json:"cpu_pct_of_one_core"`
+	HostStat       string           `json:"host_stat,omitempty"`
+	HostStatErrors uint64           `json:"host_stat_errors,omitempty"`
+	UserHZ         uint64           `json:"user_hz,omitempty"`
+	StopReason     string           `json:"stop_reason"`
+	SamplerVersion string           `json:"sampler_go_version"`
+}
+
+// newSummary is the summary before the run: what is sampled and how. The scheduling
+// policy is left to prepareSamplingThread, the counters to the loop.
+func newSummary(c *config, targets []*target, hs *hostStat) summary {
+	sum := summary{IntervalNs: c.interval.Nanoseconds(), SamplerVersion: runtime.Version(), HostStat: c.hostStat}
+	if hs != nil {
+		sum.UserHZ = hs.userHz
+	}
+	for _, t := range targets {
+		sum.Cgroups = append(sum.Cgroups, cgroupInfo(t))
+	}
+	return sum
+}
+
+// cgroupInfo describes one target for the summary.
+func cgroupInfo(t *target) map[string]any {
+	c := map[string]any{"name": t.name, "path": t.Rel, "version": t.Version, "cpu_stat": t.StatPath}
+	if t.UsagePath != "" {
+		c["cpuacct_usage"] = t.UsagePath
+	}
+	// The bandwidth settings in force at the start, as the kernel has them: a collector
+	// records these rather than deriving them from a pod spec (the kubelet may set
+	// another period, and limits change in place).
+	if l, err := cgroup.ReadLimits(t.Dir, t.Version); err != nil {
+		c["limits_error"] = err.Error()
+	} else {
+		lim := map[string]any{"period_us": l.PeriodUs, "quota_us": nil, "burst_us": l.BurstUs}
+		if l.QuotaUs != cgroup.NoQuota {
+			lim["quota_us"] = l.QuotaUs
+		}
+		c["limits"] = lim
+	}
+	return c
+}
+
+// writeStart writes one {"start":{...}} JSON line (--summary stderr): the facts a
+// collector needs even if this process is killed before its summary: what is sampled, the
+// policy it got, the first deadline (the grid start + k·interval).
+func writeStart(w io.Writer, sum *summary) {
+	b, _ := json.Marshal(map[string]any{"start": map[string]any{
+		"cgroups": sum.Cgroups, "interval_ns": sum.IntervalNs, "policy": sum.Policy,
+		"policy_error": sum.PolicyError, "mono_start_ns": sum.MonoStartNs, "user_hz": sum.UserHZ,
+		"sampler_go_version": sum.SamplerVersion,
+	}})
+	w.Write(append(b, '\n'))
+}
+
+// writeReport writes the closing prose line to w and the summary where dest says: "" not
+// at all, "stderr" as one {"summary":{...}} JSON line to w, else as an indented JSON file.
+func writeReport(w io.Writer, sum *summary, interval time.Duration, dest string) error {
+	fmt.Fprintf(w,
+		"gmp-sampler: %d rows in %.2fs at %v, %s; wake-up lateness p50 %.0fµs p99 %.0fµs max %.0fµs; "+
+			"missed ticks %d; own CPU %.2f%% of one core; stop: %s\n",
+		sum.Rows, float64(sum.MonoEndNs-sum.MonoStartNs)/1e9, interval, sum.Policy,
+		float64(sum.LateP50Ns)/1e3, float64(sum.LateP99Ns)/1e3, float64(sum.LateMaxNs)/1e3,
+		sum.Missed, sum.CPUPctOfCore, sum.StopReason)
+	switch dest {
+	case "":
+		return nil
+	case "stderr":
+		// one JSON line a collector reading stderr can tell from the prose above
+		b, _ := json.Marshal(map[string]any{"summary": sum})
+		w.Write(append(b, '\n'))
+		return nil
+	}
+	b, _ := json.MarshalIndent(sum, "", "  ")
+	return os.WriteFile(dest, append(b, '\n'), 0o644)
+}
