@@ -69,3 +69,9 @@ def test_the_kernels_limits_replace_the_pod_specs():
     assert (meta["period_us"], meta["quota_us"], meta["burst_us"]) == (50_000, 30_000, 0)
     _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": {**lim, "quota_us": None}}]})
     assert meta["quota_us"] is None  # no limit (any more)
+
+
+def test_the_nodes_kernel_and_cpus_come_from_the_sampler():
+    meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "kernel": None, "ncpu": None}
+    _record_summary(meta, {"cgroups": [], "kernel": "6.18.44", "ncpu": 2})
+    assert (meta["kernel"], meta["ncpu"]) == ("6.18.44", 2)

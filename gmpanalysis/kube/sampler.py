@@ -156,6 +156,10 @@ def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
             # the kernel's settings of the sampled cgroup, not the pod spec's: the contract
             # checks them on the next write
             meta.update({k: lim[k] for k in ("period_us", "quota_us", "burst_us") if k in lim})
+    # the node's facts, from the sampler that runs there (the collector cannot see the node)
+    for k in ("kernel", "ncpu"):
+        if summary.get(k) and meta.get(k) is None:
+            meta[k] = summary[k]
     s = meta["sampler"]
     execs = s.setdefault("execs", [])
     execs.append({k: v for k, v in summary.items() if k != "cgroups"})

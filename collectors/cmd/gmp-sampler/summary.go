@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
@@ -31,6 +33,8 @@ type summary struct {
 	HostStat       string           `json:"host_stat,omitempty"`
 	HostStatErrors uint64           `json:"host_stat_errors,omitempty"`
 	UserHZ         uint64           `json:"user_hz,omitempty"`
+	Kernel         string           `json:"kernel,omitempty"` // uname -r of the node (the kernel's CFS rules change with it)
+	NCPU           int              `json:"ncpu"`             // CPUs this process may run on (the node's, in the DaemonSet)
 	StopReason     string           `json:"stop_reason"`
 	SamplerVersion string           `json:"sampler_go_version"`
 }
@@ -38,7 +42,8 @@ type summary struct {
 // newSummary is the summary before the run: what is sampled and how. The scheduling
 // policy is left to prepareSamplingThread, the counters to the loop.
 func newSummary(c *config, targets []*target, hs *hostStat) summary {
-	sum := summary{IntervalNs: c.interval.Nanoseconds(), SamplerVersion: runtime.Version(), HostStat: c.hostStat}
+	sum := summary{IntervalNs: c.interval.Nanoseconds(), SamplerVersion: runtime.Version(), HostStat: c.hostStat,
+		Kernel: kernelRelease(), NCPU: runtime.NumCPU()}
 	if hs != nil {
 		sum.UserHZ = hs.userHz
 	}
@@ -46,6 +51,15 @@ func newSummary(c *config, targets []*target, hs *hostStat) summary {
 		sum.Cgroups = append(sum.Cgroups, cgroupInfo(t))
 	}
 	return sum
+}
+
+// kernelRelease is uname -r ("" if uname fails): a container shares the node's kernel.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }
 
 // cgroupInfo describes one target for the summary.
@@ -76,7 +90,7 @@ func writeStart(w io.Writer, sum *summary) {
 	b, _ := json.Marshal(map[string]any{"start": map[string]any{
 		"cgroups": sum.Cgroups, "interval_ns": sum.IntervalNs, "policy": sum.Policy,
 		"policy_error": sum.PolicyError, "mono_start_ns": sum.MonoStartNs, "user_hz": sum.UserHZ,
-		"sampler_go_version": sum.SamplerVersion,
+		"sampler_go_version": sum.SamplerVersion, "kernel": sum.Kernel, "ncpu": sum.NCPU,
 	}})
 	w.Write(append(b, '\n'))
 }

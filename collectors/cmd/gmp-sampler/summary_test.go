@@ -67,7 +67,7 @@ func TestWriteStart(t *testing.T) {
 	}
 	s := m["start"]
 	// policy_error and user_hz are there even when empty
-	keys := []string{"cgroups", "interval_ns", "policy", "policy_error", "mono_start_ns", "user_hz", "sampler_go_version"}
+	keys := []string{"cgroups", "interval_ns", "policy", "policy_error", "mono_start_ns", "user_hz", "sampler_go_version", "kernel", "ncpu"}
 	for _, k := range keys {
 		if _, ok := s[k]; !ok {
 			t.Errorf("no %s in %v", k, s)
@@ -101,5 +101,16 @@ func TestHostStatSampleIfDue(t *testing.T) {
 	hs.sampleIfDue(300)
 	if rows() != 2 || hs.next != 350 || hs.errs != 0 {
 		t.Fatalf("on time: %d rows, next %d, errors %d", rows(), hs.next, hs.errs)
+	}
+}
+
+func TestNodeFacts(t *testing.T) {
+	// a collector that cannot see the node records these from the sampler that runs there
+	if kernelRelease() == "" {
+		t.Error("no kernel release from uname")
+	}
+	c := &config{interval: 997 * time.Microsecond}
+	if s := newSummary(c, nil, nil); s.Kernel != kernelRelease() || s.NCPU < 1 {
+		t.Errorf("summary kernel %q ncpu %d", s.Kernel, s.NCPU)
 	}
 }
