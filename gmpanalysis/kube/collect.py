@@ -23,7 +23,6 @@ from ..errors import CollectError
 from ..schema import new_meta
 from .api import _call, _client
 from .config import CollectConfig, validate
-from .paths import container_cgroup_candidates, pod_cgroup_candidates
 from .sampler import (
     _first_t,
     _last_t,
@@ -51,7 +50,6 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         "burst_us": 0,
         "cgroup_version": None,
         "cgroup_paths": [],
-        "pod_cgroup_candidates": pod_cgroup_candidates(info["pod_uid"], info["qos"]),
         "sampler": {"pod": sampler, "namespace": cfg.sampler_namespace, "interval_ns": cfg.interval_us * 1000},
         "mono_start_ns": None,
         "mono_end_ns": None,
@@ -80,8 +78,9 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         left = deadline - time.monotonic()
         if left <= 0.05:
             break
-        cands = container_cgroup_candidates(info["pod_uid"], info["qos"], info["container_id"])
-        rc, stderr, summary = _stream_sampler(core, cfg, sampler, cands, left, csv, log)
+        # the API's facts; the sampler, which sees the node's tree, knows the path rules
+        spec = f"kube-container:{info['pod_uid']}:{info['qos']}:{info['container_id']}"
+        rc, stderr, summary = _stream_sampler(core, cfg, sampler, spec, left, csv, log)
         if summary is not None:
             _record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():

@@ -356,6 +356,15 @@ func TestLayouts(t *testing.T) {
 			if err != nil || got.Rel != l.PodPath || got.Name != "pod" {
 				t.Fatalf("pod: %+v %v, want %s", got, err, l.PodPath)
 			}
+			// what the collector passes: the API's facts, expanded here
+			got, err = m.Resolve("kube-container:" + l.PodUID + ":" + l.QoS + ":" + l.ContainerID)
+			if err != nil || got.Rel != l.ContainerPath {
+				t.Fatalf("kube-container: %+v %v, want %s", got, err, l.ContainerPath)
+			}
+			got, err = m.Resolve("pod=kube-pod:" + l.PodUID + ":" + l.QoS)
+			if err != nil || got.Rel != l.PodPath || got.Name != "pod" {
+				t.Fatalf("kube-pod: %+v %v, want %s", got, err, l.PodPath)
+			}
 		})
 	}
 }
@@ -422,5 +431,20 @@ func TestContains(t *testing.T) {
 	}
 	if got := ProcCgroupPath(proc, 2); got != "/user.slice/u.scope" {
 		t.Errorf("v2: %q", got)
+	}
+}
+
+func TestKubeSpecsAreValidated(t *testing.T) {
+	for _, arg := range []string{
+		"kube-container:uid-only",
+		"kube-container:0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b:Burstable:nope://x",
+		"kube-container:../../etc:Burstable:containerd://abc",
+		"kube-pod:0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b:Premium",
+		"kube-pod:a:b:c",
+		"kube-node:x",
+	} {
+		if alts, err := ExpandKube(arg); err == nil {
+			t.Errorf("%q expanded to %v, want an error", arg, alts)
+		}
 	}
 }

@@ -92,3 +92,29 @@ func ContainerCandidates(podUID, qos, containerID string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// KubePrefix starts a --cgroup argument that names a Kubernetes container or pod instead
+// of a path: "kube-container:POD_UID:QOS:CONTAINER_ID" or "kube-pod:POD_UID:QOS". A
+// collector that cannot see the node's tree passes what the API says, and the sampler,
+// which can, finds the directory: the path rules live only here.
+const KubePrefix = "kube-"
+
+// ExpandKube turns a kube-container: or kube-pod: argument into its path alternatives.
+func ExpandKube(arg string) ([]string, error) {
+	if rest, ok := strings.CutPrefix(arg, "kube-container:"); ok {
+		// the container ID comes last: it holds "://"
+		f := strings.SplitN(rest, ":", 3)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("%q: expected kube-container:POD_UID:QOS:CONTAINER_ID", arg)
+		}
+		return ContainerCandidates(f[0], f[1], f[2])
+	}
+	if rest, ok := strings.CutPrefix(arg, "kube-pod:"); ok {
+		f := strings.Split(rest, ":")
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%q: expected kube-pod:POD_UID:QOS", arg)
+		}
+		return PodCandidates(f[0], f[1])
+	}
+	return nil, fmt.Errorf("%q: expected kube-container:POD_UID:QOS:CONTAINER_ID or kube-pod:POD_UID:QOS", arg)
+}

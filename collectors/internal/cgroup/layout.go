@@ -152,9 +152,16 @@ func SplitSpec(spec string) (name string, alts []string) {
 }
 
 // Resolve resolves a --cgroup argument under mount m: the first alternative that exists
-// (Lookup) wins. The name defaults to that alternative's cleaned path ("/" for the root).
+// (Lookup) wins. A "kube-container:UID:QOS:ID" or "kube-pod:UID:QOS" argument stands for
+// every layout the kubelet may give that container or pod (ExpandKube). The name defaults to that alternative's cleaned path ("/" for the root).
 func (m Mount) Resolve(spec string) (*Target, error) {
 	name, alts := SplitSpec(spec)
+	if len(alts) == 1 && strings.HasPrefix(alts[0], KubePrefix) {
+		var err error
+		if alts, err = ExpandKube(alts[0]); err != nil {
+			return nil, fmt.Errorf("cgroup %q: %w", spec, err)
+		}
+	}
 	var firstErr error
 	for _, rel := range alts {
 		c, err := m.Lookup(rel)
