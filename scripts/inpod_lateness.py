@@ -40,20 +40,7 @@ def run(outdir: Path, seconds: float, rate: int) -> Path:
         kubeconfig, api = cl["kubeconfig"], cl["api"]
         version = kubernetes.client.VersionApi(api).get_code().git_version
         # open-loop load from the host: 40 req/s x 20 ms = 0.8 CPU of demand against a 0.5 limit
-        lg = subprocess.Popen(
-            [
-                str(bins["gmp-loadgen"]),
-                "-url",
-                "http://127.0.0.1:18181/work",
-                "-rate",
-                str(rate),
-                "-duration",
-                f"{seconds + 4:.0f}s",
-                "-out",
-                "/dev/null",
-            ],
-            stderr=subprocess.DEVNULL,
-        )
+        lg = local.start_load(bins, seconds + 4, rate)
         try:
             time.sleep(1)
             r = subprocess.run(

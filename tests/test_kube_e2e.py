@@ -37,21 +37,7 @@ def wait_running(core, timeout=120):
 
 
 def load(bins, seconds, rate=40):
-    """Open-loop load from the host, over loopback, at 2x what 0.5 CPU serves (20 ms/request)."""
-    return subprocess.Popen(
-        [
-            str(bins["gmp-loadgen"]),
-            "-url",
-            "http://127.0.0.1:18181/work",
-            "-rate",
-            str(rate),
-            "-duration",
-            f"{seconds}s",
-            "-out",
-            "/dev/null",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
+    return local.start_load(bins, seconds, rate)
 
 
 def collect_cli(cluster, out, seconds, *extra):

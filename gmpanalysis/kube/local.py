@@ -107,6 +107,26 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
     return {"kubeconfig": kubeconfig, "core": core, "api": api, "sock": str(sock), "base": base}
 
 
+def start_load(bins: dict[str, Path], seconds: float, rate: int = 40) -> subprocess.Popen:
+    """Open-loop load on the demo pod from the host, over loopback (collectors/deploy/demo.yaml
+    runs it on the host network at 127.0.0.1:18181): 40 req/s of 20 ms is 0.8 CPU against
+    its 0.5 CPU limit."""
+    return subprocess.Popen(
+        [
+            str(bins["gmp-loadgen"]),
+            "-url",
+            "http://127.0.0.1:18181/work",
+            "-rate",
+            str(rate),
+            "-duration",
+            f"{seconds:.0f}s",
+            "-out",
+            "/dev/null",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def stop(base: Path) -> None:
     """Tear the node down (processes, mounts, cgroups it made)."""
     subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
