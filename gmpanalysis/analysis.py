@@ -8,13 +8,15 @@ are thin wrappers over it. The period length has one carrier: the bundle's ``per
 (:func:`period_ns`), which the grid then carries with the phase and its uncertainty.
 
 An Analysis belongs to the exact samples, requests, trace and meta it was built from: a run
-whose ``samples`` (or ``requests``, ``meta``, trace) were replaced gets a new one.
+whose ``samples`` (or ``requests``, ``meta``, trace) were replaced, or edited in place, gets a
+new one. The frames it hands out through the ``df_*`` functions are copies.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from typing import Any
 
 import pandas as pd
@@ -30,10 +32,24 @@ def period_ns(meta: dict[str, Any]) -> int:
     return int(meta.get("period_us") or 100_000) * 1000
 
 
+def _fingerprint(df: pd.DataFrame | None) -> tuple[Any, ...] | None:
+    """What a frame holds, cheaply: its shape, columns and the sums of its numeric columns
+    (an in-place edit of any value changes a sum; a few ms for an hour of samples)."""
+    if df is None:
+        return None
+    sums = df.select_dtypes("number").sum()
+    return (len(df), tuple(df.columns), tuple(sums.index), tuple(float(x) for x in sums.to_numpy()))
+
+
 def _inputs(run: Run) -> tuple[Any, ...]:
     # the trace is parsed lazily into run._trace: that object is checked separately, once
     # a table has used it (see analyze)
     return (run.samples, run.requests, run.meta, run.trace_path)
+
+
+def _contents(run: Run) -> tuple[Any, ...]:
+    # in-place edits of the same objects: the meta as JSON text, the frames' fingerprints
+    return (json.dumps(run.meta, sort_keys=True, default=str), _fingerprint(run.samples), _fingerprint(run.requests))
 
 
 @dataclasses.dataclass(eq=False)
@@ -42,6 +58,7 @@ class Analysis:
 
     run: Run
     _built_from: tuple[Any, ...] = dataclasses.field(repr=False)
+    _contents: tuple[Any, ...] = dataclasses.field(repr=False, default=())
     _trace_seen: Any = dataclasses.field(default=None, repr=False)  # the GoTrace the tables used
 
     def _trace_used(self) -> None:
@@ -138,14 +155,16 @@ def analyze(run: Run) -> Analysis:
     """The run's :class:`Analysis`, built once per set of inputs and kept on the run."""
     a = getattr(run, "_analysis", None)
     now = _inputs(run)
+    contents = _contents(run)
     stale = (
         a is None
         or any(x is not y for x, y in zip(a._built_from, now, strict=True))
+        or a._contents != contents  # the same objects, edited in place
         # a copy of the run may carry a trace of its own
         or (a.run is not run and a.run._trace is not run._trace)
         or (a._trace_seen is not None and a._trace_seen is not run._trace)
     )
     if stale:
-        a = Analysis(run, now)
+        a = Analysis(run, now, contents)
         run._analysis = a  # kept on the run (copies of the run share it while their inputs match)
     return a

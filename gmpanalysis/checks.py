@@ -42,7 +42,7 @@ def df_checks(run: Run) -> pd.DataFrame:
     """
     from .analysis import analyze
 
-    return analyze(run).checks
+    return analyze(run).checks.copy()
 
 
 def checks(run: Run, per: pd.DataFrame) -> pd.DataFrame:

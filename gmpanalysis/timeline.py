@@ -31,6 +31,9 @@ RUNNING_CPUS = 0.25
 HOLE_READS = 10
 # The finest sampling the exhaustion brackets assume the truth is defined at (~1 kHz reads).
 RESOLUTION_NS = 1_000_000
+# An exhaustion bracket wider than a scheduler tick (4 ms at HZ=250) plus a read either side
+# leaves the moment open: the row gives the bracket and no point value.
+OPEN_BRACKET_US = 6_000.0
 
 PERIOD_COLUMNS = [
     "period",
@@ -193,6 +196,10 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     ti = np.flatnonzero(throttled)
     if len(ti):
         exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(t, u, start[ti], end[ti], P, seg.uncertainty_ns)
+    # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
+    # the bracket stays, a point value (and the stall and CPU count that follow) would be made up
+    open_ex = throttled & ((ex_hi - ex_lo) > OPEN_BRACKET_US)
+    exhausted[open_ex] = np.nan
     stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
     measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3) & ~np.isnan(d_thr_us)
@@ -201,6 +208,9 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     reason = np.full(n, "", dtype=object)
     for r in np.flatnonzero(gap).tolist():
         reason[r] = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
+    for r in np.flatnonzero(open_ex).tolist():
+        what = f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)"
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
     for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():
         hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
         what = (
@@ -355,7 +365,8 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     boundaries allow; ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
     ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
     queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
-    usage still rose at a running CPU's pace (NaN if not throttled), inside the bracket
+    usage still rose at a running CPU's pace (NaN if not throttled, or if the reads leave it
+    open by more than 6 ms: see the bracket and ``reason``), inside the bracket
     ``exhausted_lo_us``..``exhausted_hi_us`` (from the read before that one to that read, or
     to the read closing a later stretch where running could hide; widened by the grid's
     uncertainty);
@@ -542,7 +553,7 @@ def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | Non
     """
     from .analysis import analyze
 
-    return analyze(run).offsets(bucket_ms) if per is None else period_offsets(run, per, bucket_ms)
+    return analyze(run).offsets(bucket_ms).copy() if per is None else period_offsets(run, per, bucket_ms)
 
 
 def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
@@ -602,7 +613,7 @@ def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
     """
     from .analysis import analyze
 
-    return analyze(run).stw_periods if per is None else stw_periods(run, per)
+    return analyze(run).stw_periods.copy() if per is None else stw_periods(run, per)
 
 
 def stw_periods(run: Run, per: pd.DataFrame) -> pd.DataFrame:

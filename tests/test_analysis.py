@@ -90,3 +90,25 @@ def test_gomaxprocs_when_the_collector_could_not_record_it():
     assert analyze(bare).gomaxprocs == 3
     bare.meta = dict(bare.meta, gomaxprocs_env=None)
     assert analyze(bare).gomaxprocs is None
+
+
+def test_in_place_edits_rebuild_and_handed_out_frames_are_copies():
+    run = gmp.load_run(ALLOC)
+    full = gmp.df_periods(run)
+    # samples edited in place: the throttle counter zeroed
+    assert full["throttled"].any()
+    run.samples["nr_throttled"] = 0
+    assert not gmp.df_periods(run)["throttled"].any()
+    # meta edited in place
+    run.meta["quota_us"] = 25_000
+    assert (gmp.df_periods(run)["quota_us"] == 25_000).all()
+    run.meta["quota_us"] = None
+    with pytest.raises(gmp.MissingDataError, match="no CPU limit"):
+        gmp.df_periods(run)
+    # every df_* hands out a copy: damaging it changes nothing for the next caller
+    run = gmp.load_run(ALLOC)
+    for get in (gmp.df_stw_periods, gmp.df_checks, gmp.df_period_offsets, gmp.df_periods):
+        a = get(run)
+        before = a.copy()
+        a.iloc[:, 0] = -1
+        assert get(run).equals(before), get.__name__
