@@ -90,6 +90,10 @@ class Analysis:
     def grid(self) -> PeriodGrid:
         """The kernel's CFS period grid (:func:`gmpanalysis.fit_period_grid`)."""
         s = self.run.samples
+        if s.empty:
+            raise MissingDataError(
+                f"{self.run.path}: no samples (the collection stopped before the sampler's first read)"
+            )
         if "cgroup" in s and s["cgroup"].nunique() > 1:
             raise MissingDataError("the bundle samples several cgroups; select one with run.samples[...] first")
         return fit_period_grid(s, self.period_ns)

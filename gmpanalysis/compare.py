@@ -9,7 +9,7 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
-from .errors import MissingDataError
+from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import gc_cpu
 
 
@@ -57,7 +57,6 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     stall = per["stall_us"].to_numpy(dtype=np.float64)
     known_stall = np.isfinite(stall)
     thr_us = float(np.nansum(per["throttled_rq_us"])) + extra["throttled_us"]
-    active = per["active"].fillna(False).astype(bool)
     return {
         "periods": n,
         "active_periods": act,
@@ -73,7 +72,8 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "exhausted_p90_ms": _pct(ex, 90),
         "cpus_throttled_p50": _pct(per["cpus_throttled"], 50),
         "throttled_rq_ms_per_throttled": thr_us / 1e3 / thr if thr else np.nan,
-        "usage_ms_per_active": float(np.nansum(per.loc[active, "usage_us"]) / 1e3 / act) if act else np.nan,
+        # every row's usage (an idle period uses about none), over the kernel's active count
+        "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
     }
 
 
@@ -91,7 +91,10 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     if n == 0:
         return out
     # normal approximation of the binomial ranks (n·q ± z·sqrt(n·q·(1-q)))
-    z = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}[level]
+    zs = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}
+    if level not in zs:
+        raise UsageError(f"latency_ci: level {level!r}; choose one of {sorted(zs)}")
+    z = zs[level]
     half = z * np.sqrt(n * q * (1 - q))
     lo, hi = int(np.floor(n * q - half)), int(np.ceil(n * q + half))
     if lo >= 0:

@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from .errors import MissingDataError
+from .errors import MissingDataError, UsageError
 
 COUNTERS = ("usage_us", "nr_periods", "nr_throttled", "throttled_us")
 # A bracket that disagrees with all before it by more than this is a new phase, not a late
@@ -171,7 +171,16 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
             f"samples hold {samples['cgroup'].nunique()} cgroups ({', '.join(map(str, samples['cgroup'].unique()))}); "
             "fit one at a time: samples[samples.cgroup == NAME]"
         )
+    missing = [c for c in ("t_ns", "read_ns", *COUNTERS) if c not in samples]
+    if missing:
+        raise MissingDataError(f"samples lack column(s) {', '.join(missing)}; read them with gmp.read_cpu_stat")
     t_all = samples["t_ns"].to_numpy()
+    back = np.flatnonzero(np.diff(t_all) < 0)
+    if len(back):
+        raise UsageError(
+            f"samples row {int(back[0]) + 1}: t_ns goes backwards ({t_all[back[0]]} -> {t_all[back[0] + 1]}); "
+            "sort the reads by time (samples.sort_values('t_ns'))"
+        )
     read_all = samples["read_ns"].to_numpy()
     per_all = samples["nr_periods"].to_numpy()
     segs = []

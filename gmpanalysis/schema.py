@@ -5,10 +5,10 @@ reader does on every load, every writer before every write), and the JSON Schema
 other languages validate against (``gmpanalysis/bundle-meta.schema.json``) is
 generated from it (:func:`json_schema`; a test keeps the committed file equal to it).
 
-Versions: 1 (the first lab and kube bundles) and 2. Version 2 always carries
-``complete`` and ``gomaxprocs_effective`` (null when the collector could not know it), and
-may carry ``levels``: the cgroup levels sampled (container, pod), each with its own
-limits. A version 1 meta is read by filling those in (:func:`upgrade`). Unknown keys are
+Versions: 1 (the first lab and kube bundles) and 2. Version 2 writers (:func:`new_meta`)
+write every key of the contract, ``complete`` and ``gomaxprocs_effective`` included (null
+when the collector could not know it); ``levels`` is reserved for the cgroup levels sampled
+(container, pod), each with its own limits, which no writer fills yet. A version 1 meta is read by filling those in (:func:`upgrade`). Unknown keys are
 kept, so a newer writer's extra facts survive an older reader.
 """
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
-from .errors import MissingDataError
+from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
 from .periods import PeriodGrid
 
@@ -560,6 +560,8 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
     """:func:`df_period_offsets` over a given period table."""
     s = run.samples
     P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
+    if not (isinstance(bucket_ms, int | float) and 0 < bucket_ms * 1e6 <= P):
+        raise UsageError(f"df_period_offsets: bucket_ms {bucket_ms!r} must lie in (0, {P / 1e6:g}] (the period)")
     b_ns = int(bucket_ms * 1e6)
     nb = max(1, P // b_ns)
     edges = per["start_ns"].to_numpy()[:, None] + np.arange(nb + 1, dtype=np.int64)[None, :] * b_ns

@@ -67,8 +67,10 @@ def test_the_kernels_limits_replace_the_pod_specs():
     lim = {"period_us": 50_000, "quota_us": 30_000, "burst_us": 0}
     _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": lim}, {"path": "pod", "version": 2}]})
     assert (meta["period_us"], meta["quota_us"], meta["burst_us"]) == (50_000, 30_000, 0)
+    # a restart's exec (a new container) keeps its own limits in execs; the bundle's are the first's
     _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": {**lim, "quota_us": None}}]})
-    assert meta["quota_us"] is None  # no limit (any more)
+    assert meta["quota_us"] == 30_000
+    assert meta["sampler"]["execs"][1]["cgroups"][0]["limits"]["quota_us"] is None
 
 
 def test_the_nodes_kernel_and_cpus_come_from_the_sampler():

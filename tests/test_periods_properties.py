@@ -92,13 +92,17 @@ def test_counts_are_conserved_and_brackets_hold_the_truth(d):
     assert (m.loc[known, "throttled"].astype(bool) == m.loc[known, "throttled_c"].astype(bool)).all()
     # exhaustion brackets hold the clean estimate
     both = (m["throttled"].fillna(False) & m["throttled_c"].fillna(False)).to_numpy(bool) & ~near_reset
-    if "exhausted_lo_us" in m:
-        x = m[both]
-        assert (
-            (x["exhausted_at_us_c"] >= x["exhausted_lo_us"] - 1e-6)
-            & (x["exhausted_at_us_c"] <= x["exhausted_hi_us"] + 1e-6)
-        ).all()
-        u = m[~near_reset]
-        assert ((u["usage_us_c"] >= u["usage_lo_us"] - 1e-6) & (u["usage_us_c"] <= u["usage_hi_us"] + 1e-6)).all()
-    else:  # a table without brackets cannot be honest about damaged rows
-        assert np.allclose(m.loc[both, "exhausted_at_us"], m.loc[both, "exhausted_at_us_c"], atol=1.0)
+    x = m[both]
+    assert (
+        (x["exhausted_at_us_c"] >= x["exhausted_lo_us"] - 1e-6)
+        & (x["exhausted_at_us_c"] <= x["exhausted_hi_us"] + 1e-6)
+    ).all()
+    # a point value is given only inside its own narrow bracket; the stall follows from it
+    pt = x[x["exhausted_at_us"].notna()]
+    assert ((pt["exhausted_at_us"] >= pt["exhausted_lo_us"]) & (pt["exhausted_at_us"] <= pt["exhausted_hi_us"])).all()
+    assert (pt["exhausted_hi_us"] - pt["exhausted_lo_us"] <= 6_000 + 1e-6).all()
+    P_us = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
+    assert np.allclose(pt["stall_us"], P_us - pt["exhausted_at_us"])
+    assert x.loc[x["exhausted_at_us"].isna(), ["stall_us", "cpus_throttled"]].isna().all().all()
+    u = m[~near_reset]
+    assert ((u["usage_us_c"] >= u["usage_lo_us"] - 1e-6) & (u["usage_us_c"] <= u["usage_hi_us"] + 1e-6)).all()

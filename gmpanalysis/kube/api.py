@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +20,20 @@ def _client(cfg: CollectConfig) -> Any:
         raise CollectError(
             "the Kubernetes collector needs the kubernetes client: pip install 'gmpanalysis[kube]'"
         ) from None
-    if cfg.kubeconfig:
-        if not Path(cfg.kubeconfig).is_file():
-            raise CollectError(f"{cfg.kubeconfig}: kubeconfig not found")
-        config.load_kube_config(config_file=cfg.kubeconfig, context=cfg.context)
-    else:
-        config.load_kube_config(context=cfg.context)
+    try:
+        if cfg.kubeconfig:
+            if not Path(cfg.kubeconfig).is_file():
+                raise CollectError(f"{cfg.kubeconfig}: kubeconfig not found")
+            config.load_kube_config(config_file=cfg.kubeconfig, context=cfg.context)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            config.load_incluster_config()  # running in a pod: its ServiceAccount
+        else:
+            config.load_kube_config(context=cfg.context)
+    except config.ConfigException as e:
+        where = cfg.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise CollectError(
+            f"{where}: cannot load a Kubernetes configuration ({e}); pass --kubeconfig FILE (and --context)"
+        ) from None
     return client.CoreV1Api()
 
 

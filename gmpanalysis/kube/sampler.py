@@ -152,7 +152,8 @@ def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
         if c.get("path") and c["path"] not in meta["cgroup_paths"]:
             meta["cgroup_paths"].append(c["path"])
         lim = c.get("limits")
-        if i == 0 and isinstance(lim, dict):
+        first_exec = not meta["sampler"].get("execs")  # a restart's exec keeps them in execs
+        if i == 0 and first_exec and isinstance(lim, dict):
             # the kernel's settings of the sampled cgroup, not the pod spec's: the contract
             # checks them on the next write
             meta.update({k: lim[k] for k in ("period_us", "quota_us", "burst_us") if k in lim})
@@ -162,10 +163,11 @@ def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
             meta[k] = summary[k]
     s = meta["sampler"]
     execs = s.setdefault("execs", [])
-    execs.append({k: v for k, v in summary.items() if k != "cgroups"})
+    execs.append(dict(summary))  # each exec's cgroups and their limits (a restart may differ)
     if len(execs) == 1:
         for k, v in execs[0].items():
-            s.setdefault(k, v)
+            if k != "cgroups":
+                s.setdefault(k, v)
     if summary.get("policy_error"):
         s["policy_error"] = summary["policy_error"]
 

@@ -9,7 +9,9 @@ the cgroup, on success, failure or Ctrl-C alike.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import http.client
 import json
 import math
@@ -171,14 +173,19 @@ def reap_stale_cgroups(root: str | os.PathLike[str] = "/sys/fs/cgroup", parent: 
     return removed
 
 
-def _die_with_parent(_: object = None) -> None:
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child must not dlopen
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
     """In a child between fork and exec: ask the kernel to SIGKILL it when the lab runner
     dies (prctl PR_SET_PDEATHSIG), so a runner killed outright leaves nothing running.
-    The samples it wrote stay: the sampler appends and flushes as it goes."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    The samples it wrote stay: the sampler appends and flushes as it goes. The signal
+    follows the forking thread's exit, and the runner forks from its main thread; a runner
+    that died before the prctl took effect shows as another parent."""
+    _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
@@ -305,7 +312,8 @@ def _start_sampler(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, out: Pa
     ]
     if cfg.sampler_fifo:
         sampler_cmd.append("--fifo")
-    return subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+    guard = functools.partial(_die_with_parent, os.getpid())
+    return subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=guard)
 
 
 def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, app_log: Path) -> subprocess.Popen:
@@ -335,7 +343,7 @@ def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, a
             env=env,
             stdout=subprocess.PIPE,
             stderr=log,
-            preexec_fn=lambda: _die_with_parent(cg.join_in_child()),
+            preexec_fn=lambda parent=os.getpid(): (cg.join_in_child(), _die_with_parent(parent)),
         )
 
 
@@ -365,7 +373,8 @@ def _start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, o
         "-summary",
         str(out / ".loadgen.json"),
     ]
-    return subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+    guard = functools.partial(_die_with_parent, os.getpid())
+    return subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=guard)
 
 
 def run_lab(

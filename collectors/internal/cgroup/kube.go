@@ -18,8 +18,8 @@ import (
 // Candidates list every layout (cgroupfs first); the first that exists (Mount.Resolve of
 // the "|"-joined list) wins, so no driver setting is guessed.
 //
-// gmpanalysis/kube/paths.py builds the same lists for the sampler's --cgroup argument;
-// both are tested against tests/data/cgroup/paths.json.
+// The collector passes the API's facts (kube-container:UID:QOS:ID, ExpandKube) and these
+// rules are the only copy; they are tested against tests/data/cgroup/paths.json.
 
 // QoSClasses are the values of a pod's status.qosClass.
 var QoSClasses = []string{"Guaranteed", "Burstable", "BestEffort"}
