@@ -82,7 +82,8 @@ class Analysis:
         if tr is not None and len(tr.gomaxprocs):
             return int(tr.gomaxprocs["procs"].iloc[0])
         env = m.get("gomaxprocs_env")
-        if isinstance(env, str) and env.strip().isdigit() and int(env) > 0:
+        # the runtime takes only plain ASCII digits (anything else: its default, unknown here)
+        if isinstance(env, str) and env.isascii() and env.isdigit() and int(env) > 0:
             return int(env)
         return None
 
