@@ -8,8 +8,9 @@ generated from it (:func:`json_schema`; a test keeps the committed file equal to
 Versions: 1 (the first lab and kube bundles) and 2. Version 2 writers (:func:`new_meta`)
 write every key of the contract, ``complete`` and ``gomaxprocs_effective`` included (null
 when the collector could not know it); ``levels`` is reserved for the cgroup levels sampled
-(container, pod), each with its own limits, which no writer fills yet. A version 1 meta is read by filling those in (:func:`upgrade`). Unknown keys are
-kept, so a newer writer's extra facts survive an older reader.
+(container, pod), each with its own limits, which no writer fills yet. A version 1 meta is
+read by filling those in (:func:`upgrade`). Unknown keys are kept, so a newer writer's extra
+facts survive an older reader.
 """
 
 from __future__ import annotations
