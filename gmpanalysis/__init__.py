@@ -25,6 +25,7 @@ from .errors import (
     UsageError,
 )
 from .export import to_chrome_trace
+from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, read_trace
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
@@ -58,6 +59,7 @@ __all__ = [
     "df_checks",
     "df_lateness",
     "df_conservation",
+    "df_gomaxprocs",
     "df_mmu",
     "df_period_groups",
     "df_period_offsets",

@@ -81,11 +81,9 @@ class Analysis:
         self._trace_used()
         if tr is not None and len(tr.gomaxprocs):
             return int(tr.gomaxprocs["procs"].iloc[0])
-        env = m.get("gomaxprocs_env")
-        # the runtime takes only plain ASCII digits (anything else: its default, unknown here)
-        if isinstance(env, str) and env.isascii() and env.isdigit() and int(env) > 0:
-            return int(env)
-        return None
+        from .gomaxprocs import parse_env
+
+        return parse_env(m.get("gomaxprocs_env"))
 
     @functools.cached_property
     def grid(self) -> PeriodGrid:

@@ -19,6 +19,7 @@ from .analysis import analyze
 from .bundle import Run
 from .compare import compare_runs
 from .errors import GmpWarning, UsageError
+from .gomaxprocs import explain as explain_gomaxprocs
 from .sampling import sampling_summary
 from .timeline import cpus_available, df_period_groups
 
@@ -270,6 +271,7 @@ def to_report(
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
+        parts.append(f"<p>{html.escape(explain_gomaxprocs(run))}</p>")
         if ns:
             parts.append(
                 f'<p class="data-note">{len(ns)} data note(s) for this run: see <a href="#data-notes">Data notes</a> '
