@@ -143,7 +143,8 @@ def plot_period_heatmap(
     cpus = off.pivot(index="offset_ms", columns="period", values="cpus")
     step = float(cpus.index[1] - cpus.index[0]) if len(cpus.index) > 1 else 1.0
     extent = (-0.5, cpus.shape[1] - 0.5, float(cpus.index[-1]) + step, 0.0)
-    vmax = vmax or off.attrs.get("cpus_max") or float(np.nanmax(cpus.to_numpy()))
+    cap = off.attrs.get("cpus_max")
+    vmax = vmax or (cap if cap == cap and cap else None) or float(np.nanmax(cpus.to_numpy()))
     im = ax.imshow(
         cpus.to_numpy(), aspect="auto", cmap="Blues", vmin=0, vmax=vmax, extent=extent, interpolation="nearest"
     )

@@ -232,7 +232,8 @@ def to_report(
     general: list[str] = []
     with recording_notes(general):
         cmp = compare_runs(runs)
-        vmax = max(cpus_available(r) for r in runs)  # one colour scale, so runs compare
+        caps = [c for c in (cpus_available(r) for r in runs) if c == c]
+        vmax = max(caps) if caps else None  # one colour scale, so runs compare
     general = [n for n in general if not any(n in ns for ns in run_notes)]
 
     parts = [f"<h1>{html.escape(title)}</h1>", _data_notes_html(runs, run_notes, general), "<h2>Findings</h2><ul>"]

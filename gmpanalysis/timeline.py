@@ -8,7 +8,6 @@ intervals are spread over periods through their cumulative coverage function.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pandas as pd
@@ -265,7 +264,10 @@ def _add_trace(df: pd.DataFrame, run: Run) -> None:
         for c in ("stw_us", "stw_max_us", "stw_count", "gc_mark_us", "gc_worker_us", "assist_us", "go_running_us")
     }
     cols["stw_spans_boundary"] = np.zeros(n, dtype=bool)
-    g = run.meta.get("gomaxprocs_effective")
+    from .analysis import analyze
+
+    # outside the trace window (or without a trace): GOMAXPROCS as the analysis knows it
+    g = analyze(run).gomaxprocs
     cols["gomaxprocs"] = np.full(n, np.nan if g is None else float(g))
     tr = run.trace if run.trace_path is not None else None
     if tr is not None and tr.meta["events"]:
@@ -570,6 +572,7 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
     ).reshape(edges.shape)
     cpus = np.diff(u, axis=1) / (b_ns / 1e3)
     cap = cpus_available(run)
+    cap = np.inf if np.isnan(cap) else cap  # nothing to cap at: the tick steps stay as read
     for i in range(nb - 1, 0, -1):  # a few buckets per period; vectorised over periods
         over = np.maximum(cpus[:, i] - cap, 0.0)
         cpus[:, i] -= over
@@ -591,16 +594,19 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
             "unknown": np.repeat(per["throttled"].isna().to_numpy(), nb),
         }
     )
-    out.attrs["cpus_max"] = cap
+    out.attrs["cpus_max"] = cap if np.isfinite(cap) else np.nan
     return out
 
 
 def cpus_available(run: Run) -> float:
-    """The most CPUs the group can run on at once: the host's CPUs, and GOMAXPROCS when the
-    run recorded it (both from meta.json; the host's only when GOMAXPROCS is unknown)."""
+    """The most CPUs the group can run on at once: the host's CPUs (meta.json ``ncpu``) and
+    GOMAXPROCS (:attr:`gmpanalysis.Analysis.gomaxprocs`), whichever is known and smaller;
+    NaN when neither is (the analyst's own machine says nothing about the run's)."""
+    from .analysis import analyze
+
     m = run.meta
-    vals = [v for v in (m.get("ncpu"), m.get("gomaxprocs_effective")) if isinstance(v, int | float) and v > 0]
-    return float(min(vals)) if vals else float(os.cpu_count() or 1)
+    vals = [v for v in (m.get("ncpu"), analyze(run).gomaxprocs) if isinstance(v, int | float) and v > 0]
+    return float(min(vals)) if vals else float("nan")
 
 
 def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:

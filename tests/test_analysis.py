@@ -112,3 +112,15 @@ def test_in_place_edits_rebuild_and_handed_out_frames_are_copies():
         before = a.copy()
         a.iloc[:, 0] = -1
         assert get(run).equals(before), get.__name__
+
+
+def test_the_heatmap_cap_never_comes_from_the_analysts_machine():
+    run = copy.copy(gmp.load_run(ALLOC))
+    run.meta = dict(run.meta, ncpu=None, gomaxprocs_effective=None, gomaxprocs_env=None)
+    run.trace_path, run._trace = None, None
+    off = gmp.df_period_offsets(run)
+    assert np.isnan(off.attrs["cpus_max"])  # unknown, not os.cpu_count()
+    run.meta = dict(run.meta, gomaxprocs_env="1")
+    off = gmp.df_period_offsets(run)
+    assert off.attrs["cpus_max"] == 1 and off["cpus"].max() <= 1 + 1e-9
+    assert (gmp.df_periods(run)["gomaxprocs"] == 1).all()  # the per-period column agrees
