@@ -388,5 +388,8 @@ def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
     p = Path(path)
     check(meta, f"{p} (being written)")  # every writer, every write: the contract holds
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename: a host crash leaves old or new, not empty
     os.replace(tmp, p)

@@ -95,12 +95,18 @@ def _period(path: str, line: bytes, v: int) -> int:
     return v
 
 
-def parse_period_v1(data: bytes, *, source: str) -> int:
-    """``cpu.cfs_period_us``."""
+def _single_uint(source: str, data: bytes) -> tuple[bytes, int]:
+    """A file of one unsigned decimal line: (the line, its value)."""
     line = _single_line(source, data)
     v = _uint(line)
     if v is None:
         raise _error(source, 1, line, "expected an unsigned decimal integer (µs)")
+    return line, v
+
+
+def parse_period_v1(data: bytes, *, source: str) -> int:
+    """``cpu.cfs_period_us``."""
+    line, v = _single_uint(source, data)
     return _period(source, line, v)
 
 
@@ -119,10 +125,7 @@ def parse_quota_v1(data: bytes, *, source: str) -> int | None:
 
 def parse_burst(data: bytes, *, source: str) -> int:
     """``cpu.cfs_burst_us`` (v1) or ``cpu.max.burst`` (v2)."""
-    line = _single_line(source, data)
-    v = _uint(line)
-    if v is None:
-        raise _error(source, 1, line, "expected an unsigned decimal integer (µs)")
+    line, v = _single_uint(source, data)
     if v > MAX_QUOTA_US:
         raise _error(source, 1, line, f"burst must be 0..{MAX_QUOTA_US} µs")
     return v

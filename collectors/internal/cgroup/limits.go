@@ -57,15 +57,24 @@ func checkPeriod(path string, line []byte, v uint64) error {
 	return nil
 }
 
-// ParsePeriodV1 parses cpu.cfs_period_us.
-func ParsePeriodV1(path string, data []byte) (uint64, error) {
+// singleUint reads a file of one unsigned decimal line: the line and its value.
+func singleUint(path string, data []byte) ([]byte, uint64, error) {
 	line, err := singleLine(path, data)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	v, ok := parseUint(line)
 	if !ok {
-		return 0, formatError(path, 1, line, "expected an unsigned decimal integer (µs)")
+		return nil, 0, formatError(path, 1, line, "expected an unsigned decimal integer (µs)")
+	}
+	return line, v, nil
+}
+
+// ParsePeriodV1 parses cpu.cfs_period_us.
+func ParsePeriodV1(path string, data []byte) (uint64, error) {
+	line, v, err := singleUint(path, data)
+	if err != nil {
+		return 0, err
 	}
 	return v, checkPeriod(path, line, v)
 }
@@ -88,13 +97,9 @@ func ParseQuotaV1(path string, data []byte) (int64, error) {
 
 // ParseBurst parses cpu.cfs_burst_us (v1) or cpu.max.burst (v2): 0..MaxQuotaUs.
 func ParseBurst(path string, data []byte) (uint64, error) {
-	line, err := singleLine(path, data)
+	line, v, err := singleUint(path, data)
 	if err != nil {
 		return 0, err
-	}
-	v, ok := parseUint(line)
-	if !ok {
-		return 0, formatError(path, 1, line, "expected an unsigned decimal integer (µs)")
 	}
 	if v > MaxQuotaUs {
 		return 0, formatError(path, 1, line, fmt.Sprintf("burst must be 0..%d µs", int64(MaxQuotaUs)))
