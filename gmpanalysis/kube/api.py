@@ -37,6 +37,17 @@ def _client(cfg: CollectConfig) -> Any:
     return client.CoreV1Api()
 
 
+def private(core: Any) -> Any:
+    """A CoreV1Api on its own ApiClient, same configuration. The client's exec and
+    port-forward helpers swap the shared ApiClient's ``call_api`` for a websocket one
+    while they run: two threads streaming on one ApiClient (the sampler's exec and the trace's
+    port-forward, or two pods) can get each other's, e.g. a WSClient where a port-forward was
+    asked for."""
+    from kubernetes import client
+
+    return client.CoreV1Api(client.ApiClient(core.api_client.configuration))
+
+
 def _forbidden(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
     reason = ""
     text = str(e.body or e)

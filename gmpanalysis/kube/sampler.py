@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import HOST_STAT_COLUMNS
-from .api import _call
+from .api import _call, private
 from .config import SAMPLER_ROOT, CollectConfig
 
 
@@ -102,7 +102,7 @@ def _stream_sampler(
         "create",
         "pods/exec",
         cfg.sampler_namespace,
-        core.connect_get_namespaced_pod_exec,
+        private(core).connect_get_namespaced_pod_exec,
         sampler,
         cfg.sampler_namespace,
         command=argv,

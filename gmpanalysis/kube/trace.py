@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CollectError
-from .api import _call
+from .api import _call, private
 from .config import CollectConfig
 
 BODY_SHOWN = 300  # bytes of a refusal's body quoted in the error
@@ -67,7 +67,7 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
                 "create",
                 "pods/portforward",
                 cfg.namespace,
-                core.connect_get_namespaced_pod_portforward,
+                private(core).connect_get_namespaced_pod_portforward,
                 pod,
                 cfg.namespace,
                 ports=str(cfg.pprof_port),
