@@ -6,7 +6,7 @@ run.samples            # cpu.stat reads, units normalised
 """
 
 from .analysis import Analysis, analyze
-from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_requests
+from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests
 from .checks import df_checks
 from .compare import compare_runs, period_summary
 from .errors import (
@@ -27,6 +27,7 @@ from .errors import (
 from .export import to_chrome_trace
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, read_trace
+from .levels import df_freezes, df_levels
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
@@ -59,7 +60,9 @@ __all__ = [
     "df_checks",
     "df_lateness",
     "df_conservation",
+    "df_freezes",
     "df_gomaxprocs",
+    "df_levels",
     "df_mmu",
     "df_period_groups",
     "df_period_offsets",
@@ -77,6 +80,7 @@ __all__ = [
     "read_cpu_stat",
     "read_host_stat",
     "read_lateness",
+    "read_limits",
     "read_requests",
     "read_trace",
     "sampling_summary",

@@ -23,6 +23,7 @@ import pandas as pd
 
 from .bundle import Run
 from .errors import MissingDataError
+from .levels import level_names, level_run
 from .periods import PeriodGrid, fit_period_grid
 
 
@@ -93,22 +94,55 @@ class Analysis:
             raise MissingDataError(
                 f"{self.run.path}: no samples (the collection stopped before the sampler's first read)"
             )
-        if "cgroup" in s and s["cgroup"].nunique() > 1:
-            raise MissingDataError("the bundle samples several cgroups; select one with run.samples[...] first")
-        return fit_period_grid(s, self.period_ns)
+        if "cgroup" in s:  # several levels (or one named): the process's own level's grid
+            lr = level_run(self.run)
+            if lr is not self.run:
+                return analyze(lr).grid
+        return fit_period_grid(s, period_ns(self.run.meta))
+
+    @property
+    def levels(self) -> list[str]:
+        """The cgroup levels sampled, the process's own first (:func:`gmpanalysis.df_levels`)."""
+        return level_names(self.run)
+
+    @functools.cached_property
+    def level_table(self) -> pd.DataFrame:
+        """This (single-level) run's own table, before other levels' freezes are laid on it."""
+        from .timeline import _build_level
+
+        out = _build_level(self.run, self.grid)
+        self._trace_used()
+        return out
 
     @functools.cached_property
     def periods(self) -> pd.DataFrame:
-        """The per-period table (:func:`gmpanalysis.df_periods`)."""
+        """The per-period table (:func:`gmpanalysis.df_periods`) on the process's own level's grid."""
         from .timeline import build_periods
 
-        if self.run.meta.get("quota_us") is None:
+        if self.run.meta.get("quota_us") is None and "cgroup" not in self.run.samples:
             raise MissingDataError(
                 f"{self.run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to"
             )
         out = build_periods(self.run, self.grid)
         self._trace_used()
         return out
+
+    def level_periods(self, level: str | None = None) -> pd.DataFrame:
+        """The per-period table on one level's grid (memoised per level)."""
+        from .timeline import build_periods
+
+        names = self.levels
+        if level is None or level == names[0]:
+            return self.periods
+        cache = self.__dict__.setdefault("_level_periods", {})
+        if level not in cache:
+            lr = level_run(self.run, level)
+            cache[level] = build_periods(self.run, analyze(lr).grid, level=level)
+        return cache[level]
+
+    def freezes(self, level: str | None = None) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_freezes` on one level's grid."""
+        return self.level_periods(level).attrs["ledger"].freezes
 
     @functools.cached_property
     def summary(self) -> dict[str, float]:

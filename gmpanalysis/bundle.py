@@ -1,8 +1,9 @@
 """The run bundle on disk: read, validate, and write its metadata.
 
 A bundle is a directory (see DESIGN §4): ``meta.json``, ``cpu_stat.csv``, optionally
-``trace.out`` (raw Go execution trace), ``requests.csv`` (lab runs) and ``host_stat.csv``
-(the host's /proc/stat about once a second, for steal time). Collectors append
+``trace.out`` (raw Go execution trace), ``requests.csv`` (lab runs), ``host_stat.csv``
+(the host's /proc/stat about once a second, for steal time) and ``limits.csv`` (each sampled
+cgroup's CFS quota, period and burst, a row whenever they changed). Collectors append
 raw rows as they go, so a killed collector leaves a last line without its newline: readers
 drop that one line and say so. Anything else malformed is a :class:`BundleError` naming the
 file, the line and what to do.
@@ -34,6 +35,20 @@ CPU_STAT_COLUMNS: dict[str, Any] = {
     "nr_bursts": np.int64,
     "burst_us": np.float64,
 }
+# limits.csv: the CFS bandwidth settings of every sampled cgroup, read by the sampler about
+# every 10 ms after its counter reads; a row at the first read of each cgroup, then one only
+# when a value changed. A change (an in-place resize) happened in (prev_ns, t_ns].
+LIMITS_COLUMNS: dict[str, Any] = {
+    "t_ns": np.int64,  # CLOCK_MONOTONIC midpoint of the read that saw these values
+    "cgroup": str,  # the level, as cpu_stat.csv's cgroup column names it
+    "period_us": np.int64,
+    "burst_us": np.int64,
+}
+LIMITS_NULLABLE: dict[str, Any] = {
+    "prev_ns": "Int64",  # the previous read of that cgroup, which saw the old values (NA: first)
+    "quota_us": "Int64",  # NA: no limit
+}
+
 REQUEST_COLUMNS: dict[str, Any] = {
     "sched_ns": np.int64,  # when the load schedule wanted the request sent
     "start_ns": np.int64,  # when it was sent
@@ -68,7 +83,8 @@ class Run:
 
     ``samples`` is the cpu.stat table (:func:`read_cpu_stat`), ``requests`` the per-request
     table or None, ``trace_path`` the raw Go execution trace or None, ``host_stat`` the
-    host's /proc/stat rows (:func:`read_host_stat`) or None, and ``trace`` its
+    host's /proc/stat rows (:func:`read_host_stat`) or None, ``limits`` the CFS limits of
+    every sampled cgroup over time (:func:`read_limits`) or None, and ``trace`` its
     tables (:class:`~gmpanalysis.gotrace.GoTrace`), parsed on first use. ``notes`` lists
     what the readers tolerated, one sentence each: an unfinished collection, an empty
     trace, and the message of every :class:`~gmpanalysis.errors.GmpWarning` issued while
@@ -83,6 +99,7 @@ class Run:
     requests: pd.DataFrame | None
     notes: list[str] = dataclasses.field(default_factory=list)
     host_stat: pd.DataFrame | None = None  # host_stat.csv (read_host_stat), None when absent
+    limits: pd.DataFrame | None = None  # limits.csv (read_limits), None when absent
     _trace: Any = dataclasses.field(default=None, repr=False)
 
     @property
@@ -279,6 +296,42 @@ def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
     return parse_host_stat(_read_bytes(path), source=str(path))
 
 
+def parse_limits(data: bytes, *, source: str = "limits.csv") -> pd.DataFrame:
+    """Parse limits.csv bytes; see :func:`read_limits`."""
+    df = _parse_table(data, source, LIMITS_COLUMNS, LIMITS_NULLABLE, sorted_by="t_ns", group="cgroup")
+    missing = [c for c in LIMITS_NULLABLE if c not in df.columns]
+    if missing:
+        raise BundleError(
+            f"{source} line 1: missing column(s) {', '.join(missing)}; expected "
+            "t_ns,prev_ns,cgroup,period_us,quota_us,burst_us (was it written by gmp-sampler --limits-out?)"
+        )
+    checks = (
+        (df["period_us"].lt(1000) | df["period_us"].gt(1_000_000), "period_us must be 1000..1000000 µs"),
+        (df["quota_us"].lt(1000).fillna(False), "quota_us must be empty (no limit) or at least 1000 µs"),
+        (df["burst_us"].lt(0), "burst_us must be >= 0"),
+        ((df["prev_ns"] >= df["t_ns"]).fillna(False), "prev_ns must be before t_ns"),
+    )
+    for bad, what in checks:
+        b = bad.to_numpy(dtype=bool)
+        if b.any():
+            raise BundleError(f"{source} line {int(np.flatnonzero(b)[0]) + 2}: {what}; fix or remove that line")
+    return df[["t_ns", "prev_ns", "cgroup", "period_us", "quota_us", "burst_us"]]
+
+
+def read_limits(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a ``limits.csv`` written by gmp-sampler ``--limits-out``.
+
+    The CFS bandwidth settings of every sampled cgroup over time: a row at the first read of
+    each cgroup, then a row only when a value changed (the sampler reads them about every
+    10 ms). Columns: ``t_ns`` int64 CLOCK_MONOTONIC ns, the read that saw the values;
+    ``prev_ns`` Int64 ns, the previous read of that cgroup (the old values; NA for its first
+    row): a change happened in (prev_ns, t_ns]; ``cgroup`` str, the level (as in
+    cpu_stat.csv); ``period_us`` int64 µs; ``quota_us`` Int64 µs per period (NA: no limit);
+    ``burst_us`` int64 µs.
+    """
+    return parse_limits(_read_bytes(path), source=str(path))
+
+
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a bundle's ``meta.json`` against the contract
     (:mod:`gmpanalysis.schema`); an older version is returned upgraded."""
@@ -336,6 +389,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             samples = read_cpu_stat(csv)
         requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
         host_stat = read_host_stat(d / "host_stat.csv") if (d / "host_stat.csv").exists() else None
+        limits = read_limits(d / "limits.csv") if (d / "limits.csv").exists() else None
     for w in caught:
         if issubclass(w.category, GmpWarning):
             notes.append(str(w.message))
@@ -377,7 +431,14 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     elif not trace.exists():
         trace = None
     return Run(
-        path=d, meta=meta, samples=samples, trace_path=trace, requests=requests, notes=notes, host_stat=host_stat
+        path=d,
+        meta=meta,
+        samples=samples,
+        trace_path=trace,
+        requests=requests,
+        notes=notes,
+        host_stat=host_stat,
+        limits=limits,
     )
 
 

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .errors import GmpError
+from .errors import GmpError, UsageError
 
 
 def _default_bundles() -> list[Path]:
@@ -29,7 +29,12 @@ def _lab_config(a: argparse.Namespace):  # -> LabConfig
     from .lab import LabConfig, parse_cpu_limit
 
     gmp = getattr(a, "gomaxprocs", None)
-    g = None if gmp in (None, "unset") else int(gmp)
+    g = None if gmp in (None, "unset", "default") else int(gmp)
+    parent = None if a.parent_cpu_limit is None else parse_cpu_limit(a.parent_cpu_limit)
+    if a.parent_cpu_limit is not None and parent is None:
+        raise UsageError("--parent-cpu-limit none: leave the option out for no pod-like parent")
+    if (a.resize_at is None) != (a.cpu_limit_after is None):
+        raise UsageError("--resize-at and --cpu-limit-after go together (e.g. --resize-at 10 --cpu-limit-after 2000m)")
     return LabConfig(
         name=a.name,
         cpu_limit=parse_cpu_limit(a.cpu_limit),
@@ -53,6 +58,10 @@ def _lab_config(a: argparse.Namespace):  # -> LabConfig
         sampler_fifo=not a.no_fifo,
         cgroup_root=a.cgroup_root,
         cgroup_parent=a.cgroup_parent,
+        parent_cpu_limit=parent,
+        resize_at_s=a.resize_at,
+        cpu_limit_after=None if a.cpu_limit_after is None else parse_cpu_limit(a.cpu_limit_after),
+        app_build=a.app_build,
     )
 
 
@@ -83,6 +92,23 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fifo", action="store_true", help="sampler under SCHED_OTHER instead of SCHED_FIFO")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup mount")
     p.add_argument("--cgroup-parent", default="", help="parent cgroup for the lab's cgroup (v2: delegated subtree)")
+    p.add_argument(
+        "--parent-cpu-limit",
+        default=None,
+        help="put the app's cgroup inside a pod-like parent with this CPU limit of its own (e.g. 500m); "
+        "both levels are sampled",
+    )
+    p.add_argument(
+        "--resize-at", type=_seconds, default=None, help="rewrite the limit in place this long after load start (s)"
+    )
+    p.add_argument("--cpu-limit-after", default=None, help="the limit written at --resize-at: 2000m, 0.5 or none")
+    p.add_argument(
+        "--app-build",
+        choices=["default", "go124", "automaxprocs"],
+        default="default",
+        help="demo app build: default (go 1.26 module: the runtime follows the limit), go124 (a go 1.24 module "
+        "line: NumCPU), automaxprocs (go.uber.org/automaxprocs, set once at start)",
+    )
 
 
 def cmd_lab_run(a: argparse.Namespace) -> int:
@@ -299,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     labsub = lab.add_subparsers(dest="labcmd", required=True)
     lr = labsub.add_parser("run", help="one run -> one bundle")
     _add_lab_args(lr)
-    lr.add_argument("--gomaxprocs", default=None, help="GOMAXPROCS env of the app, or 'unset' (default: unset)")
+    lr.add_argument(
+        "--gomaxprocs", default=None, help="GOMAXPROCS env of the app; 'default' or 'unset': not set (the default)"
+    )
     lr.add_argument("-o", "--out", default=None, help="bundle directory (default: runs/NAME)")
     lr.set_defaults(func=cmd_lab_run)
     ls = labsub.add_parser("sweep", help="the same run at several GOMAXPROCS values")

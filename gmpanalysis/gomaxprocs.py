@@ -55,76 +55,234 @@ def rules(quota_us: int | None, period_us: int, ncpu: int | None, env: Any = Non
     return out
 
 
-def df_gomaxprocs(run: Run) -> pd.DataFrame:
-    """GOMAXPROCS over the run against the CPU limit and what each rule would set.
+# The runtime re-checks the limit about once a second (Go >= 1.25); a change it follows shows
+# up to this long after the limit moved.
+FOLLOW_LAG_NS = 1_500_000_000
 
-    One row per value GOMAXPROCS took (from the trace's real changes; without a trace, the
-    value the collector recorded at the start). Columns: ``t_ns`` when it took the value
-    (CLOCK_MONOTONIC; the trace's first event, or the collection start); ``gomaxprocs``;
-    ``limit_cpus`` quota / period in force (NaN: no limit); one column per rule in
-    :data:`RULES` (Int64, NA where the rule cannot be told); ``followed`` the rules that give
-    this value (comma-separated; "" when none does); ``above_limit`` bool, more Ps than the
-    limit's whole CPUs (ceil): the extra Ps only burn the quota sooner; ``pinned`` bool, an
-    environment value fixes it (the runtime then follows no limit change).
-    ``df.attrs["rule"]``: the rule(s) followed at the start, ``df.attrs["go_version"]``.
+
+def applicable(go_version: Any, default_godebug: Any) -> set[str]:
+    """The rules the runtime itself may apply, from the binary's Go version and its
+    DefaultGODEBUG (set by the module's go line): ``go1.25 default`` for Go >= 1.25 without
+    containermaxprocs=0, ``NumCPU`` otherwise; both when neither is known. env, automaxprocs
+    and the downward API are always possible (they act through the environment or a call)."""
+    out = {"env", "automaxprocs", "downward API"}
+    ver = _go_minor(go_version)
+    off = isinstance(default_godebug, str) and "containermaxprocs=0" in default_godebug.split(",")
+    if ver is None and not isinstance(default_godebug, str):
+        return out | {"go1.25 default", "NumCPU"}
+    if ver is not None and ver < 25 or off:
+        return out | {"NumCPU"}
+    return out | {"go1.25 default"}
+
+
+def _go_minor(v: Any) -> int | None:
+    if not isinstance(v, str) or not v.startswith("go1."):
+        return None
+    digits = ""
+    for ch in v[4:]:
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else None
+
+
+def df_gomaxprocs(run: Run) -> pd.DataFrame:
+    """GOMAXPROCS over the run against every level's CPU limit over time, what each rule
+    would set, the rule the process followed, and where it drifted from the limit.
+
+    One row at the start and at every event: a GOMAXPROCS change in the trace, a limit change
+    of any level (limits.csv). Columns: ``t_ns`` (CLOCK_MONOTONIC); ``event`` ("start",
+    "gomaxprocs", "limit <level>"); ``gomaxprocs`` in force (Int64; NA: unknown, outside the
+    trace with nothing recorded); ``limit_cpus`` the process's own cgroup's quota / period
+    (NaN: no limit); ``ancestor_limit_cpus`` the tightest limit of the levels above it (NaN:
+    none sampled or no limit); one column per rule in :data:`RULES` (Int64, NA where it cannot
+    be told) for the limit in force: ``automaxprocs`` and ``downward API`` act once, at the
+    start, but their columns say what they would give now; ``followed`` the rules that give
+    this value and that the runtime can apply here (comma-separated); ``above_limit`` bool,
+    more Ps than the limit's whole CPUs (ceil): the extra Ps only burn the quota sooner;
+    ``pinned`` bool, an environment value fixes it (the runtime then follows no limit
+    change); ``drift`` what is off, in words ("" when nothing is); ``lag_ms`` for a
+    GOMAXPROCS change, how long after the last limit change of the own level it came (NaN
+    otherwise); ``stw_us`` the stop-the-world the runtime took to apply it (NaN: none seen).
+    ``df.attrs``: ``rule`` the rule(s) the process followed through the run; ``go_version``;
+    ``default_godebug``; ``applicable`` the runtime rules possible for this binary.
     """
     from .analysis import analyze
+    from .levels import level_names, limit_series
 
     m = run.meta
-    period_us = int(m.get("period_us") or 100_000)
-    quota = m.get("quota_us")
     ncpu = m.get("ncpu") if isinstance(m.get("ncpu"), int) else None
     env = m.get("gomaxprocs_env")
+    names = level_names(run)
+    own = names[0]
+    lim = limit_series(run)
+    start_ns = int(lim["t_ns"].min()) if len(lim) else int(m.get("mono_start_ns") or 0)
+
+    # GOMAXPROCS as a step function: the value recorded at the start, then the trace's changes
     tr = run.trace
+    g_t: list[int] = []
+    g_v: list[int] = []
+    first = analyze(run).gomaxprocs
     if tr is not None and len(tr.gomaxprocs):
         gm = tr.gomaxprocs
-        t = gm["t_ns"].to_numpy(dtype=np.int64).copy()
-        t[0] = min(int(t[0]), int(tr.meta["first_ns"]))
-        vals = gm["procs"].to_numpy(dtype=np.int64)
-    else:
-        g = analyze(run).gomaxprocs
-        t = np.array([m.get("mono_start_ns") or 0], dtype=np.int64)
-        vals = np.array([g if g is not None else -1], dtype=np.int64)
-    r = rules(quota, period_us, ncpu, env)
+        g_t = gm["t_ns"].to_numpy(dtype=np.int64).tolist()
+        g_v = gm["procs"].to_numpy(dtype=np.int64).tolist()
+        g_t[0] = min(g_t[0], int(tr.meta["first_ns"]))
+        if first is not None and g_t[0] > start_ns:
+            g_t.insert(0, start_ns)
+            g_v.insert(0, first)
+    elif first is not None:
+        g_t, g_v = [start_ns], [first]
+    keep = [i for i in range(len(g_v)) if i == 0 or g_v[i] != g_v[i - 1]]  # real changes only
+    g_t, g_v = [g_t[i] for i in keep], [g_v[i] for i in keep]
+    stw = tr.stw if tr is not None else None
+
+    events: list[tuple[int, str]] = [(start_ns, "start")]
+    events += [(t, "gomaxprocs") for t in g_t[1:]]
+    for r in lim.itertuples(index=False):
+        if r.t_ns > start_ns:
+            events.append((int(r.t_ns), f"limit {r.level}"))
+    events.sort()
+
+    def limit_at(level: str, t: int) -> tuple[float, int | None, int]:
+        x = lim[(lim["level"] == level) & (lim["t_ns"] <= t)]
+        if not len(x):
+            x = lim[lim["level"] == level].head(1)
+        if not len(x):
+            return np.nan, None, 100_000
+        q, p = x["quota_us"].iloc[-1], int(x["period_us"].iloc[-1])
+        return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
+
+    can = applicable(m.get("go_version"), m.get("default_godebug"))
+    _, q0, p0 = limit_at(own, start_ns)
+    at_start = rules(q0, p0, ncpu, env)
     rows = []
-    for ti, v in zip(t.tolist(), vals.tolist(), strict=True):
-        known = v > 0
-        followed = [name for name, x in r.items() if known and x == v]
+    last_own_change = None
+    prev_own = limit_at(own, start_ns)[0]
+    for t, ev in events:
+        lc, q, p = limit_at(own, t)
+        if ev == f"limit {own}":
+            if not (np.isnan(lc) and np.isnan(prev_own)) and lc != prev_own:
+                last_own_change = t
+            prev_own = lc
+        anc = [limit_at(n, t)[0] for n in names[1:]]
+        anc = [a for a in anc if not np.isnan(a)]
+        i = int(np.searchsorted(np.asarray(g_t, dtype=np.int64), t, side="right")) - 1 if g_t else -1
+        v = g_v[i] if i >= 0 else None
+        r = rules(q, p, ncpu, env)
+        r["automaxprocs_now"] = r["automaxprocs"]
+        followed = [name for name in RULES if v is not None and r[name] == v and name in can]
+        drift: list[str] = []
+        if v is not None and not np.isnan(lc) and v > math.ceil(lc):
+            drift.append(f"{v} Ps above the {lc:g}-CPU limit")
+        if anc and (np.isnan(lc) or min(anc) < lc) and "go1.25 default" in can and r["env"] is None:
+            drift.append(
+                f"a level above has a tighter limit ({min(anc):g} CPUs) that the runtime does not read "
+                "(it reads only its own cgroup: golang/go#81180)"
+            )
+        dflt = r["go1.25 default"]
+        if v is not None and last_own_change is not None and t - last_own_change > FOLLOW_LAG_NS:
+            if r["env"] is not None and dflt is not None and dflt != v:
+                drift.append(
+                    f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}"
+                )
+            elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
+                drift.append(f"automaxprocs set {v} once at start; its rule now gives {r['automaxprocs']}")
+            elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:
+                drift.append(
+                    f"the limit changed {((t - last_own_change) / 1e9):.1f} s ago and GOMAXPROCS did not follow"
+                )
+        lag = np.nan
+        stw_us = np.nan
+        if ev == "gomaxprocs":
+            if last_own_change is not None:
+                lag = (t - last_own_change) / 1e6
+            if stw is not None and len(stw):
+                near = stw[(stw["start_ns"] <= t + 1_000_000) & (stw["end_ns"] >= t - 1_000_000)]
+                if len(near):
+                    stw_us = float((near["end_ns"] - near["start_ns"]).max() / 1e3)
         rows.append(
             {
-                "t_ns": ti,
-                "gomaxprocs": v if known else None,
-                "limit_cpus": np.nan if quota is None else quota / period_us,
-                **r,
+                "t_ns": t,
+                "event": ev,
+                "gomaxprocs": v,
+                "limit_cpus": lc,
+                "ancestor_limit_cpus": min(anc) if anc else np.nan,
+                **{name: r[name] for name in RULES},
                 "followed": ", ".join(followed),
-                "above_limit": bool(known and quota is not None and v > math.ceil(quota / period_us)),
+                "above_limit": bool(v is not None and not np.isnan(lc) and v > math.ceil(lc)),
                 "pinned": r["env"] is not None,
+                "drift": "; ".join(drift),
+                "lag_ms": lag,
+                "stw_us": stw_us,
             }
         )
     out = pd.DataFrame(rows)
     out["gomaxprocs"] = out["gomaxprocs"].astype("Int64")
     for name in RULES:
         out[name] = out[name].astype("Int64")
-    out.attrs["rule"] = out["followed"].iloc[0] if len(out) else ""
+    out.attrs["rule"] = _rule_followed(out, at_start, can)
     out.attrs["go_version"] = m.get("go_version")
+    out.attrs["default_godebug"] = m.get("default_godebug")
+    out.attrs["applicable"] = sorted(can)
     return out
 
 
+def _rule_followed(g: pd.DataFrame, at_start: dict[str, int | None], can: set[str]) -> str:
+    """The rules consistent with every known value of the run, each by its own semantics:
+    env, NumCPU, automaxprocs and the downward API fix the value at the start; the go1.25
+    default follows the limit (a mismatch right after a limit change is its re-check lag)."""
+    known = g[g["gomaxprocs"].notna()]
+    if not len(known):
+        return ""
+    out = []
+    for name in RULES:
+        if name not in can:
+            continue
+        if name == "go1.25 default":
+            ok = all(
+                pd.notna(x) and int(x) == int(v)
+                for x, v, ev in zip(known[name], known["gomaxprocs"], known["event"], strict=True)
+                if not ev.startswith("limit")  # the runtime's re-check comes up to a second later
+            )
+        else:
+            ok = at_start[name] is not None and all(int(v) == at_start[name] for v in known["gomaxprocs"])
+        if ok:
+            out.append(name)
+    return ", ".join(out)
+
+
 def explain(run: Run) -> str:
-    """One sentence for the report: where GOMAXPROCS came from and what it means under the
-    limit."""
+    """Sentences for the report: where GOMAXPROCS came from, what it means under the
+    limit, and where it drifted from the limit."""
     g = df_gomaxprocs(run)
     if not len(g) or pd.isna(g["gomaxprocs"].iloc[0]):
         return "GOMAXPROCS is not known for this run (no trace, nothing recorded)."
     row = g.iloc[0]
     v = int(row["gomaxprocs"])
-    src = row["followed"] or "no rule known here"
+    src = g.attrs["rule"] or "no rule known here"
     others = [f"{name} {int(row[name])}" for name in RULES if not pd.isna(row[name]) and int(row[name]) != v]
-    s = f"GOMAXPROCS {v} ({src})"
+    s = f"GOMAXPROCS {v} at the start ({src})"
     if others:
         s += "; " + ", ".join(others) + " would have been set by the other rules"
     if row["above_limit"]:
         s += f"; {v} Ps against a {row['limit_cpus']:g}-CPU limit burn the quota sooner, then all stand frozen"
-    if len(g) > 1:
-        s += f"; it changed {len(g) - 1} time(s) during the trace"
-    return s + "."
+    s += "."
+    changes = g[g["event"] == "gomaxprocs"]
+    for c in changes.itertuples(index=False):
+        what = f" It changed to {c.gomaxprocs}"
+        if not np.isnan(c.lag_ms):
+            what += f" {c.lag_ms / 1e3:.1f} s after the limit changed"
+        if not np.isnan(c.stw_us):
+            what += f", with a {c.stw_us:.0f} µs stop-the-world"
+        s += what + "."
+    for ev in g[g["event"].str.startswith("limit")].itertuples(index=False):
+        s += f" The {ev.event[6:]} limit became {'none' if np.isnan(ev.limit_cpus) else f'{ev.limit_cpus:g} CPUs'}."
+    seen = set()
+    for d in g["drift"]:
+        for part in d.split("; ") if d else ():
+            key = part.split(":")[0]
+            if key not in seen:
+                seen.add(key)
+                s += f" Drift: {part}."
+    return s

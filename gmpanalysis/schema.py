@@ -7,8 +7,9 @@ generated from it (:func:`json_schema`; a test keeps the committed file equal to
 
 Versions: 1 (the first lab and kube bundles) and 2. Version 2 writers (:func:`new_meta`)
 write every key of the contract, ``complete`` and ``gomaxprocs_effective`` included (null
-when the collector could not know it); ``levels`` is reserved for the cgroup levels sampled
-(container, pod), each with its own limits, which no writer fills yet. A version 1 meta is
+when the collector could not know it); ``levels`` lists the cgroup levels sampled (the
+process's own cgroup first, then ancestors with a quota: container, pod), each with its
+limits at the start (limits.csv has them over time). A version 1 meta is
 read by filling those in (:func:`upgrade`). Unknown keys are kept, so a newer writer's extra
 facts survive an older reader.
 """
@@ -70,8 +71,14 @@ FIELDS: dict[str, Field] = {
     "go_version": _f("string|null", "Go version of the target"),
     "levels": _f(
         "array",
-        "cgroup levels sampled: objects with level (container/pod), cgroup, period_us, quota_us, burst_us",
+        "cgroup levels sampled, the process's own cgroup first: objects with level (the name in "
+        "cpu_stat.csv's cgroup column: container, pod), cgroup (path), period_us, quota_us, burst_us at the start",
         items="object",
+    ),
+    "default_godebug": _f(
+        "string|null",
+        "the target binary's DefaultGODEBUG build setting (from its module's go line; "
+        "containermaxprocs=0: the runtime ignores the limit); null: unknown",
     ),
     # host
     "kernel": _f("string|null", "uname -r of the node"),

@@ -16,6 +16,7 @@ from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
+from .levels import add_frozen_columns, freezes_of, level_names, level_run, period_changes, place, quota_per_period
 from .periods import PeriodGrid
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
@@ -57,6 +58,9 @@ PERIOD_COLUMNS = [
     "exhausted_hi_us",
     "stall_us",
     "cpus_throttled",
+    "frozen_by",
+    "frozen_us",
+    "frozen_other_us",
     "gomaxprocs",
     "stw_us",
     "stw_max_us",
@@ -204,7 +208,10 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3) & ~np.isnan(d_thr_us)
     cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
 
+    quota, changes = quota_per_period(run, start, end)
     reason = np.full(n, "", dtype=object)
+    for r, what in changes:
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
     for r in np.flatnonzero(gap).tolist():
         reason[r] = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
     for r in np.flatnonzero(open_ex).tolist():
@@ -238,7 +245,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "active": nullable_bool(d_periods),
             "nr_periods": nullable_int(d_periods),
             "nr_throttled": nullable_int(d_thr),
-            "quota_us": run.meta.get("quota_us"),
+            "quota_us": nullable_int(quota),
             "usage_us": usage,
             "usage_lo_us": usage_lo,
             "usage_hi_us": usage_hi,
@@ -346,9 +353,14 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
     df.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
 
 
-def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
+def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = None) -> pd.DataFrame:
     """One row per CFS period of the reconstructed grid over the sampled span (a copy of
     ``gmp.analyze(run).periods``, built once per run; with ``grid``, built on that grid).
+
+    A bundle may sample several cgroup levels (the container and its pod, each with its own
+    quota and its own period timer: :mod:`gmpanalysis.levels`). The table is on the grid of
+    the process's own level, or of ``level``; its counter columns are that level's, and the
+    ``frozen_*`` columns lay the freezes of every level on it.
 
     Every row is right, or says how sure it is, or is NA with a ``reason``: holes in the
     samples never turn a count into a silent 0 (see :mod:`gmpanalysis.credits`).
@@ -375,6 +387,11 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     ``stall_us`` µs of wall time frozen (period - exhaustion; NaN if unknown);
     ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the number of CPUs' run queues that
     stood throttled (NaN when unknown or the stall is shorter than a 4 ms tick);
+    ``frozen_by`` string, the levels whose quota froze the group during the period
+    (comma-separated, e.g. "pod,container"; "" none; NA when the period's own throttling is
+    unknown); ``frozen_us`` µs of wall time frozen by any level (the union of the freezes:
+    :func:`gmpanalysis.df_freezes`); ``frozen_other_us`` µs frozen by levels other than the
+    table's own, which its own cpu.stat does not count;
     ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
     an STW still open when a throttled period ended (counted whenever that boundary is in the
@@ -387,23 +404,69 @@ def df_periods(run: Run, grid: PeriodGrid | None = None) -> pd.DataFrame:
     Trace columns other than ``stw_spans_boundary`` are NaN for periods not wholly inside
     the trace window.
 
-    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``ledger`` the ambiguous groups and
-    the conservation account (:func:`df_period_groups`, :func:`df_conservation`).
+    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``level`` the level whose grid it is;
+    ``ledger`` the ambiguous groups, the conservation account and the freezes
+    (:func:`df_period_groups`, :func:`df_conservation`, :func:`gmpanalysis.df_freezes`).
     """
     from .analysis import analyze
 
     if grid is not None:
-        return build_periods(run, grid)
-    return analyze(run).periods.copy()
+        return build_periods(run, grid, level=level)
+    return analyze(run).level_periods(level).copy()
 
 
-def build_periods(run: Run, grid: PeriodGrid) -> pd.DataFrame:
-    """The per-period table on a given grid (see :func:`df_periods`)."""
+def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.DataFrame:
+    """The per-period table on a given grid, for one level (the process's own by default),
+    with the freezes of every level laid on it (see :func:`df_periods`)."""
+    names = level_names(run)
+    ref = names[0] if level is None else level
+    single = len(names) == 1 and "cgroup" not in run.samples
+    out = _build_level(run if single else level_run(run, ref), grid)
+    fz = [freezes_of(out, ref)]
+    for name in names:
+        if name == ref:
+            continue
+        try:
+            other = _level_table(run, name)
+        except MissingDataError as e:  # a level without a quota, or too short to fit a grid
+            note = f"level {name!r} is not laid on the table: {e}"
+            if note not in run.notes:
+                run.notes.append(note)
+            continue
+        fz.append(freezes_of(other, name))
+    freezes = pd.concat(fz, ignore_index=True)
+    add_frozen_columns(out, freezes, ref)
+    out = out[PERIOD_COLUMNS]
+    out.attrs["grid"] = grid
+    out.attrs["level"] = ref
+    out.attrs["ledger"].freezes = place(freezes, out)
+    return out
+
+
+def _level_table(run: Run, name: str) -> pd.DataFrame:
+    """A level's own period table (on its own grid), memoised by its analysis."""
+    from .analysis import analyze
+
+    lr = level_run(run, name)
+    a = analyze(lr)
+    if lr.meta.get("quota_us") is None:
+        raise MissingDataError(f"{run.path}: level {name!r} has no CPU limit, so no period timer")
+    return a.level_table
+
+
+def _build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
+    """The table of a single-level run: counters, exhaustion and the trace on ``grid``."""
     s = run.samples
-    if "cgroup" in s and s["cgroup"].nunique() > 1:
-        raise MissingDataError("the bundle samples several cgroups; select one with run.samples[...] first")
     if run.meta.get("quota_us") is None:
         raise MissingDataError(f"{run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to")
+    pc = period_changes(run)
+    if len(pc):
+        r = pc.iloc[0]
+        raise MissingDataError(
+            f"{run.path}: the CFS period of level {r['cgroup']!r} changed to {r['period_us']} µs at t_ns "
+            f"{r['t_ns']} (limits.csv): the kernel's timer takes the new length from its next expiry, so one grid "
+            "does not hold across it; analyse the parts before and after separately (filter run.samples by t_ns)"
+        )
     parts, groups, cons = [], [], []
     next_group = 0
     for i, seg in enumerate(grid.segments):
@@ -435,7 +498,6 @@ def build_periods(run: Run, grid: PeriodGrid) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     _add_trace(out, run)
     _add_requests(out, run)
-    out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid
     out.attrs["ledger"] = Ledger(
         groups=pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS),
@@ -451,6 +513,7 @@ class Ledger:
 
     groups: pd.DataFrame
     conservation: pd.DataFrame
+    freezes: pd.DataFrame | None = None  # every level's freezes on this table's grid (levels.place)
 
 
 def _ledger(per: pd.DataFrame) -> Ledger:

@@ -41,14 +41,14 @@ def test_env_as_the_runtime_parses_it(env, want):
 def test_every_shipped_run_names_its_rule(path):
     run = gmp.load_run(path)
     g = gmp.df_gomaxprocs(run)
-    assert list(g.columns[:3]) == ["t_ns", "gomaxprocs", "limit_cpus"] and set(RULES) <= set(g.columns)
+    assert list(g.columns[:4]) == ["t_ns", "event", "gomaxprocs", "limit_cpus"] and set(RULES) <= set(g.columns)
     # the lab pins GOMAXPROCS in the environment: that is the rule, and the trace agrees
     assert "env" in g.attrs["rule"].split(", ")
     assert int(g["gomaxprocs"].iloc[0]) == int(run.meta["gomaxprocs_env"]) == int(run.trace.gomaxprocs["procs"].iloc[0])
     assert g["pinned"].all()
     assert g["above_limit"].iloc[0] == (int(run.meta["gomaxprocs_env"]) > 1)  # the limit is 0.5 CPU
     text = explain(run)
-    assert f"GOMAXPROCS {run.meta['gomaxprocs_env']} (env" in text
+    assert f"GOMAXPROCS {run.meta['gomaxprocs_env']} at the start (env" in text
 
 
 def test_unpinned_run_follows_the_default_rule():
@@ -57,6 +57,12 @@ def test_unpinned_run_follows_the_default_rule():
     run = copy.copy(gmp.load_run(next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp2")))
     run.meta = dict(run.meta, gomaxprocs_env=None, gomaxprocs_effective=None)
     g = gmp.df_gomaxprocs(run)
-    # 2 CPUs, 0.5 CPU limit: Go >= 1.25 gives max(2, 1) = 2 = NumCPU; the trace shows 2
-    assert g.attrs["rule"] == "go1.25 default, NumCPU" and not g["pinned"].any()
+    # 2 CPUs, 0.5 CPU limit: Go >= 1.25 gives max(2, 1) = 2 = NumCPU; the trace shows 2. The
+    # binary's Go version (>= 1.25, no containermaxprocs=0) says which rule the runtime applied
+    assert run.meta["go_version"] >= "go1.25"
+    assert g.attrs["rule"] == "go1.25 default" and not g["pinned"].any()
+    run.meta = dict(run.meta, go_version=None)  # unknown: both runtime rules remain possible
+    assert gmp.df_gomaxprocs(run).attrs["rule"] == "go1.25 default, NumCPU"
+    run.meta = dict(run.meta, go_version="go1.26.8", default_godebug="containermaxprocs=0,updatemaxprocs=0")
+    assert gmp.df_gomaxprocs(run).attrs["rule"] == "NumCPU"  # a go 1.24 module line
     assert "automaxprocs 1" in explain(run)

@@ -92,6 +92,13 @@ class LabCgroup:
             self.remove()
             raise
 
+    def set_quota(self, quota_us: int | None, period_us: int) -> None:
+        """Rewrite the quota in place (the period's timer keeps running on its grid)."""
+        if self.version == 1:
+            self._write(self.dirs[0] / "cpu.cfs_quota_us", str(quota_us if quota_us is not None else -1))
+        else:
+            self._write(self.dirs[0] / "cpu.max", f"{quota_us if quota_us is not None else 'max'} {period_us}")
+
     def limits(self) -> CpuLimits:
         """Read back the limit as the kernel holds it."""
         return read_cpu_limits_v1(self.dirs[0]) if self.version == 1 else read_cpu_limits_v2(self.dirs[0])

@@ -33,6 +33,9 @@ from ..errors import LabError
 from ..schema import new_meta
 from .binaries import ensure_binaries
 from .cgroups import PREFIX, LabCgroup
+from .levels import Levels, Resizer
+
+APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
 
 
 @dataclasses.dataclass
@@ -62,6 +65,10 @@ class LabConfig:
     sampler_fifo: bool = True  # SCHED_FIFO sampler (root, root cpu cgroup)
     cgroup_root: str = "/sys/fs/cgroup"  # cgroup mount
     cgroup_parent: str = ""  # parent cgroup, relative to the mount (v2: a delegated subtree)
+    parent_cpu_limit: float | None = None  # a pod-like parent cgroup with this quota (CPUs); None: none
+    resize_at_s: float | None = None  # rewrite the quota in place this long after the load starts
+    cpu_limit_after: float | None = None  # the limit written then (CPUs; None: no limit)
+    app_build: str = "default"  # demo app build: "default" (go 1.26 module), "go124", "automaxprocs"
 
     def effective_rate(self) -> float:
         if self.rate is not None:
@@ -166,6 +173,8 @@ def reap_stale_cgroups(root: str | os.PathLike[str] = "/sys/fs/cgroup", parent: 
             if procs.exists() and procs.read_text().strip():
                 continue
             try:
+                for child in sorted(d.glob(f"{PREFIX}*")):  # a run's app cgroup inside its pod-like parent
+                    os.rmdir(child)
                 os.rmdir(d)
                 removed.append(str(d))
             except OSError:
@@ -291,15 +300,17 @@ def _initial_meta(cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None,
     return new_meta("lab", cfg.name, **fields)
 
 
-def _start_sampler(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, out: Path) -> subprocess.Popen:
-    """gmp-sampler outside the cgroup (never sample from inside: it would be throttled
-    with it), appending cpu_stat.csv and host_stat.csv as it goes."""
+def _start_sampler(cfg: LabConfig, bins: dict[str, Path], lv: Levels, out: Path) -> subprocess.Popen:
+    """gmp-sampler outside the cgroups (never sample from inside: it would be throttled
+    with them), appending cpu_stat.csv (every level), limits.csv and host_stat.csv as it goes."""
     sampler_cmd = [
         str(bins["gmp-sampler"]),
         "--root",
         cfg.cgroup_root,
-        "--cgroup",
-        cg.rel,
+        *lv.sampler_args(),
+        # quota, period and burst of every level about every 10 ms: a resize lands in its period
+        "--limits-out",
+        str(out / "limits.csv"),
         "--interval",
         f"{cfg.sample_interval_us}us",
         "--out",
@@ -323,7 +334,7 @@ def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, a
     if cfg.gomaxprocs is not None:
         env["GOMAXPROCS"] = str(cfg.gomaxprocs)
     app_cmd = [
-        str(bins["gmp-demoapp"]),
+        str(bins[APP_BUILDS[cfg.app_build]]),
         "-ready",
         "json",
         "-addr",
@@ -389,16 +400,16 @@ def run_lab(
     out.mkdir(parents=True, exist_ok=True)
     ipm = cfg.iters_per_ms or calibrate(bins)
 
-    quota_us = None if cfg.cpu_limit is None else max(1000, round(cfg.cpu_limit * cfg.period_us))
-    cg = LabCgroup(
-        f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}", root=cfg.cgroup_root, parent=cfg.cgroup_parent
-    )
+    quota_us = _quota(cfg.cpu_limit, cfg.period_us)
+    lv = Levels(cfg.cgroup_root, cfg.cgroup_parent, with_pod=cfg.parent_cpu_limit is not None)
+    cg = lv.app
     rate = cfg.effective_rate()
     meta = _initial_meta(cfg, cg, ipm, quota_us, rate)
     to_meta(out / "meta.json", meta)  # a bundle from the first moment: killed now, it still loads
     for d in reap_stale_cgroups(cfg.cgroup_root, cfg.cgroup_parent):
         progress(f"removed {d}, left by a lab run that was killed")
     sampler = app = loadgen = None
+    resizer: Resizer | None = None
     old_term = None
     if threading.current_thread() is threading.main_thread():
         # SIGTERM takes the same clean-up path as Ctrl-C.
@@ -408,13 +419,16 @@ def run_lab(
         old_term = signal.signal(signal.SIGTERM, _on_term)
     app_log = out / "app.log"
     try:
-        cg.create(quota_us=quota_us, period_us=cfg.period_us, burst_us=cfg.burst_us)
+        lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
         lim = cg.limits()
-        meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us)
+        meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us, levels=lv.meta())
+        meta["cgroup_paths"] = [p for c in (lv.app, lv.pod) if c is not None for p in c.paths]
         meta["mono_start_ns"] = time.monotonic_ns()
         to_meta(out / "meta.json", meta)
-        progress(f"cgroup {cg.rel} (v{cg.version}): quota {lim.quota_us} µs / period {lim.period_us} µs")
-        sampler = _start_sampler(cfg, bins, cg, out)
+        for x in meta["levels"]:
+            q = f"quota {x['quota_us']} µs / {x['period_us']} µs"
+            progress(f"cgroup {x['cgroup']} ({x['level']}, v{cg.version}): {q}")
+        sampler = _start_sampler(cfg, bins, lv, out)
         progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
 
         app = _start_app(cfg, bins, cg, ipm, app_log)
@@ -422,7 +436,11 @@ def run_lab(
         with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
             info = json.load(r)
         meta.update(
-            go_version=info["go_version"], gomaxprocs_effective=info["gomaxprocs"], app_pid=app.pid, app_addr=addr
+            go_version=info["go_version"],
+            gomaxprocs_effective=info["gomaxprocs"],
+            default_godebug=info.get("default_godebug"),
+            app_pid=app.pid,
+            app_addr=addr,
         )
         to_meta(out / "meta.json", meta)
         progress(
@@ -432,6 +450,9 @@ def run_lab(
 
         load_t0 = time.monotonic()
         loadgen = _start_load(cfg, bins, addr, rate, out)
+        if cfg.resize_at_s is not None:
+            at = time.monotonic_ns() + int(cfg.resize_at_s * 1e9)
+            resizer = Resizer(lv, at, _quota(cfg.cpu_limit_after, cfg.period_us), progress)
         what = f"{rate} req/s {cfg.arrivals}" if cfg.mode == "open" else f"{cfg.concurrency} clients"
         progress(f"load: {cfg.mode} loop, {what}, {cfg.duration_s}s")
 
@@ -466,6 +487,11 @@ def run_lab(
         meta["sampler"].update(sstat)
         meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
         meta["trace"] = trace_res or None
+        if resizer is not None:
+            resizer.stop()
+            meta["resizes"] = resizer.done
+            if resizer.error:
+                raise LabError(f"the resize failed: {resizer.error}")
         meta["complete"] = True
         to_meta(out / "meta.json", meta)
         for f in (".sampler.json", ".loadgen.json"):
@@ -478,10 +504,12 @@ def run_lab(
             progress(f"trace capture failed: {trace_res['error']} (bundle kept without a complete trace)")
         return out
     finally:
+        if resizer is not None:
+            resizer.stop()
         for p in (loadgen, app, sampler):
             _stop(p, signal.SIGTERM, wait_s=3.0)
         try:
-            cg.remove()
+            lv.remove()
         finally:
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
@@ -505,6 +533,11 @@ def sweep(
         progress(f"[{i}/{len(gomaxprocs_values)}] GOMAXPROCS={label}")
         paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
     return paths
+
+
+def _quota(cpus: float | None, period_us: int) -> int | None:
+    """A CPU limit as a CFS quota (µs per period); at least the kernel's 1 ms."""
+    return None if cpus is None else max(1000, round(cpus * period_us))
 
 
 def parse_cpu_limit(text: str) -> float | None:

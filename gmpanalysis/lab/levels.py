@@ -1,0 +1,127 @@
+"""The lab's cgroup levels: the app's own cgroup, optionally inside a pod-like parent with a
+quota of its own, and limits rewritten in place mid-run (an in-place resize).
+
+Kubernetes gives every pod's cgroup a quota (the sum of its containers' limits) with its own
+bandwidth timer at its own random phase; ``parent_cpu_limit`` reproduces that: the app's
+cgroup is created inside a parent cgroup that carries its own quota. A resize writes the new
+quota the way the kubelet orders the writes: growing, the pod first (a child may never be
+allowed more than its parent), shrinking, the container first.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LabError
+from .cgroups import PREFIX, LabCgroup
+
+
+class Levels:
+    """The cgroups of one lab run: ``app`` (where the process lives) and ``pod`` (its
+    parent with a quota of its own, or None)."""
+
+    def __init__(self, root: str, parent: str, with_pod: bool) -> None:
+        base = f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        self.pod: LabCgroup | None = None
+        if with_pod:
+            self.pod = LabCgroup(base, root=root, parent=parent)
+            self.app = LabCgroup(f"{PREFIX}{os.getpid()}-app", root=root, parent=self.pod.rel)
+        else:
+            self.app = LabCgroup(base, root=root, parent=parent)
+
+    def create(self, quota_us: int | None, pod_quota_us: int | None, period_us: int, burst_us: int) -> None:
+        if self.pod is not None:
+            self.pod.create(quota_us=pod_quota_us, period_us=period_us)
+        try:
+            self.app.create(quota_us=quota_us, period_us=period_us, burst_us=burst_us)
+        except BaseException:
+            if self.pod is not None:
+                self.pod.remove()
+            raise
+
+    def remove(self) -> None:
+        try:
+            self.app.remove()
+        finally:
+            if self.pod is not None:
+                self.pod.remove()
+
+    def sampler_args(self) -> list[str]:
+        """gmp-sampler --cgroup arguments: one per level, named as cpu_stat.csv's column."""
+        out = ["--cgroup", f"container={self.app.rel}"]
+        if self.pod is not None:
+            out += ["--cgroup", f"pod={self.pod.rel}"]
+        return out
+
+    def meta(self) -> list[dict[str, Any]]:
+        """meta.json ``levels``: the process's own cgroup first, with the limits the kernel holds."""
+        out = []
+        for name, cg in (("container", self.app), ("pod", self.pod)):
+            if cg is None:
+                continue
+            lim = cg.limits()
+            out.append(
+                {
+                    "level": name,
+                    "cgroup": cg.rel,
+                    "period_us": lim.period_us,
+                    "quota_us": lim.quota_us,
+                    "burst_us": lim.burst_us,
+                }
+            )
+        return out
+
+    def resize(self, quota_us: int | None) -> list[dict[str, Any]]:
+        """Rewrite the quota in place (the pod's too, to the same sum as the kubelet would for
+        a one-container pod), in the kubelet's order. Returns what was written, when."""
+        old = self.app.limits().quota_us
+        grow = quota_us is None or (old is not None and quota_us > old)
+        order = [("pod", self.pod), ("container", self.app)]
+        if not grow:
+            order.reverse()
+        done = []
+        for name, cg in order:
+            if cg is None:
+                continue
+            before = cg.limits()
+            t0 = time.monotonic_ns()
+            cg.set_quota(quota_us, before.period_us)
+            done.append(
+                {
+                    "level": name,
+                    "t_ns": (t0 + time.monotonic_ns()) // 2,
+                    "quota_us_before": before.quota_us,
+                    "quota_us": quota_us,
+                }
+            )
+        return done
+
+
+class Resizer:
+    """Writes a new quota at a set moment, in a thread; ``done`` holds what was written."""
+
+    def __init__(self, levels: Levels, at_mono_ns: int, quota_us: int | None, progress: Callable[[str], None]) -> None:
+        self.levels, self.at, self.quota_us, self.progress = levels, at_mono_ns, quota_us, progress
+        self.done: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        if self._stop.wait(max(0.0, (self.at - time.monotonic_ns()) / 1e9)):
+            return
+        try:
+            self.done = self.levels.resize(self.quota_us)
+            q = "none" if self.quota_us is None else f"{self.quota_us} µs"
+            self.progress(f"resize: quota -> {q} ({', '.join(d['level'] for d in self.done)})")
+        except LabError as e:
+            self.error = str(e)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(5)

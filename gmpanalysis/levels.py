@@ -1,0 +1,376 @@
+"""Every cgroup level that can freeze the process: the container's quota and the pod's.
+
+The kubelet gives a pod's cgroup a quota of its own (the sum of its containers' limits) with
+its own bandwidth timer, at its own random phase. The container's cpu.stat does not count a
+freeze by the pod's quota: usage simply stops rising. A bundle may sample several levels
+(cpu_stat.csv's ``cgroup`` column names them; meta.json ``levels`` lists them, the process's
+own cgroup first). Each level is analysed as a run of its own (its samples, its quota, its
+grid, its ledger: conservation holds per level), and the freezes of every level are then laid
+on one chosen level's grid: :func:`df_freezes`, and the ``frozen_*`` columns of
+:func:`gmpanalysis.df_periods`.
+
+A freeze of a level is the stretch of one of its throttled periods after the quota ran out
+(``exhausted_at_us``) up to its period end, where the kernel's period timer refills the
+quota and unthrottles the group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .bundle import Run
+from .errors import MissingDataError, UsageError
+
+# The name of the process's own cgroup when a bundle does not name its levels.
+OWN = "container"
+# A level overlapping a period by less than this (µs) does not count as having frozen it:
+# the boundaries of two grids are each known only to their fit's uncertainty (~0.1 ms).
+MIN_FREEZE_US = 500.0
+
+FREEZE_COLUMNS = [
+    "level",
+    "period",
+    "start_ns",
+    "end_ns",
+    "start_lo_ns",
+    "start_hi_ns",
+    "dur_ms",
+    "exact",
+    "throttled_rq_us",
+    "cpus_throttled",
+    "ref_period",
+    "from_ms",
+    "to_ms",
+]
+
+
+def level_names(run: Run) -> list[str]:
+    """The levels a bundle samples, the process's own cgroup first (meta.json ``levels``
+    order, then any other name the samples carry)."""
+    if isinstance(run.meta.get("level"), str):  # one level of a bundle (level_run)
+        return [run.meta["level"]]
+    listed = [x.get("level") for x in run.meta.get("levels") or () if isinstance(x, dict)]
+    listed = [x for x in listed if isinstance(x, str) and x]
+    s = run.samples
+    if "cgroup" in s and len(s):
+        present = [str(x) for x in pd.unique(s["cgroup"])]
+        return [x for x in listed if x in present] + [x for x in present if x not in listed]
+    return listed[:1] or [OWN]
+
+
+def own_level(run: Run) -> str:
+    """The name of the level the process itself lives in."""
+    return level_names(run)[0]
+
+
+def _level_meta(run: Run, name: str) -> dict[str, Any]:
+    meta = dict(run.meta)
+    for x in run.meta.get("levels") or ():
+        if isinstance(x, dict) and x.get("level") == name:
+            for k in ("period_us", "quota_us", "burst_us"):
+                if k in x:
+                    meta[k] = x[k]
+    lim = run.limits
+    if lim is not None and len(lim):
+        first = lim[lim["cgroup"] == name].head(1)
+        if len(first):
+            q = first["quota_us"].iloc[0]
+            meta["quota_us"] = None if pd.isna(q) else int(q)
+            meta["period_us"] = int(first["period_us"].iloc[0])
+            meta["burst_us"] = int(first["burst_us"].iloc[0])
+    meta["level"] = name
+    return meta
+
+
+def level_run(run: Run, name: str | None = None) -> Run:
+    """One level of a bundle as a run of its own: its samples (without the ``cgroup``
+    column), its limits, its quota in ``meta``; the trace and requests shared. Kept on the
+    run, so the analysis of a level is built once."""
+    names = level_names(run)
+    name = names[0] if name is None else name
+    if name not in names:
+        raise UsageError(f"{run.path}: no level {name!r} in this bundle; it samples {', '.join(names)}")
+    key = (name, id(run.samples), id(run.limits), id(run.meta), run.trace_path)
+    cache = run.__dict__.setdefault("_level_runs", {})
+    if key in cache:
+        return cache[key]
+    s = run.samples
+    if "cgroup" in s:
+        s = s[s["cgroup"] == name].drop(columns="cgroup").reset_index(drop=True)
+        s.attrs.update(run.samples.attrs)
+    lim = run.limits
+    if lim is not None:
+        lim = lim[lim["cgroup"] == name].reset_index(drop=True)
+    r = dataclasses.replace(run, meta=_level_meta(run, name), samples=s, limits=lim)
+    if run.trace_path is not None:
+        r._trace = run.trace  # parsed once, shared by every level
+    r.notes = run.notes
+    cache.clear()  # only the current inputs' levels are kept
+    cache[key] = r
+    return r
+
+
+def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """The quota in force at each period start (µs; NaN: no limit), from limits.csv when the
+    bundle has it, else meta.json; and (row, sentence) for every period in which a change
+    was seen (a change lies in (prev_ns, t_ns] of its row: the periods that interval
+    touches are named)."""
+    n = len(start)
+    q0 = run.meta.get("quota_us")
+    lim = run.limits
+    if lim is not None and len(lim) and lim["cgroup"].nunique() > 1:
+        lim = lim[lim["cgroup"] == own_level(run)].reset_index(drop=True)
+    if lim is None or not len(lim):
+        return np.full(n, np.nan if q0 is None else float(q0)), []
+    t = lim["t_ns"].to_numpy(dtype=np.int64)
+    q = lim["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    idx = np.searchsorted(t, start, side="right") - 1
+    # before the first read the first value is the best known
+    out = q[np.maximum(idx, 0)]
+    notes: list[tuple[int, str]] = []
+    prev = lim["prev_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    per_us = lim["period_us"].to_numpy()
+    burst = lim["burst_us"].to_numpy()
+    for i in range(1, len(lim)):  # changes are rare: a loop over them
+        if np.isnan(prev[i]):
+            continue
+        a, b = int(prev[i]), int(t[i])
+        hit = np.flatnonzero((end > a) & (start < b))
+
+        def fmt(v: float) -> str:
+            return "no limit" if np.isnan(v) else f"{v:.0f} µs"
+
+        what = []
+        if not (np.isnan(q[i]) and np.isnan(q[i - 1])) and q[i] != q[i - 1]:
+            what.append(f"quota {fmt(q[i - 1])} -> {fmt(q[i])}")
+        if per_us[i] != per_us[i - 1]:
+            what.append(f"period {per_us[i - 1]} -> {per_us[i]} µs")
+        if burst[i] != burst[i - 1]:
+            what.append(f"burst {burst[i - 1]} -> {burst[i]} µs")
+        if not what:
+            continue
+        for r in hit.tolist():
+            notes.append(
+                (
+                    r,
+                    f"limit changed ({', '.join(what)}) between {(a - start[r]) / 1e6:+.1f} and "
+                    f"{(b - start[r]) / 1e6:+.1f} ms of this period",
+                )
+            )
+        # periods that start inside the change interval: which value held is not known
+        amb = (start > a) & (start < b)
+        out[amb] = np.nan if np.isnan(q[i]) or np.isnan(q[i - 1]) else out[amb]
+    return out, notes
+
+
+def limit_series(run: Run) -> pd.DataFrame:
+    """Every level's limits over time: t_ns (NA-free: a level's first row at the start of
+    the collection), level, quota_us (Int64, NA: none), period_us, burst_us; from limits.csv,
+    else the limits at the start from meta.json."""
+    lim = run.limits
+    start = run.meta.get("mono_start_ns") or (int(run.samples["t_ns"].iloc[0]) if len(run.samples) else 0)
+    if lim is not None and len(lim):
+        out = lim.rename(columns={"cgroup": "level"})[["t_ns", "level", "quota_us", "period_us", "burst_us"]].copy()
+        first = ~out.duplicated("level")
+        out.loc[first, "t_ns"] = np.minimum(out.loc[first, "t_ns"], start)
+        return out.reset_index(drop=True)
+    rows = []
+    for name in level_names(run):
+        m = _level_meta(run, name)
+        rows.append(
+            {
+                "t_ns": start,
+                "level": name,
+                "quota_us": m.get("quota_us"),
+                "period_us": m.get("period_us") or 100_000,
+                "burst_us": m.get("burst_us") or 0,
+            }
+        )
+    out = pd.DataFrame(rows)
+    out["quota_us"] = out["quota_us"].astype("Int64")
+    return out
+
+
+def period_changes(run: Run) -> pd.DataFrame:
+    """The rows of limits.csv where a level's CFS period changed (the grid does not survive
+    those: the kernel's timer takes the new length from its next expiry)."""
+    lim = run.limits
+    if lim is None or len(lim) < 2:
+        return pd.DataFrame(columns=["t_ns", "prev_ns", "cgroup", "period_us"])
+    ch = lim["period_us"].ne(lim.groupby("cgroup")["period_us"].shift()) & lim["prev_ns"].notna()
+    return lim[ch.to_numpy(dtype=bool)]
+
+
+def freezes_of(per: pd.DataFrame, level: str) -> pd.DataFrame:
+    """The freezes in one level's own period table: one per throttled period, from the
+    moment its quota ran out (the bracket's upper end where the reads leave it open: the
+    freeze is at least that long) to the period end."""
+    thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
+    p = per[thr]
+    s0 = p["start_ns"].to_numpy()
+    ex = p["exhausted_at_us"].to_numpy()
+    lo, hi = p["exhausted_lo_us"].to_numpy(), p["exhausted_hi_us"].to_numpy()
+    exact = ~np.isnan(ex)
+    at = np.where(exact, ex, hi)
+    ok = ~np.isnan(at)
+    start = s0 + np.nan_to_num(at) * 1e3
+    end = p["end_ns"].to_numpy()
+    return pd.DataFrame(
+        {
+            "level": level,
+            "period": p["period"].to_numpy(),
+            "start_ns": start.astype(np.int64),
+            "end_ns": end,
+            "start_lo_ns": (s0 + np.nan_to_num(lo) * 1e3).astype(np.int64),
+            "start_hi_ns": (s0 + np.nan_to_num(hi) * 1e3).astype(np.int64),
+            "dur_ms": (end - start) / 1e6,
+            "exact": exact,
+            "throttled_rq_us": p["throttled_rq_us"].to_numpy(),
+            "cpus_throttled": p["cpus_throttled"].to_numpy(),
+        }
+    )[ok]
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping [start, end) intervals."""
+    if not len(starts):
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]
+    grp = np.cumsum(new) - 1
+    us = s[new]
+    ue = np.zeros(len(us), dtype=e.dtype)
+    np.maximum.at(ue, grp, e)
+    return us, ue
+
+
+def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
+    """Freezes with the reference grid's period they begin in and their offsets there."""
+    f = freezes.copy()
+    start = per["start_ns"].to_numpy()
+    k = np.searchsorted(start, f["start_ns"].to_numpy(), side="right") - 1
+    inside = (k >= 0) & (f["start_ns"].to_numpy() < per["end_ns"].to_numpy()[np.maximum(k, 0)])
+    kk = np.maximum(k, 0)
+    f["ref_period"] = pd.array(np.where(inside, per["period"].to_numpy()[kk], 0), dtype="Int64")
+    f.loc[~inside, "ref_period"] = pd.NA
+    s0 = start[kk]
+    f["from_ms"] = np.where(inside, (f["start_ns"].to_numpy() - s0) / 1e6, np.nan)
+    f["to_ms"] = np.where(inside, (f["end_ns"].to_numpy() - s0) / 1e6, np.nan)
+    return f[FREEZE_COLUMNS]
+
+
+def add_frozen_columns(per: pd.DataFrame, freezes: pd.DataFrame, own: str) -> None:
+    """``frozen_by``, ``frozen_us``, ``frozen_other_us`` on a period table, from the
+    freezes of every level (see :func:`gmpanalysis.df_periods`)."""
+    from .timeline import coverage
+
+    n = len(per)
+    start, end = per["start_ns"].to_numpy(), per["end_ns"].to_numpy()
+    edges = np.r_[start, end]
+
+    def within(fs: pd.DataFrame) -> np.ndarray:
+        s, e = _union(fs["start_ns"].to_numpy(np.int64), fs["end_ns"].to_numpy(np.int64))
+        c = coverage(s, e, edges)
+        return (c[n:] - c[:n]) / 1e3
+
+    by = np.full(n, "", dtype=object)
+    for lv in pd.unique(freezes["level"]) if len(freezes) else ():
+        sel = freezes[freezes["level"] == lv]
+        hit = within(sel) >= MIN_FREEZE_US
+        by[hit] = np.where(by[hit] == "", lv, by[hit] + "," + lv)
+    unknown = per["throttled"].isna().to_numpy()
+    per["frozen_by"] = pd.array(np.where(unknown & (by == ""), None, by), dtype="string")
+    per["frozen_us"] = within(freezes) if len(freezes) else np.zeros(n)
+    others = freezes[freezes["level"] != own] if len(freezes) else freezes
+    per["frozen_other_us"] = within(others) if len(others) else np.zeros(n)
+
+
+def df_levels(run: Run) -> pd.DataFrame:
+    """The cgroup levels of a bundle and how each one's quota froze the process.
+
+    One row per level, the process's own first. Columns: ``level``; ``own`` bool, the
+    process's own cgroup; ``cgroup`` the path (meta.json ``levels``; NA if not recorded);
+    ``period_us``, ``quota_us`` (Int64, NA: no limit) and ``burst_us`` at the start;
+    ``quota_changes`` how many times the quota changed during the run (limits.csv);
+    ``phase_ms`` the level's period boundaries modulo the period (ms, NaN without a quota)
+    and ``phase_unc_ms`` its uncertainty; ``offset_ms`` how long after the own level's
+    boundary this level's boundary comes (ms, in [0, period)); ``periods`` and
+    ``throttled`` rows of its own table (throttled known true); ``frozen_s`` wall seconds
+    it stood frozen (sum of its freezes).
+    """
+    from .analysis import analyze
+
+    names = level_names(run)
+    rows = []
+    own_phase = None
+    paths = {x.get("level"): x.get("cgroup") for x in run.meta.get("levels") or () if isinstance(x, dict)}
+    for i, name in enumerate(names):
+        lr = level_run(run, name)
+        a = analyze(lr)
+        m = lr.meta
+        row: dict[str, Any] = {
+            "level": name,
+            "own": i == 0,
+            "cgroup": paths.get(name),
+            "period_us": m.get("period_us"),
+            "quota_us": m.get("quota_us"),
+            "burst_us": m.get("burst_us"),
+            "quota_changes": 0,
+            "phase_ms": np.nan,
+            "phase_unc_ms": np.nan,
+            "offset_ms": np.nan,
+            "periods": 0,
+            "throttled": 0,
+            "frozen_s": 0.0,
+        }
+        if lr.limits is not None and len(lr.limits) > 1:
+            q = lr.limits["quota_us"]
+            row["quota_changes"] = int((q.ne(q.shift()) & lr.limits["prev_ns"].notna()).sum())
+        if m.get("quota_us") is not None and len(lr.samples):
+            try:
+                g = a.grid
+                per = a.periods
+            except MissingDataError:
+                per = None
+            if per is not None:
+                P = g.period_ns
+                row["phase_ms"] = (g.phase_ns % P) / 1e6
+                row["phase_unc_ms"] = g.uncertainty_ns / 1e6
+                if own_phase is None and i == 0:
+                    own_phase = g.phase_ns % P
+                if own_phase is not None:
+                    row["offset_ms"] = ((g.phase_ns - own_phase) % P) / 1e6
+                row["periods"] = len(per)
+                row["throttled"] = int(per["throttled"].fillna(False).sum())
+                row["frozen_s"] = float(freezes_of(per, name)["dur_ms"].sum() / 1e3)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    for c in ("period_us", "quota_us", "burst_us"):
+        out[c] = out[c].astype("Int64")
+    out["cgroup"] = out["cgroup"].astype("string")
+    return out
+
+
+def df_freezes(run: Run, level: str | None = None) -> pd.DataFrame:
+    """Every freeze of every level, placed on one level's period grid (the process's own
+    by default).
+
+    One row per throttled period of any level. Columns: ``level`` whose quota froze it;
+    ``period`` that level's own period number; ``start_ns`` when its quota ran out (the
+    bracket's upper end where the reads leave the moment open: then ``exact`` is False),
+    ``start_lo_ns``..``start_hi_ns`` the bracket; ``end_ns`` that level's period end (its
+    timer refilled the quota); ``dur_ms``; ``throttled_rq_us`` µs throttled, a sum over CPUs
+    (that level's cpu.stat); ``cpus_throttled``; ``ref_period`` the period of the chosen
+    level's grid the freeze begins in (NA outside its table); ``from_ms``, ``to_ms`` the
+    freeze's start and end as offsets into that period (``to_ms`` above the period length:
+    it runs on into the next one).
+    """
+    from .analysis import analyze
+
+    return analyze(run).freezes(level).copy()
