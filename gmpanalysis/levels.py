@@ -265,9 +265,13 @@ def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
     return f[FREEZE_COLUMNS]
 
 
-def add_frozen_columns(per: pd.DataFrame, freezes: pd.DataFrame, own: str) -> None:
+def add_frozen_columns(
+    per: pd.DataFrame, freezes: pd.DataFrame, own: str, spans: dict[str, tuple[int, int]] | None = None
+) -> None:
     """``frozen_by``, ``frozen_us``, ``frozen_other_us`` on a period table, from the
-    freezes of every level (see :func:`gmpanalysis.df_periods`)."""
+    freezes of every level (see :func:`gmpanalysis.df_periods`). ``spans``: the stretch each
+    other level's own table covers; outside it that level's freezes are unknown, and so is
+    ``frozen_by``."""
     from .timeline import coverage
 
     n = len(per)
@@ -284,8 +288,10 @@ def add_frozen_columns(per: pd.DataFrame, freezes: pd.DataFrame, own: str) -> No
         sel = freezes[freezes["level"] == lv]
         hit = within(sel) >= MIN_FREEZE_US
         by[hit] = np.where(by[hit] == "", lv, by[hit] + "," + lv)
-    unknown = per["throttled"].isna().to_numpy()
-    per["frozen_by"] = pd.array(np.where(unknown & (by == ""), None, by), dtype="string")
+    unknown = per["throttled"].isna().to_numpy().copy()
+    for a, b in (spans or {}).values():
+        unknown |= (start < a) | (end > b)
+    per["frozen_by"] = pd.array(np.where(unknown, None, by), dtype="string")
     per["frozen_us"] = within(freezes) if len(freezes) else np.zeros(n)
     others = freezes[freezes["level"] != own] if len(freezes) else freezes
     per["frozen_other_us"] = within(others) if len(others) else np.zeros(n)

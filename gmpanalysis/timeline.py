@@ -423,6 +423,7 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
     single = len(names) == 1 and "cgroup" not in run.samples
     out = _build_level(run if single else level_run(run, ref), grid)
     fz = [freezes_of(out, ref)]
+    spans: dict[str, tuple[int, int]] = {}
     for name in names:
         if name == ref:
             continue
@@ -434,8 +435,9 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
                 run.notes.append(note)
             continue
         fz.append(freezes_of(other, name))
+        spans[name] = (int(other["start_ns"].iloc[0]), int(other["end_ns"].iloc[-1]))
     freezes = pd.concat(fz, ignore_index=True)
-    add_frozen_columns(out, freezes, ref)
+    add_frozen_columns(out, freezes, ref, spans)
     out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid
     out.attrs["level"] = ref
