@@ -380,3 +380,57 @@ def df_freezes(run: Run, level: str | None = None) -> pd.DataFrame:
     from .analysis import analyze
 
     return analyze(run).freezes(level).copy()
+
+
+def covered_by(freezes: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+    """For every time in ``t``: the levels whose freeze covers it (comma-separated, "" none)."""
+    out = np.full(len(t), "", dtype=object)
+    for lv in pd.unique(freezes["level"]) if len(freezes) else ():
+        f = freezes[freezes["level"] == lv]
+        s, e = _union(f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64))
+        i = np.searchsorted(s, t, side="right") - 1
+        hit = (i >= 0) & (t < e[np.maximum(i, 0)])
+        out[hit] = np.where(out[hit] == "", lv, out[hit] + "," + lv)
+    return out
+
+
+def describe(run: Run, level: str | None = None) -> list[str]:
+    """Sentences for the report: which quota froze the process, where in its own period, and
+    how much of it its own cpu.stat does not count. Empty for a bundle of one level."""
+    from .analysis import analyze
+
+    a = analyze(run)
+    names = a.levels
+    if len(names) < 2:
+        return []
+    ref = level or names[0]
+    per = a.level_periods(ref)
+    fz = a.freezes(ref)
+    lv = df_levels(run)
+    P = (per["end_ns"] - per["start_ns"]).iloc[0] / 1e6 if len(per) else 100.0
+    out = []
+    parts = []
+    for r in lv.itertuples(index=False):
+        q = "no limit" if pd.isna(r.quota_us) else f"{int(r.quota_us) / 1e3:g} ms per {int(r.period_us) / 1e3:g} ms"
+        when = "" if r.level == ref or np.isnan(r.offset_ms) else f", its period ends {r.offset_ms:.1f} ms after"
+        parts.append(f"the {r.level}'s ({q}{when})")
+    out.append(f"{len(names)} bandwidth timers can freeze this process: " + ", ".join(parts) + ".")
+    inside = fz[fz["ref_period"].notna()]
+    for name in names:
+        f = inside[inside["level"] == name]
+        if not len(f):
+            out.append(f"The {name}'s quota did not freeze it in the {len(per)} periods of the table.")
+            continue
+        whose = "its own quota" if name == ref else f"the {name}'s quota"
+        s = (
+            f"{whose[0].upper() + whose[1:]} froze it in {f['ref_period'].nunique()} of {len(per)} periods, "
+            f"typically from {f['from_ms'].median():.0f} to {min(f['to_ms'].median(), P):.0f} ms of the "
+            f"{ref}'s period (median), {f['dur_ms'].sum() / 1e3:.2f} s in all"
+        )
+        if name != ref:
+            s += f"; the {ref}'s own cpu.stat does not count that time"
+        out.append(s + ".")
+    both = per["frozen_by"].fillna("").str.contains(",")
+    if both.any():
+        out.append(f"In {int(both.sum())} periods both quotas froze it, one after the other.")
+    return out

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 FROZEN = "#d62728"
+FROZEN_OTHER = "#9467bd"  # frozen by another level's quota (the pod's)
 BUSY = "#1f77b4"
 THROTTLED = "#ff7f0e"
 UNKNOWN = "#7f7f7f"
@@ -160,13 +161,26 @@ def plot_period_heatmap(
             alpha=alpha,
         )
 
-    overlay("frozen", FROZEN, 0.85)
+    own = off.attrs.get("level")
+    by = off["frozen_by"].fillna("") if "frozen_by" in off else pd.Series("", index=off.index)
+    others = sorted({x for v in by.unique() for x in v.split(",") if x and x != own})
+    handles = [Patch(color=FROZEN, label="frozen: its own quota ran out" if others else "frozen: quota exhausted")]
+    if others:
+        # a freeze by another level's quota (the pod's) in its own colour: the container's
+        # cpu.stat does not count it, the pod's does
+        own_mask = off["frozen"] & by.str.split(",").apply(lambda v: own in v).to_numpy()
+        off = off.assign(frozen_own=own_mask, frozen_other=off["frozen"] & ~own_mask)
+        overlay("frozen_own", FROZEN, 0.85)
+        overlay("frozen_other", FROZEN_OTHER, 0.85)
+        handles.append(Patch(color=FROZEN_OTHER, label=f"frozen: the {', '.join(others)}'s quota ran out"))
+    else:
+        overlay("frozen", FROZEN, 0.85)
     if "unknown" in off and off["unknown"].any():
         overlay("unknown", UNKNOWN, 0.6)
     ax.figure.colorbar(im, ax=ax, label="CPUs busy")
     ax.set_xlabel("period (from the first)")
     ax.set_ylabel("offset inside the period (ms)")
-    ax.legend(handles=[Patch(color=FROZEN, label="frozen: quota exhausted")], loc="lower right", fontsize=8)
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.set_title(
         title
         or f"inside each period, in {step:g} ms buckets: when the CPUs ran, when the quota ran out\n"

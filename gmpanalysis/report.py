@@ -20,6 +20,7 @@ from .bundle import Run
 from .compare import compare_runs
 from .errors import GmpWarning, UsageError
 from .gomaxprocs import explain as explain_gomaxprocs
+from .levels import describe as describe_levels
 from .sampling import sampling_summary
 from .timeline import cpus_available, df_period_groups
 
@@ -273,6 +274,7 @@ def to_report(
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
         parts.append(f"<p>{html.escape(explain_gomaxprocs(run))}</p>")
+        parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(run)]
         if ns:
             parts.append(
                 f'<p class="data-note">{len(ns)} data note(s) for this run: see <a href="#data-notes">Data notes</a> '

@@ -16,7 +16,16 @@ from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
-from .levels import add_frozen_columns, freezes_of, level_names, level_run, period_changes, place, quota_per_period
+from .levels import (
+    add_frozen_columns,
+    covered_by,
+    freezes_of,
+    level_names,
+    level_run,
+    period_changes,
+    place,
+    quota_per_period,
+)
 from .periods import PeriodGrid
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
@@ -614,8 +623,11 @@ def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | Non
 
     Columns: ``period``; ``offset_ms`` bucket start (ms from the period start); ``cpus``
     CPUs busy on average in the bucket (Δusage / bucket length, tick steps moved back as
-    above); ``frozen`` bool, the bucket lies after quota exhaustion in a throttled period;
-    ``unknown`` bool, the period's throttling is unknown (inside a hole in the samples).
+    above); ``frozen`` bool, a freeze of any level covers the bucket's middle (the quota of
+    the table's own level ran out, or an ancestor's: :func:`gmpanalysis.df_freezes`);
+    ``frozen_by`` which level's (comma-separated; "" none);
+    ``unknown`` bool, the period's throttling is unknown (inside a hole in the samples, or
+    outside the stretch another level's table covers).
     ``df.attrs["cpus_max"]`` is the cap used.
     """
     from .analysis import analyze
@@ -625,7 +637,9 @@ def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | Non
 
 def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
     """:func:`df_period_offsets` over a given period table."""
-    s = run.samples
+    names = level_names(run)
+    single = len(names) == 1 and "cgroup" not in run.samples
+    s = run.samples if single else level_run(run, per.attrs.get("level") or names[0]).samples
     P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
     if not (isinstance(bucket_ms, int | float) and 0 < bucket_ms * 1e6 <= P):
         raise UsageError(f"df_period_offsets: bucket_ms {bucket_ms!r} must lie in (0, {P / 1e6:g}] (the period)")
@@ -647,18 +661,29 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
         cpus[:, i] -= over
         cpus[:, i + 1] += over
     off = np.arange(nb) * bucket_ms
-    ex = per["exhausted_at_us"].to_numpy() / 1e3
-    thr = known_true(per["throttled"])
-    frozen = thr[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])
+    led = per.attrs.get("ledger")
+    freezes = led.freezes if led is not None and led.freezes is not None else None
+    if freezes is not None:
+        # a bucket is frozen when a freeze of any level covers its middle
+        mids = per["start_ns"].to_numpy()[:, None] + (np.arange(nb, dtype=np.int64) * b_ns + b_ns // 2)[None, :]
+        by = covered_by(freezes, mids.ravel())
+        frozen = by != ""
+    else:
+        ex = per["exhausted_at_us"].to_numpy() / 1e3
+        thr = known_true(per["throttled"])
+        frozen = (thr[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])).ravel()
+        by = np.where(frozen, str(per.attrs.get("level", "container")), "")
     out = pd.DataFrame(
         {
             "period": np.repeat(per["period"].to_numpy(), nb),
             "offset_ms": np.tile(off, len(per)),
             "cpus": cpus.ravel(),
-            "frozen": frozen.ravel(),
-            "unknown": np.repeat(per["throttled"].isna().to_numpy(), nb),
+            "frozen": frozen,
+            "frozen_by": pd.array(by, dtype="string"),
+            "unknown": np.repeat((per["frozen_by"] if "frozen_by" in per else per["throttled"]).isna().to_numpy(), nb),
         }
     )
+    out.attrs["level"] = per.attrs.get("level")
     out.attrs["cpus_max"] = cap if np.isfinite(cap) else np.nan
     return out
 
