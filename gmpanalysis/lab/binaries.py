@@ -1,4 +1,5 @@
-"""Locate or build the Go collector binaries (gmp-sampler, gmp-demoapp, gmp-loadgen)."""
+"""Locate or build the Go collector binaries (gmp-sampler, gmp-demoapp and its variants,
+gmp-loadgen, gmp-tracedump, gmp-spinner)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from pathlib import Path
 
 from ..errors import LabError
 
-PROGRAMS = ("gmp-sampler", "gmp-demoapp", "gmp-loadgen", "gmp-tracedump")
+# built by ``go build ./cmd/...`` in the collectors module
+CMDS = ("gmp-sampler", "gmp-demoapp", "gmp-loadgen", "gmp-tracedump", "gmp-spinner")
+# the demo app built by modules of their own under collectors/ (the main module's go line
+# and imports decide how the Go runtime picks GOMAXPROCS): program -> module directory
+VARIANTS = {
+    "gmp-demoapp-go124": "variants/go124",  # go 1.24 line: GOMAXPROCS = CPUs, limits ignored
+    "gmp-demoapp-automaxprocs": "variants/automaxprocs",  # GOMAXPROCS = max(1, floor(quota/period))
+}
+PROGRAMS = CMDS + tuple(VARIANTS)
 
 
 def collectors_dir() -> Path | None:
@@ -23,6 +32,8 @@ def collectors_dir() -> Path | None:
 
 
 def _source_hash(src: Path) -> str:
+    """Every .go, go.mod and go.sum under the collectors directory, nested modules
+    (demoapp/, variants/*) included."""
     h = hashlib.sha256()
     for p in sorted(src.rglob("*")):
         if p.is_file() and (p.suffix == ".go" or p.name in ("go.mod", "go.sum")):
@@ -50,7 +61,9 @@ def ensure_binaries(bin_dir: str | os.PathLike[str] | None = None) -> dict[str, 
         if missing:
             raise LabError(
                 f"{d}: missing collector binaries {', '.join(missing)}; build them with "
-                f"'cd collectors && go build -o {d} ./cmd/...'"
+                f"'cd collectors && go build -o {d}/ ./cmd/...' and, in each of "
+                + ", ".join(f"collectors/{m}" for m in VARIANTS.values())
+                + f", 'go build -o {d}/<program> .' ({', '.join(VARIANTS)})"
             )
         return found
     src = collectors_dir()
@@ -67,11 +80,12 @@ def ensure_binaries(bin_dir: str | os.PathLike[str] | None = None) -> dict[str, 
         if not all(os.access(f, os.X_OK) for f in found.values()):
             out.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, CGO_ENABLED="0")
-            r = subprocess.run(
-                [go, "build", "-o", str(out) + "/", "./cmd/..."], cwd=src, env=env, capture_output=True, text=True
-            )
-            if r.returncode != 0:
-                raise LabError(f"building the collectors in {src} failed:\n{r.stderr.strip()}")
+            builds = [(src, [go, "build", "-o", str(out) + "/", "./cmd/..."])]
+            builds += [(src / mod, [go, "build", "-o", str(out / prog), "."]) for prog, mod in VARIANTS.items()]
+            for cwd, cmd in builds:
+                r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise LabError(f"building the collectors in {cwd} failed:\n{r.stderr.strip()}")
         return found
     found_on_path = {p: shutil.which(p) for p in PROGRAMS}
     if all(found_on_path.values()):

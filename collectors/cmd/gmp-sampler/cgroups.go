@@ -12,19 +12,31 @@ import (
 type target struct {
 	name string // label for the optional `cgroup` column
 	*cgroup.Reader
+	lim *limitsState // nil unless --limits-out
+}
+
+// close closes the target's files.
+func (t *target) close() {
+	t.Reader.Close()
+	if t.lim != nil {
+		t.lim.r.Close()
+	}
 }
 
 // openTargets opens the --cgroup specs under the cgroup mount at root, telling log about
-// each as it is opened.
-func openTargets(log io.Writer, root string, specs []string) ([]*target, error) {
+// each as it is opened; with limits, their limit files too.
+func openTargets(log io.Writer, root string, specs []string, limits bool) ([]*target, error) {
 	mount, err := cgroup.Detect(root)
 	if err != nil {
 		return nil, err
 	}
 	targets := make([]*target, 0, len(specs))
 	for _, spec := range specs {
-		t, err := openTarget(mount, spec)
+		t, err := openTarget(mount, spec, limits)
 		if err != nil {
+			for _, o := range targets {
+				o.close()
+			}
 			return nil, err
 		}
 		targets = append(targets, t)
@@ -34,9 +46,9 @@ func openTargets(log io.Writer, root string, specs []string) ([]*target, error) 
 }
 
 // openTarget resolves --cgroup spec under the mount m, refuses a cgroup that contains the
-// sampler, opens the counter files and reads them once, so a tree whose files do not parse
-// is refused before the first row.
-func openTarget(m cgroup.Mount, spec string) (*target, error) {
+// sampler, opens the counter files (and with limits the limit files) and reads them once,
+// so a tree whose files do not parse is refused before the first row.
+func openTarget(m cgroup.Mount, spec string, limits bool) (*target, error) {
 	t, err := m.Resolve(spec)
 	if err != nil {
 		return nil, err
@@ -53,7 +65,22 @@ func openTarget(m cgroup.Mount, spec string) (*target, error) {
 		r.Close()
 		return nil, fmt.Errorf("cgroup %q: %w", spec, err)
 	}
-	return &target{name: t.Name, Reader: r}, nil
+	tg := &target{name: t.Name, Reader: r}
+	if limits {
+		lr, err := t.OpenLimits()
+		if err == nil {
+			var l cgroup.Limits
+			if err = lr.Read(&l); err != nil {
+				lr.Close()
+			}
+		}
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("cgroup %q: %w", spec, err)
+		}
+		tg.lim = newLimitsState(lr, t.Name)
+	}
+	return tg, nil
 }
 
 // checkOutside refuses to sample a cgroup that contains the sampler: once the group

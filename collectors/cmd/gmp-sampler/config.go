@@ -21,6 +21,10 @@ type config struct {
 	hostEvery time.Duration
 	idle      bool
 	flush     time.Duration
+	// limitsOut: "", a CSV file, or "stderr"; limitsEvery: between reads of the limit
+	// files (0: at every tick)
+	limitsOut   string
+	limitsEvery time.Duration
 }
 
 type multiFlag []string
@@ -44,6 +48,12 @@ func (c *config) register(fs *flag.FlagSet) {
 			"(\"stderr\": one {\"host_stat\":{...}} JSON line per read on stderr; \"\": off)")
 	fs.DurationVar(&c.hostEvery, "host-stat-every", time.Second, "interval between /proc/stat reads")
 	fs.BoolVar(&c.idle, "idle", false, "do nothing until SIGTERM (the main process of a DaemonSet pod that collectors exec into)")
+	fs.StringVar(&c.limitsOut, "limits-out", "",
+		"also read every target's CFS limits (period, quota, burst) about once a --limits-every, after that tick's "+
+			"cpu.stat reads, and append a row to this CSV file at the first read and at every change "+
+			"(\"stderr\": one {\"limits\":{...}} JSON line per row on stderr; \"\": off)")
+	fs.DurationVar(&c.limitsEvery, "limits-every", 10*time.Millisecond,
+		"interval between reads of the limit files (0: at every sampling tick); a change is dated to within it")
 	fs.DurationVar(&c.flush, "flush", 10*time.Millisecond,
 		"write buffered rows at least this often (0: one write per row); a killed sampler loses at most this much")
 }
@@ -56,6 +66,17 @@ func (c *config) validate() error {
 	}
 	if c.interval < 10*time.Microsecond {
 		return fmt.Errorf("--interval %v is too small (minimum 10µs)", c.interval)
+	}
+	if c.limitsEvery < 0 {
+		return fmt.Errorf("--limits-every %v is negative (0: at every tick)", c.limitsEvery)
+	}
+	switch {
+	case c.limitsOut == "-":
+		return fmt.Errorf("--limits-out -: stdout is not available (it may carry cpu.stat rows); give a file or stderr")
+	case c.limitsOut != "" && c.limitsOut != "stderr" && c.limitsOut == c.out:
+		return fmt.Errorf("--limits-out %s is also --out: give the limits their own file", c.limitsOut)
+	case c.limitsOut != "" && c.limitsOut != "stderr" && c.limitsOut == c.hostStat:
+		return fmt.Errorf("--limits-out %s is also --host-stat: give the limits their own file", c.limitsOut)
 	}
 	return nil
 }

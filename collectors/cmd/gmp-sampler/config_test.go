@@ -26,7 +26,8 @@ func TestConfigDefaults(t *testing.T) {
 		hostEvery: time.Second, flush: 10 * time.Millisecond}
 	if c.cgroups != nil || c.root != want.root || c.interval != want.interval || c.duration != 0 ||
 		c.out != want.out || c.fifo || c.fifoPrio != want.fifoPrio || c.summary != "" || c.hostStat != "" ||
-		c.hostEvery != want.hostEvery || c.idle || c.flush != want.flush {
+		c.hostEvery != want.hostEvery || c.idle || c.flush != want.flush || c.limitsOut != "" ||
+		c.limitsEvery != 10*time.Millisecond {
 		t.Errorf("defaults %+v, want %+v", *c, want)
 	}
 }
@@ -34,10 +35,12 @@ func TestConfigDefaults(t *testing.T) {
 func TestConfigFlags(t *testing.T) {
 	c := parseConfig(t, "--root", "/r", "--cgroup", "a=x", "--cgroup", "y|z", "--interval", "5ms",
 		"--duration", "2s", "--out", "o.csv", "--fifo", "--fifo-prio", "20", "--summary", "stderr",
-		"--host-stat", "h.csv", "--host-stat-every", "250ms", "--idle", "--flush", "0")
+		"--host-stat", "h.csv", "--host-stat-every", "250ms", "--idle", "--flush", "0",
+		"--limits-out", "l.csv", "--limits-every", "0")
 	if c.root != "/r" || strings.Join(c.cgroups, ";") != "a=x;y|z" || c.interval != 5*time.Millisecond ||
 		c.duration != 2*time.Second || c.out != "o.csv" || !c.fifo || c.fifoPrio != 20 || c.summary != "stderr" ||
-		c.hostStat != "h.csv" || c.hostEvery != 250*time.Millisecond || !c.idle || c.flush != 0 {
+		c.hostStat != "h.csv" || c.hostEvery != 250*time.Millisecond || !c.idle || c.flush != 0 ||
+		c.limitsOut != "l.csv" || c.limitsEvery != 0 {
 		t.Errorf("parsed %+v", *c)
 	}
 	if err := c.validate(); err != nil {
@@ -52,6 +55,13 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{nil, "no --cgroup given; example: --cgroup kubepods/burstable/pod<UID>/<containerID>"},
 		{[]string{"--cgroup", "g", "--interval", "9us"}, "--interval 9µs is too small (minimum 10µs)"},
+		{[]string{"--cgroup", "g", "--limits-every", "-1ms"}, "--limits-every -1ms is negative (0: at every tick)"},
+		{[]string{"--cgroup", "g", "--limits-out", "-"},
+			"--limits-out -: stdout is not available (it may carry cpu.stat rows); give a file or stderr"},
+		{[]string{"--cgroup", "g", "--limits-out", "x.csv", "--out", "x.csv"},
+			"--limits-out x.csv is also --out: give the limits their own file"},
+		{[]string{"--cgroup", "g", "--limits-out", "x.csv", "--host-stat", "x.csv"},
+			"--limits-out x.csv is also --host-stat: give the limits their own file"},
 	} {
 		err := parseConfig(t, tc.args...).validate()
 		if err == nil || err.Error() != tc.want {
@@ -60,6 +70,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := parseConfig(t, "--cgroup", "g", "--interval", "10us").validate(); err != nil {
 		t.Errorf("10µs refused: %v", err)
+	}
+	if err := parseConfig(t, "--cgroup", "g", "--limits-out", "stderr", "--limits-every", "0").validate(); err != nil {
+		t.Errorf("--limits-out stderr --limits-every 0 refused: %v", err)
 	}
 }
 

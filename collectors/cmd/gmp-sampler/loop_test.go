@@ -45,13 +45,20 @@ const fixtureCounters = "3012345,61,52,2636400,0,0"
 func newTestSampler(t *testing.T, args ...string) (s *sampler, sum *summary, out, root string) {
 	t.Helper()
 	root = v2Tree(t)
+	s, sum, out = samplerOn(t, root, args...)
+	return s, sum, out, root
+}
+
+// samplerOn is newTestSampler on the cgroup mount at root.
+func samplerOn(t *testing.T, root string, args ...string) (s *sampler, sum *summary, out string) {
+	t.Helper()
 	out = filepath.Join(t.TempDir(), "out.csv")
 	c := parseConfig(t, append([]string{"--root", root, "--out", out}, args...)...)
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	targets, err := openTargets(&log, c.root, c.cgroups)
+	targets, err := openTargets(&log, c.root, c.cgroups, c.limitsOut != "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,15 +69,24 @@ func newTestSampler(t *testing.T, args ...string) (s *sampler, sum *summary, out
 	if err != nil {
 		t.Fatal(err)
 	}
+	sm := newSummary(c, targets, nil)
+	sum = &sm
+	var ls *limitsSeries
+	if c.limitsOut != "" {
+		if ls, err = openLimitsSeries(c.limitsOut, c.limitsEvery.Nanoseconds(), sum.LimitsSeries); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() {
 		w.Close()
 		for _, tg := range targets {
-			tg.Close()
+			tg.close()
+		}
+		if ls != nil {
+			ls.close()
 		}
 	})
-	sm := newSummary(c, targets, nil)
-	sum = &sm
-	return newSampler(c, targets, w, nil, new(atomic.Int32), sum), sum, out, root
+	return newSampler(c, targets, w, nil, ls, new(atomic.Int32), sum), sum, out
 }
 
 func readRows(t *testing.T, path string) (header string, rows [][]string) {

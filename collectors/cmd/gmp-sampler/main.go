@@ -7,6 +7,11 @@
 // write(2) at least every --flush interval and the file only ever grows, so a sampler
 // killed at any moment leaves a readable file holding all but the last few rows.
 //
+// With --limits-out, the CFS limits of every target (period, quota, burst: rewritten in
+// place by a Kubernetes in-place resize) are reread about every --limits-every, after the
+// tick's cpu.stat reads, and written as a row at each cgroup's first read and at every
+// change: t_ns,prev_ns,cgroup,period_us,quota_us,burst_us (limits.go).
+//
 // Where the cgroup's files are and how they parse is internal/cgroup's. Exit status: 0 at
 // the end of --duration or on a signal, 2 when nothing could be sampled (bad arguments, no
 // such cgroup, files that do not parse at the first read), 3 when a sampled cgroup went
@@ -14,7 +19,7 @@
 // stop_reason quotes the file and line; no row is written for it).
 //
 // The pieces: config.go (flags), cgroups.go (targets), row.go (CSV output), hoststat.go
-// (/proc/stat), sched.go and clock.go (thread, policy, clock and sleep), loop.go (the
+// (/proc/stat), limits.go (the limits series), sched.go and clock.go (thread, policy, clock and sleep), loop.go (the
 // sampling loop), summary.go (start line, closing report and summary).
 package main
 
@@ -38,7 +43,7 @@ func main() {
 	if err := cfg.validate(); err != nil {
 		fatalf("%v", err)
 	}
-	targets, err := openTargets(os.Stderr, cfg.root, cfg.cgroups)
+	targets, err := openTargets(os.Stderr, cfg.root, cfg.cgroups, cfg.limitsOut != "")
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -59,8 +64,15 @@ func main() {
 	stop := notifyStop()
 
 	sum := newSummary(&cfg, targets, hs)
+	var ls *limitsSeries
+	if cfg.limitsOut != "" {
+		if ls, err = openLimitsSeries(cfg.limitsOut, cfg.limitsEvery.Nanoseconds(), sum.LimitsSeries); err != nil {
+			fatalf("%v", err)
+		}
+		defer ls.close()
+	}
 	sum.Policy, sum.PolicyError = prepareSamplingThread(cfg.fifo, cfg.fifoPrio)
-	s := newSampler(&cfg, targets, w, hs, stop, &sum)
+	s := newSampler(&cfg, targets, w, hs, ls, stop, &sum)
 	s.begin(cfg.duration)
 	if cfg.summary == "stderr" {
 		writeStart(os.Stderr, &sum)

@@ -32,11 +32,22 @@ type summary struct {
 	CPUPctOfCore   float64          `json:"cpu_pct_of_one_core"`
 	HostStat       string           `json:"host_stat,omitempty"`
 	HostStatErrors uint64           `json:"host_stat_errors,omitempty"`
+	LimitsSeries   *limitsSummary   `json:"limits_series,omitempty"` // --limits-out only
 	UserHZ         uint64           `json:"user_hz,omitempty"`
 	Kernel         string           `json:"kernel,omitempty"` // uname -r of the node (the kernel's CFS rules change with it)
 	NCPU           int              `json:"ncpu"`             // CPUs this process may run on (the node's, in the DaemonSet)
 	StopReason     string           `json:"stop_reason"`
 	SamplerVersion string           `json:"sampler_go_version"`
+}
+
+// limitsSummary counts the --limits-out series: reads of every target's limit files
+// (one per cgroup per due tick), rows written (first reads and changes) and changes alone.
+type limitsSummary struct {
+	Out     string `json:"out"`
+	EveryNs int64  `json:"every_ns"`
+	Reads   uint64 `json:"reads"`
+	Rows    uint64 `json:"rows"`
+	Changes uint64 `json:"changes"`
 }
 
 // newSummary is the summary before the run: what is sampled and how. The scheduling
@@ -46,6 +57,9 @@ func newSummary(c *config, targets []*target, hs *hostStat) summary {
 		Kernel: kernelRelease(), NCPU: runtime.NumCPU()}
 	if hs != nil {
 		sum.UserHZ = hs.userHz
+	}
+	if c.limitsOut != "" {
+		sum.LimitsSeries = &limitsSummary{Out: c.limitsOut, EveryNs: c.limitsEvery.Nanoseconds()}
 	}
 	for _, t := range targets {
 		sum.Cgroups = append(sum.Cgroups, cgroupInfo(t))
@@ -104,6 +118,9 @@ func writeReport(w io.Writer, sum *summary, interval time.Duration, dest string)
 		sum.Rows, float64(sum.MonoEndNs-sum.MonoStartNs)/1e9, interval, sum.Policy,
 		float64(sum.LateP50Ns)/1e3, float64(sum.LateP99Ns)/1e3, float64(sum.LateMaxNs)/1e3,
 		sum.Missed, sum.CPUPctOfCore, sum.StopReason)
+	if l := sum.LimitsSeries; l != nil {
+		fmt.Fprintf(w, "gmp-sampler: limits read %d times, %d rows (%d changes) to %s\n", l.Reads, l.Rows, l.Changes, l.Out)
+	}
 	switch dest {
 	case "":
 		return nil

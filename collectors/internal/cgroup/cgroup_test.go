@@ -140,6 +140,18 @@ func checkLimits(t *testing.T, dir string, version int, w *wantLimits) {
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
+	// the sampler's path: files held open, every read a pread at offset 0
+	r, err := OpenLimits(dir, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := 0; i < 3; i++ {
+		var l Limits
+		if err := r.Read(&l); err != nil || l != want {
+			t.Fatalf("held read %d: %+v %v, want %+v", i, l, err, want)
+		}
+	}
 }
 
 func checkStat(t *testing.T, dir string, version int, w *wantStat) {
@@ -203,6 +215,130 @@ func TestReadAllocatesNothing(t *testing.T) {
 			t.Errorf("%s: %v allocations per read", v, n)
 		}
 		r.Close()
+
+		lr, err := OpenLimits(dir, c.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l Limits
+		if n := testing.AllocsPerRun(200, func() {
+			if err := lr.Read(&l); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s limits: %v allocations per read", v, n)
+		}
+		lr.Close()
+	}
+}
+
+// copyCase copies the fixture case v/name into a fresh directory (ordinary files: a held
+// descriptor rereads them at offset 0 as it does the kernel's) and returns it.
+func copyCase(t *testing.T, v, name string) string {
+	t.Helper()
+	src := filepath.Join(dataDir, v, name)
+	dst := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// rewrite replaces a file's content in place (same inode, as a write to a cgroup file).
+func rewrite(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLimitsReaderSeesRewrites: a limit rewritten between two reads (an in-place resize)
+// is what the next read through the same descriptors returns.
+func TestLimitsReaderSeesRewrites(t *testing.T) {
+	for _, c := range []struct {
+		v, file, content string
+		before, after    Limits
+	}{
+		{"v1", "cpu.cfs_quota_us", "100000\n",
+			Limits{1, 100_000, 50_000, 0}, Limits{1, 100_000, 100_000, 0}},
+		{"v1", "cpu.cfs_quota_us", "-1\n",
+			Limits{1, 100_000, 50_000, 0}, Limits{1, 100_000, NoQuota, 0}},
+		{"v1", "cpu.cfs_period_us", "50000\n",
+			Limits{1, 100_000, 50_000, 0}, Limits{1, 50_000, 50_000, 0}},
+		{"v1", "cpu.cfs_burst_us", "20000\n",
+			Limits{1, 100_000, 50_000, 0}, Limits{1, 100_000, 50_000, 20_000}},
+		{"v2", "cpu.max", "150000 100000\n",
+			Limits{2, 100_000, 50_000, 0}, Limits{2, 100_000, 150_000, 0}},
+		{"v2", "cpu.max", "max 50000\n",
+			Limits{2, 100_000, 50_000, 0}, Limits{2, 50_000, NoQuota, 0}},
+		{"v2", "cpu.max.burst", "1000\n",
+			Limits{2, 100_000, 50_000, 0}, Limits{2, 100_000, 50_000, 1000}},
+	} {
+		t.Run(c.v+"/"+c.file, func(t *testing.T) {
+			dir := copyCase(t, c.v, "set")
+			r, err := OpenLimits(dir, int(c.v[1]-'0'))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var l Limits
+			if err := r.Read(&l); err != nil || l != c.before {
+				t.Fatalf("before: %+v %v, want %+v", l, err, c.before)
+			}
+			rewrite(t, filepath.Join(dir, c.file), c.content)
+			if err := r.Read(&l); err != nil || l != c.after {
+				t.Fatalf("after: %+v %v, want %+v", l, err, c.after)
+			}
+		})
+	}
+}
+
+// TestLimitsReaderErrors: a value rewritten to garbage is a *FormatError naming the file
+// and leaves l as it was; a file that no longer reads is a *GoneError.
+func TestLimitsReaderErrors(t *testing.T) {
+	dir := copyCase(t, "v1", "set")
+	r, err := OpenLimits(dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var l Limits
+	if err := r.Read(&l); err != nil {
+		t.Fatal(err)
+	}
+	before := l
+	qp := filepath.Join(dir, "cpu.cfs_quota_us")
+	rewrite(t, qp, "0\n")
+	var fe *FormatError
+	if err := r.Read(&l); !errors.As(err, &fe) || fe.Path != qp || l != before {
+		t.Fatalf("quota 0: %v (%T), limits %+v", err, err, l)
+	}
+	rewrite(t, qp, strings.Repeat("9", 200))
+	if err := r.Read(&l); !errors.As(err, &fe) || !strings.Contains(err.Error(), "read buffer") {
+		t.Fatalf("200 digits: %v", err)
+	}
+	rewrite(t, qp, "50000\n")
+	// A removed cgroup answers reads through held descriptors with ENODEV; a closed
+	// descriptor fails the same way here.
+	r.files[2].f.Close()
+	var ge *GoneError
+	if err := r.Read(&l); !errors.As(err, &ge) || ge.Path != filepath.Join(dir, "cpu.cfs_burst_us") {
+		t.Fatalf("closed burst file: %v (%T)", err, err)
+	}
+	r.files[2].f = nil
+
+	if _, err := OpenLimits(dir, 3); err == nil {
+		t.Error("version 3 accepted")
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The kernel's ranges (Documentation/scheduler/sched-bwc.rst, kernel/sched/core.c
@@ -29,25 +32,6 @@ type Limits struct {
 	PeriodUs uint64 `json:"period_us"`
 	QuotaUs  int64  `json:"quota_us"` // NoQuota (-1): no limit
 	BurstUs  uint64 `json:"burst_us"`
-}
-
-// readOptional reads a cgroup file; a missing file is (nil, nil): the kernel's default.
-func readOptional(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the path is said once
-		}
-		return nil, fmt.Errorf("%s: %w (expected the cgroup's interface file)", path, err)
-	}
-	if b == nil {
-		b = []byte{} // present but empty: not "missing"
-	}
-	return b, nil
 }
 
 func checkPeriod(path string, line []byte, v uint64) error {
@@ -144,60 +128,203 @@ func ParseCPUMax(path string, data []byte) (quota int64, period uint64, err erro
 }
 
 // ReadLimits reads the bandwidth settings of the cgroup directory dir (on v1 the one in
-// the cpu hierarchy). Missing files mean the kernel's defaults: period 100 ms, no quota,
-// no burst.
+// the cpu hierarchy) once. Missing files mean the kernel's defaults: period 100 ms, no
+// quota, no burst.
 func ReadLimits(dir string, version int) (Limits, error) {
 	l := Limits{Version: version, PeriodUs: DefaultPeriodUs, QuotaUs: NoQuota}
-	var burstPath string
-	var burst []byte
-	switch version {
-	case 1:
-		pp, qp := filepath.Join(dir, "cpu.cfs_period_us"), filepath.Join(dir, "cpu.cfs_quota_us")
-		b, err := readOptional(pp)
-		if err != nil {
-			return l, err
-		}
-		if b != nil {
-			if l.PeriodUs, err = ParsePeriodV1(pp, b); err != nil {
-				return l, err
-			}
-		}
-		if b, err = readOptional(qp); err != nil {
-			return l, err
-		}
-		if b != nil {
-			if l.QuotaUs, err = ParseQuotaV1(qp, b); err != nil {
-				return l, err
-			}
-		}
-		burstPath = filepath.Join(dir, "cpu.cfs_burst_us")
-	case 2:
-		mp := filepath.Join(dir, "cpu.max")
-		b, err := readOptional(mp)
-		if err != nil {
-			return l, err
-		}
-		if b != nil {
-			if l.QuotaUs, l.PeriodUs, err = ParseCPUMax(mp, b); err != nil {
-				return l, err
-			}
-		}
-		burstPath = filepath.Join(dir, "cpu.max.burst")
-	default:
-		return l, fmt.Errorf("cgroup version must be 1 or 2, not %d", version)
-	}
-	burst, err := readOptional(burstPath)
+	r, err := OpenLimits(dir, version)
 	if err != nil {
 		return l, err
 	}
-	if burst != nil {
-		if l.BurstUs, err = ParseBurst(burstPath, burst); err != nil {
-			return l, err
+	defer r.Close()
+	err = r.Read(&l)
+	return l, err
+}
+
+// LimitsReader holds a cgroup's bandwidth files open and rereads them with pread at offset
+// 0, like Reader does cpu.stat: the kernel formats the value afresh on every read from
+// offset 0 (a seq_file), so a quota rewritten in place (a Kubernetes in-place resize) shows
+// at the next read through the same descriptor. Read never allocates unless it fails.
+type LimitsReader struct {
+	Version int
+	Dir     string
+	// v1: cpu.cfs_period_us, cpu.cfs_quota_us, cpu.cfs_burst_us; v2: cpu.max,
+	// cpu.max.burst (files[2] unused).
+	files [3]limitFile
+	buf   []byte
+}
+
+// limitFile is one held limit file; fd -1: the file did not exist when the reader was
+// opened (the kernel's default stands for it).
+type limitFile struct {
+	path string
+	f    *os.File
+	fd   int
+}
+
+// limitsBufSize: the longest legal content is "17592186044415 1000000\n" (23 bytes); a
+// read that fills the buffer is refused rather than parsed cut.
+const limitsBufSize = 128
+
+// OpenLimits opens the bandwidth files of the cgroup directory dir (on v1 the one in the
+// cpu hierarchy). A file that does not exist is not an error: its kernel default stands
+// (period 100 ms, no quota, no burst; a v2 root cgroup has no cpu.max, and kernels before
+// 5.14 have no burst file). Something other than a regular file in a file's place is.
+func OpenLimits(dir string, version int) (*LimitsReader, error) {
+	r := &LimitsReader{Version: version, Dir: dir, buf: make([]byte, limitsBufSize)}
+	var names []string
+	switch version {
+	case 1:
+		names = []string{"cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.cfs_burst_us"}
+	case 2:
+		names = []string{"cpu.max", "cpu.max.burst"}
+	default:
+		return nil, fmt.Errorf("cgroup version must be 1 or 2, not %d", version)
+	}
+	for i := range r.files {
+		r.files[i].fd = -1
+	}
+	for i, n := range names {
+		lf, err := openLimitFile(filepath.Join(dir, n))
+		if err != nil {
+			r.Close()
+			return nil, err
 		}
-		if l.QuotaUs != NoQuota && l.BurstUs > uint64(l.QuotaUs) {
-			line, _ := singleLine(burstPath, burst)
-			return l, formatError(burstPath, 1, line, fmt.Sprintf("burst must not exceed the quota (%d µs)", l.QuotaUs))
+		r.files[i] = lf
+	}
+	return r, nil
+}
+
+// OpenLimits opens the bandwidth files of c (see the function OpenLimits).
+func (c *Cgroup) OpenLimits() (*LimitsReader, error) { return OpenLimits(c.Dir, c.Version) }
+
+func openLimitFile(path string) (limitFile, error) {
+	lf := limitFile{path: path, fd: -1}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return lf, nil
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is said once
+		}
+		return lf, fmt.Errorf("%s: %w (expected the cgroup's interface file)", path, err)
+	}
+	// open(2) succeeds on a directory; its read would fail later as if the cgroup had gone.
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = syscall.EISDIR
+		if !st.IsDir() {
+			err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
 		}
 	}
-	return l, nil
+	if err != nil {
+		f.Close()
+		return lf, fmt.Errorf("%s: %w (expected the cgroup's interface file)", path, err)
+	}
+	lf.f, lf.fd = f, int(f.Fd())
+	return lf, nil
+}
+
+// Close closes the files.
+func (r *LimitsReader) Close() {
+	for i := range r.files {
+		if r.files[i].f != nil {
+			r.files[i].f.Close()
+			r.files[i].f, r.files[i].fd = nil, -1
+		}
+	}
+}
+
+// pread reads one held file; (nil, nil) for a file absent at open. A failed read is a
+// *GoneError: on a removed cgroup the kernel answers ENODEV through the held descriptor.
+func (r *LimitsReader) pread(lf *limitFile) ([]byte, error) {
+	if lf.fd < 0 {
+		return nil, nil
+	}
+	n, err := unix.Pread(lf.fd, r.buf, 0)
+	if err != nil {
+		return nil, &GoneError{Path: lf.path, Err: err}
+	}
+	if n == len(r.buf) {
+		return nil, formatError(lf.path, 1, firstLine(r.buf), fmt.Sprintf("file larger than the %d-byte read buffer", len(r.buf)))
+	}
+	return r.buf[:n], nil
+}
+
+// Read rereads every file into l with the strict parsers: a value the kernel would not
+// store is a *FormatError, a file that no longer reads a *GoneError. l is written only
+// when every file read and parsed.
+//
+// The files are read one after the other, and a writer may change two of them between
+// our reads: quota raised, then burst raised (the kernel refuses the other order) can show
+// the old quota beside the new burst. A burst above the quota is therefore read once more
+// before it is called bad data.
+func (r *LimitsReader) Read(l *Limits) error {
+	err := r.read(l, false)
+	if err == errTorn {
+		err = r.read(l, true)
+	}
+	return err
+}
+
+// errTorn: a burst above the quota on a first read (see Read).
+var errTorn = errors.New("burst above quota: read again")
+
+func (r *LimitsReader) read(l *Limits, final bool) error {
+	out := Limits{Version: r.Version, PeriodUs: DefaultPeriodUs, QuotaUs: NoQuota}
+	burstFile := &r.files[2]
+	switch r.Version {
+	case 1:
+		b, err := r.pread(&r.files[0])
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			if out.PeriodUs, err = ParsePeriodV1(r.files[0].path, b); err != nil {
+				return err
+			}
+		}
+		if b, err = r.pread(&r.files[1]); err != nil {
+			return err
+		}
+		if b != nil {
+			if out.QuotaUs, err = ParseQuotaV1(r.files[1].path, b); err != nil {
+				return err
+			}
+		}
+	case 2:
+		b, err := r.pread(&r.files[0])
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			if out.QuotaUs, out.PeriodUs, err = ParseCPUMax(r.files[0].path, b); err != nil {
+				return err
+			}
+		}
+		burstFile = &r.files[1]
+	default:
+		return fmt.Errorf("cgroup version must be 1 or 2, not %d", r.Version)
+	}
+	burst, err := r.pread(burstFile)
+	if err != nil {
+		return err
+	}
+	if burst != nil {
+		if out.BurstUs, err = ParseBurst(burstFile.path, burst); err != nil {
+			return err
+		}
+		// The kernel refuses a burst above the quota (tg_set_cfs_bandwidth: -EINVAL).
+		if out.QuotaUs != NoQuota && out.BurstUs > uint64(out.QuotaUs) {
+			if !final {
+				return errTorn
+			}
+			line, _ := singleLine(burstFile.path, burst)
+			return formatError(burstFile.path, 1, line, fmt.Sprintf("burst must not exceed the quota (%d µs)", out.QuotaUs))
+		}
+	}
+	*l = out
+	return nil
 }
