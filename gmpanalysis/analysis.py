@@ -23,7 +23,7 @@ import pandas as pd
 
 from .bundle import Run
 from .errors import MissingDataError
-from .levels import level_names, level_run
+from .levels import level_names, level_run, table_level
 from .periods import PeriodGrid, fit_period_grid
 
 
@@ -94,8 +94,8 @@ class Analysis:
             raise MissingDataError(
                 f"{self.run.path}: no samples (the collection stopped before the sampler's first read)"
             )
-        if "cgroup" in s:  # several levels (or one named): the process's own level's grid
-            lr = level_run(self.run)
+        if "cgroup" in s:  # several levels (or one named): the table's level's grid
+            lr = level_run(self.run, table_level(self.run))
             if lr is not self.run:
                 return analyze(lr).grid
         return fit_period_grid(s, period_ns(self.run.meta))
@@ -116,7 +116,8 @@ class Analysis:
 
     @functools.cached_property
     def periods(self) -> pd.DataFrame:
-        """The per-period table (:func:`gmpanalysis.df_periods`) on the process's own level's grid."""
+        """The per-period table (:func:`gmpanalysis.df_periods`) on the grid of the process's own
+        level (or the nearest level above with a quota: :func:`gmpanalysis.levels.table_level`)."""
         from .timeline import build_periods
 
         if self.run.meta.get("quota_us") is None and "cgroup" not in self.run.samples:
@@ -131,8 +132,7 @@ class Analysis:
         """The per-period table on one level's grid (memoised per level)."""
         from .timeline import build_periods
 
-        names = self.levels
-        if level is None or level == names[0]:
+        if level is None or level == table_level(self.run):
             return self.periods
         cache = self.__dict__.setdefault("_level_periods", {})
         if level not in cache:

@@ -67,6 +67,17 @@ def own_level(run: Run) -> str:
     return level_names(run)[0]
 
 
+def table_level(run: Run) -> str:
+    """The level whose grid the per-period table is on by default: the process's own, or
+    when it has no quota (a container without a limit in a pod with one), the nearest level
+    above it that has one."""
+    names = level_names(run)
+    for name in names:
+        if _level_meta(run, name).get("quota_us") is not None:
+            return name
+    return names[0]
+
+
 def _level_meta(run: Run, name: str) -> dict[str, Any]:
     meta = dict(run.meta)
     for x in run.meta.get("levels") or ():
@@ -162,8 +173,8 @@ def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.n
                 )
             )
         # periods that start inside the change interval: which value held is not known
-        amb = (start > a) & (start < b)
-        out[amb] = np.nan if np.isnan(q[i]) or np.isnan(q[i - 1]) else out[amb]
+        if q[i] != q[i - 1]:
+            out[(start > a) & (start < b)] = np.nan
     return out, notes
 
 
@@ -233,6 +244,61 @@ def freezes_of(per: pd.DataFrame, level: str) -> pd.DataFrame:
             "cpus_throttled": p["cpus_throttled"].to_numpy(),
         }
     )[ok]
+
+
+# After a quota runs out, threads still trickle the leftover of their slice (36-520 µs steps
+# seen here) and tasks in the kernel run on to their return to user space: a rise of usage
+# larger than this, after another level let the group run again, means this level's quota
+# had not run out yet.
+TRICKLE_US = 600.0
+
+
+def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Split what one level's table cannot tell apart: a period of level A in which another
+    level B froze the group first, let it run again at B's boundary, and only then A's quota
+    ran out. A's own usage is flat through B's freeze, so A's table dates its exhaustion to
+    B's; when A's usage rose by more than a trickle after B's freeze ended, A's freeze
+    starts at the last read that saw that rise (bracket: the read before it)."""
+    if freezes["level"].nunique() < 2:
+        return freezes
+    f = freezes.reset_index(drop=True).copy()
+    lv = f["level"].to_numpy()
+    st, en = f["start_ns"].to_numpy(np.int64).copy(), f["end_ns"].to_numpy(np.int64)
+    lo, hi = f["start_lo_ns"].to_numpy(np.int64).copy(), f["start_hi_ns"].to_numpy(np.int64).copy()
+    for a_lv in pd.unique(lv):
+        if a_lv not in samples:
+            continue
+        ia = np.flatnonzero(lv == a_lv)
+        # the latest end of another level's freeze that began with (or before) this one and
+        # ended before it: the moment the group could run again
+        b_end = np.full(len(ia), -1, dtype=np.int64)
+        for b_lv in pd.unique(lv[lv != a_lv]):
+            ib = np.flatnonzero(lv == b_lv)
+            ib = ib[np.argsort(st[ib], kind="stable")]
+            k = np.searchsorted(st[ib], st[ia] + 1_500_000, side="right") - 1
+            ok = k >= 0
+            e = np.where(ok, en[ib][np.maximum(k, 0)], -1)
+            ok &= (e > st[ia]) & (e < en[ia] - 1_000_000)
+            b_end = np.where(ok, np.maximum(b_end, e), b_end)
+        cand = b_end >= 0
+        if not cand.any():
+            continue
+        s = samples[a_lv]
+        t = s["t_ns"].to_numpy(np.int64)
+        u = s["usage_us"].to_numpy(np.float64)
+        i0 = np.searchsorted(t, b_end[cand], side="left")
+        i1 = np.searchsorted(t, en[ia][cand], side="left")
+        ok = (i1 > i0) & (i0 > 0)
+        rose = np.zeros(len(i0), dtype=bool)
+        rose[ok] = u[i1[ok] - 1] - u[i0[ok] - 1] > TRICKLE_US
+        for c, j0, j1 in zip(np.flatnonzero(cand)[rose].tolist(), i0[rose].tolist(), i1[rose].tolist(), strict=True):
+            steps = np.flatnonzero(np.diff(u[j0 - 1 : j1]) > 50.0)  # a few reads per candidate
+            j = j0 + int(steps[-1])  # the read that saw the last rise
+            i = ia[c]
+            st[i], lo[i], hi[i] = t[j], t[j - 1], t[j]
+    f["start_ns"], f["start_lo_ns"], f["start_hi_ns"] = st, lo, hi
+    f["dur_ms"] = (en - st) / 1e6
+    return f
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -403,7 +469,7 @@ def describe(run: Run, level: str | None = None) -> list[str]:
     names = a.levels
     if len(names) < 2:
         return []
-    ref = level or names[0]
+    ref = level or table_level(run)
     per = a.level_periods(ref)
     fz = a.freezes(ref)
     lv = df_levels(run)
@@ -416,12 +482,18 @@ def describe(run: Run, level: str | None = None) -> list[str]:
         parts.append(f"the {r.level}'s ({q}{when})")
     out.append(f"{len(names)} bandwidth timers can freeze this process: " + ", ".join(parts) + ".")
     inside = fz[fz["ref_period"].notna()]
+    quotas = dict(zip(lv["level"], lv["quota_us"], strict=True))
     for name in names:
         f = inside[inside["level"] == name]
+        if pd.isna(quotas.get(name)):
+            out.append(
+                f"The {name} has no limit of its own" + (": the runtime reads only that." if name == names[0] else ".")
+            )
+            continue
         if not len(f):
             out.append(f"The {name}'s quota did not freeze it in the {len(per)} periods of the table.")
             continue
-        whose = "its own quota" if name == ref else f"the {name}'s quota"
+        whose = "its own quota" if name == names[0] else f"the {name}'s quota"
         s = (
             f"{whose[0].upper() + whose[1:]} froze it in {f['ref_period'].nunique()} of {len(per)} periods, "
             f"typically from {f['from_ms'].median():.0f} to {min(f['to_ms'].median(), P):.0f} ms of the "

@@ -25,6 +25,8 @@ from .levels import (
     period_changes,
     place,
     quota_per_period,
+    refine,
+    table_level,
 )
 from .periods import PeriodGrid
 
@@ -428,7 +430,7 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
     """The per-period table on a given grid, for one level (the process's own by default),
     with the freezes of every level laid on it (see :func:`df_periods`)."""
     names = level_names(run)
-    ref = names[0] if level is None else level
+    ref = table_level(run) if level is None else level
     single = len(names) == 1 and "cgroup" not in run.samples
     out = _build_level(run if single else level_run(run, ref), grid)
     fz = [freezes_of(out, ref)]
@@ -446,6 +448,8 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
         fz.append(freezes_of(other, name))
         spans[name] = (int(other["start_ns"].iloc[0]), int(other["end_ns"].iloc[-1]))
     freezes = pd.concat(fz, ignore_index=True)
+    if len(spans):
+        freezes = refine(freezes, {name: level_run(run, name).samples for name in [ref, *spans]})
     add_frozen_columns(out, freezes, ref, spans)
     out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid

@@ -34,6 +34,8 @@ class Levels:
             self.app = LabCgroup(base, root=root, parent=parent)
 
     def create(self, quota_us: int | None, pod_quota_us: int | None, period_us: int, burst_us: int) -> None:
+        """Make the cgroups, the pod first. cgroup v1 refuses a child quota above its
+        parent's (EINVAL); a child without a limit under a limited parent is allowed."""
         if self.pod is not None:
             self.pod.create(quota_us=pod_quota_us, period_us=period_us)
         try:
