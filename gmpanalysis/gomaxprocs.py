@@ -65,7 +65,7 @@ def applicable(go_version: Any, default_godebug: Any) -> set[str]:
     DefaultGODEBUG (set by the module's go line): ``go1.25 default`` for Go >= 1.25 without
     containermaxprocs=0, ``NumCPU`` otherwise; both when neither is known. env, automaxprocs
     and the downward API are always possible (they act through the environment or a call)."""
-    out = {"env", "automaxprocs", "downward API"}
+    out = {"env", "automaxprocs", "downward API"}  # (env and the downward API need a value in env)
     ver = _go_minor(go_version)
     off = isinstance(default_godebug, str) and "containermaxprocs=0" in default_godebug.split(",")
     if ver is None and not isinstance(default_godebug, str):
@@ -90,9 +90,9 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     """GOMAXPROCS over the run against every level's CPU limit over time, what each rule
     would set, the rule the process followed, and where it drifted from the limit.
 
-    One row at the start and at every event: a GOMAXPROCS change in the trace, a limit change
-    of any level (limits.csv). Columns: ``t_ns`` (CLOCK_MONOTONIC); ``event`` ("start",
-    "gomaxprocs", "limit <level>"); ``gomaxprocs`` in force (Int64; NA: unknown, outside the
+    One row at the start, at every event (a GOMAXPROCS change in the trace, a limit change of
+    any level: limits.csv) and at the end. Columns: ``t_ns`` (CLOCK_MONOTONIC); ``event``
+    ("start", "gomaxprocs", "limit <level>", "end"); ``gomaxprocs`` in force (Int64; NA: unknown, outside the
     trace with nothing recorded); ``limit_cpus`` the process's own cgroup's quota / period
     (NaN: no limit); ``ancestor_limit_cpus`` the tightest limit of the levels above it (NaN:
     none sampled or no limit); one column per rule in :data:`RULES` (Int64, NA where it cannot
@@ -142,6 +142,12 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     for r in lim.itertuples(index=False):
         if r.t_ns > start_ns:
             events.append((int(r.t_ns), f"limit {r.level}"))
+    # the state the run ended in: a limit change the process did not follow shows there
+    ends = [x for x in (m.get("mono_end_ns"), tr.meta["last_ns"] if tr is not None else None) if isinstance(x, int)]
+    if len(run.samples):
+        ends.append(int(run.samples["t_ns"].iloc[-1]))
+    if ends and max(ends) > max(t for t, _ in events):
+        events.append((max(ends), "end"))
     events.sort()
 
     def limit_at(level: str, t: int) -> tuple[float, int | None, int]:
@@ -154,6 +160,10 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
         return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
 
     can = applicable(m.get("go_version"), m.get("default_godebug"))
+    if parse_env(env) is None:
+        can -= {"env", "downward API"}  # both act only through the environment
+    else:
+        can -= {"automaxprocs"}  # it leaves a GOMAXPROCS set in the environment alone
     _, q0, p0 = limit_at(own, start_ns)
     at_start = rules(q0, p0, ncpu, env)
     rows = []
@@ -187,7 +197,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
                     f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}"
                 )
             elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
-                drift.append(f"automaxprocs set {v} once at start; its rule now gives {r['automaxprocs']}")
+                drift.append(f"automaxprocs set {v} once at start, and its rule now gives {r['automaxprocs']}")
             elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:
                 drift.append(
                     f"the limit changed {((t - last_own_change) / 1e9):.1f} s ago and GOMAXPROCS did not follow"
@@ -276,8 +286,16 @@ def explain(run: Run) -> str:
         if not np.isnan(c.stw_us):
             what += f", with a {c.stw_us:.0f} µs stop-the-world"
         s += what + "."
-    for ev in g[g["event"].str.startswith("limit")].itertuples(index=False):
-        s += f" The {ev.event[6:]} limit became {'none' if np.isnan(ev.limit_cpus) else f'{ev.limit_cpus:g} CPUs'}."
+    prev = g.iloc[0]
+    for ev in g.itertuples(index=False):
+        if not ev.event.startswith("limit"):
+            continue
+        s += f" The {ev.event[6:]} limit became {'none' if np.isnan(ev.limit_cpus) else f'{ev.limit_cpus:g} CPUs'}"
+        before, after = prev["go1.25 default"], g.loc[g["t_ns"] == ev.t_ns, "go1.25 default"].iloc[0]
+        if "go1.25 default" in g.attrs["rule"].split(", ") and not pd.isna(before) and before == after:
+            s += f": the runtime's rule gives {int(after)} for it as before, so no change was due"
+        s += "."
+        prev = g.loc[g["t_ns"] == ev.t_ns].iloc[0]
     seen = set()
     for d in g["drift"]:
         for part in d.split("; ") if d else ():

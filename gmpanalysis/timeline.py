@@ -656,12 +656,15 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
     cpus = np.diff(u, axis=1) / (b_ns / 1e3)
     cap = cpus_available(run)
     cap = np.inf if np.isnan(cap) else cap  # nothing to cap at: the tick steps stay as read
+    # a period that as a whole shows more than the cap (tick charges at its edges) is capped
+    # at its own mean instead, so its CPU-seconds still fit
+    lim = np.maximum(cap, cpus.mean(axis=1)) if len(cpus) else np.zeros(0)
     for i in range(nb - 1, 0, -1):  # a few buckets per period; vectorised over periods
-        over = np.maximum(cpus[:, i] - cap, 0.0)
+        over = np.maximum(cpus[:, i] - lim, 0.0)
         cpus[:, i] -= over
         cpus[:, i - 1] += over
     for i in range(nb - 1):  # what the first bucket cannot hold goes forward again
-        over = np.maximum(cpus[:, i] - cap, 0.0)
+        over = np.maximum(cpus[:, i] - lim, 0.0)
         cpus[:, i] -= over
         cpus[:, i + 1] += over
     off = np.arange(nb) * bucket_ms

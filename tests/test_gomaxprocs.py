@@ -39,16 +39,35 @@ def test_env_as_the_runtime_parses_it(env, want):
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
 def test_every_shipped_run_names_its_rule(path):
+    """The rule each lab run was set up with (GOMAXPROCS in env, the automaxprocs build, or the
+    runtime's default) is the one named, and the trace agrees with it."""
     run = gmp.load_run(path)
     g = gmp.df_gomaxprocs(run)
     assert list(g.columns[:4]) == ["t_ns", "event", "gomaxprocs", "limit_cpus"] and set(RULES) <= set(g.columns)
-    # the lab pins GOMAXPROCS in the environment: that is the rule, and the trace agrees
-    assert "env" in g.attrs["rule"].split(", ")
-    assert int(g["gomaxprocs"].iloc[0]) == int(run.meta["gomaxprocs_env"]) == int(run.trace.gomaxprocs["procs"].iloc[0])
-    assert g["pinned"].all()
-    assert g["above_limit"].iloc[0] == (int(run.meta["gomaxprocs_env"]) > 1)  # the limit is 0.5 CPU
+    m = run.meta
+    build = (m.get("lab_config") or {}).get("app_build", "default")
+    rule = g.attrs["rule"].split(", ")
+    first = int(run.trace.gomaxprocs["procs"].iloc[0])
+    assert int(g["gomaxprocs"].iloc[0]) == first == m["gomaxprocs_effective"]
+    if m["gomaxprocs_env"] is not None:
+        assert "env" in rule and g["pinned"].all() and first == int(m["gomaxprocs_env"])
+    elif build == "automaxprocs":
+        assert rule == ["automaxprocs"] and first == 1  # floor(0.5), at least 1
+    else:
+        assert rule == ["go1.25 default"] and first == 2  # min(2 CPUs, max(2, ceil(0.5)))
+    assert g["above_limit"].iloc[0] == (first > 1)  # the limit is 0.5 CPU at the start
     text = explain(run)
-    assert f"GOMAXPROCS {run.meta['gomaxprocs_env']} at the start (env" in text
+    assert f"GOMAXPROCS {first} at the start ({g.attrs['rule']})" in text
+    # a resize to 2 CPUs: the pinned and the automaxprocs runs drift, the default one had no change due
+    if m.get("resizes"):
+        end = g[g["event"] == "end"].iloc[0]
+        assert end["limit_cpus"] == 2.0 and end["go1.25 default"] == 2
+        if m["gomaxprocs_env"] is not None:
+            assert "pinned by GOMAXPROCS=1" in end["drift"]
+        elif build == "automaxprocs":
+            assert "automaxprocs set 1 once at start" in end["drift"]
+        else:
+            assert end["drift"] == "" and "no change was due" in text
 
 
 def test_unpinned_run_follows_the_default_rule():

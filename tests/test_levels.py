@@ -160,7 +160,7 @@ def test_a_quota_written_mid_run_lands_in_its_period(tmp_path):
     after = per.loc[k + 2 :]
     assert (after["frozen_by"] == "pod").mean() > 0.8
     g = gmp.df_gomaxprocs(run)
-    assert list(g["event"]) == ["start", "limit container"] and g["limit_cpus"].tolist() == [0.5, 1.5]
+    assert list(g["event"]) == ["start", "limit container", "end"] and g["limit_cpus"].tolist() == [0.5, 1.5, 1.5]
 
 
 def test_limits_csv_errors_name_the_line():

@@ -9,6 +9,7 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
+from gmpanalysis.levels import level_run
 from gmpanalysis.periods import TIMER_LATE_NS, fit_period_grid, split_segments
 
 P = 100_000_000
@@ -84,11 +85,14 @@ def test_no_limit_cannot_place_a_grid():
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
 def test_fixture_phase_within_100us(path):
     run = gmp.load_run(path)
-    g = fit_period_grid(run.samples, run.meta["period_us"] * 1000)
-    assert len(g.segments) == 1
-    assert g.main.boundaries_used >= 50
-    # measured 78-111 µs: half the vernier bracket plus the timer's 150 µs expiry allowance
-    assert g.uncertainty_ns <= 150_000, g.uncertainty_ns
+    for level in gmp.df_levels(run)["level"]:  # every level has its own timer and phase
+        s = level_run(run, level).samples
+        g = fit_period_grid(s, run.meta["period_us"] * 1000)
+        assert len(g.segments) == 1
+        # nearly every boundary of the run brackets the phase
+        assert g.main.boundaries_used >= 0.75 * (s["t_ns"].iloc[-1] - s["t_ns"].iloc[0]) / P
+        # measured 78-111 µs: half the vernier bracket plus the timer's 150 µs expiry allowance
+        assert g.uncertainty_ns <= 150_000, g.uncertainty_ns
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
@@ -96,7 +100,7 @@ def test_fixture_grid_agrees_with_the_trace(path):
     """An independent check: the Go trace (which knows nothing of cpu.stat) falls silent
     from quota exhaustion to each throttled period's end on the fitted grid."""
     c = gmp.df_checks(gmp.load_run(path))
-    assert len(c) >= 25
+    assert len(c) >= 10  # throttled periods inside the trace (a resize to 2 CPUs ends them)
     assert c.attrs["silent_fraction"] >= 0.95
     assert c["first_event_after_us"].median() < 3000  # NOTES: 0.04-3 ms after the boundary
 
@@ -124,4 +128,5 @@ def test_phase_jump_without_a_reset_makes_a_new_segment():
 def test_no_spurious_jumps_on_real_runs():
     for p in RUNS:
         run = gmp.load_run(p)
-        assert len(fit_period_grid(run.samples, P).segments) == 1
+        for level in gmp.df_levels(run)["level"]:
+            assert len(fit_period_grid(level_run(run, level).samples, P).segments) == 1

@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
+from gmpanalysis.levels import level_run
 from gmpanalysis.timeline import df_period_groups
 
-LOADED = {p.name: gmp.load_run(p) for p in RUNS}
+# one cgroup level at a time (the damage below is to one sampler's rows of one cgroup)
+LOADED = {p.name: level_run(gmp.load_run(p)) for p in RUNS}
 CLEAN = {name: gmp.df_periods(run) for name, run in LOADED.items()}
 EDGE_NS = 300_000_000  # damage stays this far from both ends, so the table's edges are clean
 

@@ -68,7 +68,10 @@ def test_heatmap_shows_only_what_a_machine_can_do(name):
     off = gmp.df_period_offsets(run, per=per)
     cap = min(run.meta["ncpu"], run.meta["gomaxprocs_effective"])
     assert off.attrs["cpus_max"] == cap
-    assert off["cpus"].max() <= cap + 1e-9
+    # a period that as a whole shows more (tick charges at its edges: seen at GOMAXPROCS 1 once a
+    # resize lifted the quota) keeps it: no bucket exceeds the cap or that period's mean
+    mean = (per.set_index("period")["usage_us"] / 100_000).reindex(off["period"]).to_numpy()
+    assert (off["cpus"].to_numpy() <= np.maximum(cap, mean) + 1e-9).all()
     got = off.groupby("period")["cpus"].sum() * 10_000  # µs of CPU per period (10 ms buckets)
     want = per.set_index("period")["usage_us"]
     assert np.allclose(got.to_numpy(), want.loc[got.index].to_numpy(), rtol=1e-9, atol=1e-6)

@@ -62,7 +62,7 @@ def test_report_renders_in_chromium(report, tmp_path):
             "--disable-component-update",
             "--disable-sync",
             f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1300,2600",
+            "--window-size=1300,6000",  # the findings, the table and the first runs' figures
             f"--screenshot={shot}",
             report.as_uri(),
         ],

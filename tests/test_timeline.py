@@ -11,6 +11,7 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
+from gmpanalysis.levels import level_run
 from gmpanalysis.timeline import PERIOD_COLUMNS, coverage, df_conservation, df_period_groups
 
 BY_NAME = {p.name: p for p in RUNS}
@@ -47,9 +48,9 @@ def reference_attribution(per, s, col):
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_columns_and_invariants(tables, name):
     run, per = tables[name]
-    s = run.samples
+    s = level_run(run, per.attrs["level"]).samples  # the table's level (a bundle may sample several)
     assert list(per.columns) == PERIOD_COLUMNS
-    assert len(per) >= 50
+    assert len(per) >= 0.85 * (s["t_ns"].iloc[-1] - s["t_ns"].iloc[0]) / (run.meta["period_us"] * 1000)
     P = run.meta["period_us"] * 1000
     assert ((per["end_ns"] - per["start_ns"]) == P).all()
     assert (np.diff(per["period"]) == 1).all()
@@ -58,9 +59,15 @@ def test_columns_and_invariants(tables, name):
     ref_us = reference_attribution(per, s, "throttled_us")
     assert per["throttled"].sum() == sum(1 for x in ref_thr if x > 0) == sum(ref_thr)
     assert per["throttled_rq_us"].sum() == pytest.approx(sum(ref_us), abs=1e-3)
-    # ... and row by row: each credit lands on the period that ended at its boundary
+    # ... and row by row: each credit lands on the period that ended at its boundary, except
+    # where a quota was written: the kernel unthrottles the group at the write (measured here:
+    # throttled time rose within ~1 ms of it, nr_throttled not counted), so that throttled time
+    # belongs to the period of the write, not to the boundary before it
+    wrote = per["reason"].fillna("").str.startswith("limit changed").to_numpy()
+    near = wrote | np.r_[wrote[1:], False]
     assert per["throttled"].tolist() == [x > 0 for x in ref_thr]
-    assert np.allclose(per["throttled_rq_us"].to_numpy(), ref_us)
+    assert np.allclose(per["throttled_rq_us"].to_numpy()[~near], np.asarray(ref_us)[~near])
+    assert per["throttled_rq_us"].to_numpy()[near].sum() == pytest.approx(np.asarray(ref_us)[near].sum())
     # Σ usage = Δusage between the first and last boundary (usage interpolated there)
     u = np.interp([per["start_ns"].iloc[0], per["end_ns"].iloc[-1]], s["t_ns"], s["usage_us"])
     assert per["usage_us"].sum() == pytest.approx(u[1] - u[0], rel=1e-9)
@@ -69,8 +76,8 @@ def test_columns_and_invariants(tables, name):
         assert (per[c].dropna() <= P / 1e3 + 1e-6).all(), c
     assert (per["stall_us"] <= P / 1e3).all() and (per["stall_us"] >= 0).all()
     # quota-bound periods use about their quota (5 ms slices, enforced at ticks: 44-58 ms seen)
-    thr = per[per["throttled"]]
-    assert thr["usage_us"].median() == pytest.approx(50_000, rel=0.1)
+    thr = per[per["throttled"].fillna(False)]
+    assert (thr["usage_us"] / thr["quota_us"]).median() == pytest.approx(1.0, rel=0.1)
 
 
 def test_exhaustion_and_cpus_reproduce_the_sweep(tables):
@@ -244,8 +251,12 @@ def assert_conserved(per, samples):
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_conservation_on_the_shipped_runs(tables, name):
     run, per = tables[name]
-    assert_conserved(per, run.samples)
-    assert per["group"].isna().all() and per["reason"].isna().all()
+    for level in gmp.df_levels(run).dropna(subset=["quota_us"])["level"]:  # per level, on its own grid
+        assert_conserved(gmp.df_periods(run, level=level), level_run(run, level).samples)
+    # exact everywhere: no hole, no group; a reason only where the limit changed (resize runs)
+    assert per["group"].isna().all()
+    assert per["reason"].dropna().str.startswith("limit changed").all()
+    assert per["reason"].notna().sum() == (run.meta.get("resizes") and 1 or 0) or per["reason"].notna().sum() == 2
 
 
 def test_counter_reset_gives_segments(tables):
