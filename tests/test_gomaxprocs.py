@@ -4,7 +4,9 @@ gmpanalysis/gomaxprocs.py) and which one each shipped run followed."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import RUNS
 
@@ -85,3 +87,71 @@ def test_unpinned_run_follows_the_default_rule():
     run.meta = dict(run.meta, go_version="go1.26.8", default_godebug="containermaxprocs=0,updatemaxprocs=0")
     assert gmp.df_gomaxprocs(run).attrs["rule"] == "NumCPU"  # a go 1.24 module line
     assert "automaxprocs 1" in explain(run)
+
+
+def test_a_followed_limit_change_reports_its_lag_and_stop_the_world():
+    """Go >= 1.25 on a 4-CPU node, limit 1 -> 3 CPUs: the default rule moves from 2 to 3; the
+    runtime re-checks about once a second and applies the change with a stop-the-world
+    (kind GOMAXPROCS). Hand-made trace and limits, values from the runtime's documented rule."""
+    import pandas as pd
+    from handmade import make_trace
+
+    from gmpanalysis.bundle import Run, parse_limits
+    from gmpanalysis.schema import new_meta
+
+    t0 = 10_000_000_000
+    change = t0 + 2_000_000_000
+    follow = change + 800_000_000
+    tr = make_trace(
+        t0,
+        t0 + 5_000_000_000,
+        stw=[(follow - 20_000, follow + 60_000, "GOMAXPROCS")],
+        gomaxprocs=[(t0, 2), (follow, 3)],
+    )
+    limits = parse_limits(
+        (
+            "t_ns,prev_ns,cgroup,period_us,quota_us,burst_us\n"
+            f"{t0},,container,100000,100000,0\n{change + 5_000_000},{change - 5_000_000},container,100000,300000,0\n"
+        ).encode()
+    )
+    meta = new_meta("kube", "follow", quota_us=100_000, ncpu=4, go_version="go1.26.1", mono_start_ns=t0)
+    samples = pd.DataFrame({"t_ns": [t0, t0 + 5_000_000_000]})
+    run = Run(Path("hand-made"), meta, samples, None, None, limits=limits, _trace=tr)
+    g = gmp.df_gomaxprocs(run)
+    assert list(g["event"]) == ["start", "limit container", "gomaxprocs", "end"]
+    ch = g[g["event"] == "gomaxprocs"].iloc[0]
+    assert ch["gomaxprocs"] == 3 and ch["go1.25 default"] == 3
+    assert ch["lag_ms"] == pytest.approx(795.0) and ch["stw_us"] == pytest.approx(80.0)
+    # max(2, 1) = 2 Ps against a 1-CPU limit at the start; followed, nothing drifts afterwards
+    assert g.attrs["rule"] == "go1.25 default" and g["drift"].iloc[0].startswith("2 Ps above")
+    assert (g["drift"].iloc[1:] == "").all()
+    assert "It changed to 3 0.8 s after the limit changed, with a 80 µs stop-the-world." in explain(run)
+
+
+def test_an_ancestor_limit_the_runtime_ignores_is_named():
+    """A container without a limit in a pod with one (golang/go#81180): Go >= 1.25 reads only
+    its own cgroup and sets NumCPU-bounded GOMAXPROCS though the pod allows 0.5 CPU."""
+    import pandas as pd
+
+    from gmpanalysis.bundle import Run, parse_limits
+    from gmpanalysis.schema import new_meta
+
+    limits = parse_limits(
+        b"t_ns,prev_ns,cgroup,period_us,quota_us,burst_us\n5,,container,100000,,0\n5,,pod,100000,50000,0\n"
+    )
+    meta = new_meta(
+        "kube",
+        "anc",
+        quota_us=None,
+        ncpu=8,
+        go_version="go1.26.1",
+        gomaxprocs_effective=8,
+        mono_start_ns=5,
+        levels=[{"level": "container"}, {"level": "pod"}],
+    )
+    samples = pd.DataFrame({"t_ns": [5, 6], "cgroup": ["container", "pod"]})
+    run = Run(Path("hand-made"), meta, samples, None, None, limits=limits)
+    g = gmp.df_gomaxprocs(run)
+    assert g["ancestor_limit_cpus"].iloc[0] == 0.5 and np.isnan(g["limit_cpus"].iloc[0])
+    # (without a limit automaxprocs gives the CPU count too: both rules stay possible)
+    assert "does not read" in g["drift"].iloc[0] and "go1.25 default" in g.attrs["rule"].split(", ")
