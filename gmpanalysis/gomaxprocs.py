@@ -95,7 +95,8 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     ("start", "gomaxprocs", "limit <level>", "end"); ``gomaxprocs`` in force (Int64; NA: unknown, outside the
     trace with nothing recorded); ``limit_cpus`` the process's own cgroup's quota / period
     (NaN: no limit); ``ancestor_limit_cpus`` the tightest limit of the levels above it (NaN:
-    none sampled or no limit); one column per rule in :data:`RULES` (Int64, NA where it cannot
+    none sampled or no limit); ``event_limit_cpus`` for a "limit <level>" row, that level's new
+    limit (NaN otherwise, or no limit); one column per rule in :data:`RULES` (Int64, NA where it cannot
     be told) for the limit in force: ``automaxprocs`` and ``downward API`` act once, at the
     start, but their columns say what they would give now; ``followed`` the rules that give
     this value and that the runtime can apply here (comma-separated); ``above_limit`` bool,
@@ -105,7 +106,8 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     GOMAXPROCS change, how long after the last limit change of the own level it came (NaN
     otherwise); ``stw_us`` the stop-the-world the runtime took to apply it (NaN: none seen).
     ``df.attrs``: ``rule`` the rule(s) the process followed through the run; ``go_version``;
-    ``default_godebug``; ``applicable`` the runtime rules possible for this binary.
+    ``default_godebug``; ``applicable`` the runtime rules possible for this binary;
+    ``own_level`` the level the process lives in (the one the runtime reads).
     """
     from .analysis import analyze
     from .levels import level_names, limit_series
@@ -218,6 +220,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
                 "gomaxprocs": v,
                 "limit_cpus": lc,
                 "ancestor_limit_cpus": min(anc) if anc else np.nan,
+                "event_limit_cpus": limit_at(ev[6:], t)[0] if ev.startswith("limit ") else np.nan,
                 **{name: r[name] for name in RULES},
                 "followed": ", ".join(followed),
                 "above_limit": bool(v is not None and not np.isnan(lc) and v > math.ceil(lc)),
@@ -235,6 +238,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     out.attrs["go_version"] = m.get("go_version")
     out.attrs["default_godebug"] = m.get("default_godebug")
     out.attrs["applicable"] = sorted(can)
+    out.attrs["own_level"] = own
     return out
 
 
@@ -290,9 +294,11 @@ def explain(run: Run) -> str:
     for ev in g.itertuples(index=False):
         if not ev.event.startswith("limit"):
             continue
-        s += f" The {ev.event[6:]} limit became {'none' if np.isnan(ev.limit_cpus) else f'{ev.limit_cpus:g} CPUs'}"
+        new = ev.event_limit_cpus
+        s += f" The {ev.event[6:]} limit became {'none' if np.isnan(new) else f'{new:g} CPUs'}"
         before, after = prev["go1.25 default"], g.loc[g["t_ns"] == ev.t_ns, "go1.25 default"].iloc[0]
-        if "go1.25 default" in g.attrs["rule"].split(", ") and not pd.isna(before) and before == after:
+        own = ev.event == f"limit {g.attrs.get('own_level')}"
+        if own and "go1.25 default" in g.attrs["rule"].split(", ") and not pd.isna(before) and before == after:
             s += f": the runtime's rule gives {int(after)} for it as before, so no change was due"
         s += "."
         prev = g.loc[g["t_ns"] == ev.t_ns].iloc[0]

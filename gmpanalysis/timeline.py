@@ -224,7 +224,8 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     for r, what in changes:
         reason[r] = what if not reason[r] else reason[r] + "; " + what
     for r in np.flatnonzero(gap).tolist():
-        reason[r] = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
+        what = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
     for r in np.flatnonzero(open_ex).tolist():
         what = f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)"
         reason[r] = what if not reason[r] else reason[r] + "; " + what

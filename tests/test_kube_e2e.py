@@ -1,24 +1,33 @@
 """`gmpanalysis collect` against a real single-node Kubernetes started on this machine
 (gmpanalysis.kube.local, driving the cluster scripts in ../shared/k8s): real pods, real CFS
-quotas from limits.cpu, real exec and port-forward."""
+quotas from limits.cpu, real exec and port-forward, both cgroup levels (the container's and
+the pod's, each with its own bandwidth timer), in-place resizes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
+from spinner_truth import MIN_APART_MS, check_against_truth
 
 import gmpanalysis as gmp
+from gmpanalysis.gomaxprocs import explain
 from gmpanalysis.kube import local
+from gmpanalysis.kube.trace import go_version_from_header
 
 DEPLOY = local.DEPLOY
 
-pytestmark = [pytest.mark.skipif(local.unavailable_reason() is not None, reason=str(local.unavailable_reason()))]
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.skipif(local.unavailable_reason() is not None, reason=str(local.unavailable_reason())),
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,31 +49,18 @@ def load(bins, seconds, rate=40):
     return local.start_load(bins, seconds, rate)
 
 
+def collect_argv(cluster, out, seconds, *target):
+    """`gmpanalysis collect` of ``target`` (--pod NAME or -l SELECTOR, and --pprof-port)."""
+    return [
+        sys.executable, "-m", "gmpanalysis.cli", "collect", "--kubeconfig", cluster["kubeconfig"], "-n", "default",
+        "--duration", f"{seconds}s", "--out", str(out), *target,
+    ]  # fmt: skip
+
+
 def collect_cli(cluster, out, seconds, *extra):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gmpanalysis.cli",
-            "collect",
-            "--kubeconfig",
-            cluster["kubeconfig"],
-            "-n",
-            "default",
-            "-l",
-            "app=gmp-demoapp",
-            "--duration",
-            f"{seconds}s",
-            "--pprof-port",
-            "18181",
-            "--out",
-            str(out),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # (a later --pprof-port in extra wins over the default target's)
+    argv = collect_argv(cluster, out, seconds, "-l", "app=gmp-demoapp", "--pprof-port", "18181", *extra)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
 def test_collect_records_real_throttling(cluster, bins, tmp_path):
@@ -81,6 +77,13 @@ def test_collect_records_real_throttling(cluster, bins, tmp_path):
     assert (m["quota_us"], m["period_us"]) == (50_000, 100_000)
     assert m["cpu_limit"] == "500m" and m["gomaxprocs_env"] == "2" and m["qos"] == "Burstable"
     assert m["cgroup_version"] == 1 and m["cgroup_paths"][0].startswith("kubepods/burstable/pod")
+    # both levels, the container's first; the kubelet gives the pod cgroup the sum of its
+    # containers' limits, on a timer of its own
+    assert [(x["level"], x["quota_us"]) for x in m["levels"]] == [("container", 50_000), ("pod", 50_000)]
+    assert m["levels"][0]["cgroup"].startswith(m["levels"][1]["cgroup"] + "/")
+    assert sorted(run.limits["cgroup"]) == ["container", "pod"] and run.limits["prev_ns"].isna().all()
+    # what the trace tells of a process the collector cannot ask
+    assert m["gomaxprocs_effective"] == 2 and m["go_version"] == go_version_from_header(run.trace.meta["version"])
     s = run.samples
     assert len(s) > 5000
     assert s["nr_throttled"].iloc[-1] - s["nr_throttled"].iloc[0] > 0
@@ -123,6 +126,10 @@ def test_container_restart_mid_window_is_segmented(cluster, bins, tmp_path):
     assert bool(run.meta["trace"].get("complete")) == (not cut)
     per = gmp.df_periods(run)
     assert set(per["segment"]) == {0, 1}  # the new container's cgroup: counters restart, new phase
+    # the pod's cgroup outlived the container: sampled again by the new exec, the files continued
+    assert set(run.samples["cgroup"]) == {"container", "pod"}
+    assert run.limits["cgroup"].tolist() == ["container", "pod", "container", "pod"]
+    assert run.meta["levels"][0]["cgroup"].endswith(cid) and len(run.meta["sampler"]["execs"]) == 2
     wait_running(core)
 
 
@@ -186,6 +193,227 @@ def test_no_pprof_port_still_collects_samples(cluster, bins, tmp_path):
     run = gmp.load_run(next(tmp_path.iterdir()))
     assert len(run.samples) > 1500 and run.meta["complete"] is True
     assert run.meta["trace"]["complete"] is False and "18999" in run.meta["trace"]["error"]
+
+
+def bare_pod(name, command, env=(), image=None, limit="500m"):
+    """A bare Pod (no controller) on the host network, limits.cpu ``limit`` over a smaller
+    request: Burstable, so the pod's cgroup sits under kubepods/burstable with a quota of
+    its own (the sum of its containers' limits)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "gmp-e2e"}},
+        "spec": {
+            "hostNetwork": True,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": image or f"localhost/{command[0].lstrip('/')}:dev",
+                    "imagePullPolicy": "Never",
+                    "command": list(command),
+                    "env": [{"name": k, "value": v} for k, v in env],
+                    "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": limit}},
+                }
+            ],
+        },
+    }
+
+
+def start_pods(core, bodies, timeout=90):
+    """Create the pods and wait until every container runs."""
+    for b in bodies:
+        core.create_namespaced_pod("default", b)
+    names = {b["metadata"]["name"] for b in bodies}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = [core.read_namespaced_pod(n, "default") for n in sorted(names)]
+        if all(p.status.container_statuses and p.status.container_statuses[0].state.running for p in pods):
+            return pods
+        time.sleep(0.25)
+    raise AssertionError(f"pods not running after {timeout} s: {[(p.metadata.name, p.status.phase) for p in pods]}")
+
+
+def delete_pods(core, names):
+    from kubernetes.client.rest import ApiException
+
+    for n in names:
+        try:
+            core.delete_namespaced_pod(n, "default", grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+SPINNER = ["/gmp-spinner", "--threads", "2", "--gap", "1ms", "--duration", "40s", "--out", "-"]
+
+
+def test_two_timers_in_a_pod_against_the_spinners_truth(cluster, tmp_path):
+    """A pod at 0.5 CPU running two spinning threads: the container's and the pod's quota
+    (the kubelet's sum, here equal) both freeze it, each on its own timer at a random phase;
+    every freeze the table shows is one the spinner saw, ended by one level's boundary.
+    When the two timers fire too close together to tell apart, the pod is made anew."""
+    core = cluster["core"]
+    wait_running(core)
+    offsets = []
+    for attempt in range(4):
+        name = f"gmp-spinner-{attempt}"
+        start_pods(core, [bare_pod(name, SPINNER)])
+        try:
+            r = subprocess.run(
+                collect_argv(cluster, tmp_path / name, 10, "--pod", name, "--pprof-port", "0"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert r.returncode == 0, r.stderr
+            bundle = Path(r.stdout.strip().splitlines()[-1])
+            # the spinner's stdout is the container's log: its gaps so far, whole lines
+            (bundle / "spinner.jsonl").write_text(core.read_namespaced_pod_log(name, "default"))
+        finally:
+            delete_pods(core, [name])
+        run = gmp.load_run(bundle)
+        assert [(x["level"], x["quota_us"]) for x in run.meta["levels"]] == [("container", 50_000), ("pod", 50_000)]
+        off = float(gmp.df_levels(run)["offset_ms"].iloc[1])
+        offsets.append(round(off, 1))
+        if min(off, 100.0 - off) >= MIN_APART_MS:
+            break
+    else:
+        pytest.fail(f"four pods in a row had timers closer than {MIN_APART_MS} ms ({offsets}): phases not random?")
+    stats = check_against_truth(run)
+    pp = gmp.df_periods(run, level="pod")
+    assert pp["throttled"].fillna(False).mean() > 0.8  # the pod's own timer throttled it too
+    print(f"spinner truth: tries {len(offsets)}, pod offsets {offsets} ms, {stats}")
+
+
+DEMO_ARGS = ["-work-ms", "20", "-iters-per-ms", "600000"]
+# how each pod's runtime picks GOMAXPROCS (GOMAXPROCS=1 in env; automaxprocs: max(1,
+# floor(limit)) once at start; the Go 1.25+ default: min(CPUs, max(2, ceil(limit))), re-read
+# about once a second) and the port it serves on
+RESIZED = {
+    "pinned": ("/gmp-demoapp", [("GOMAXPROCS", "1")], 18191),
+    "automaxprocs": ("/gmp-demoapp-automaxprocs", [], 18192),
+    "default": ("/gmp-demoapp", [], 18193),
+}
+
+
+def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_path):
+    """Three demo pods at 0.5 CPU, resized in place to 2 CPUs 4 s into a 10 s collection:
+    the kubelet rewrites the container's and the pod's quota (limits.csv dates both), the
+    per-period table switches quota at the resize and names it, and the GOMAXPROCS each
+    runtime chose is set against the new limit: pinned by env, automaxprocs' value from the
+    start, or the default rule, which gives 2 on a 2-CPU node either way."""
+    core = cluster["core"]
+    wait_running(core)
+    names = {k: f"gmp-resize-{k}" for k in RESIZED}
+    bodies = [
+        bare_pod(names[k], [cmd, "-addr", f"127.0.0.1:{port}", *DEMO_ARGS], env, image=f"localhost{cmd}:dev")
+        for k, (cmd, env, port) in RESIZED.items()
+    ]
+    procs, loads, info, patched = {}, [], {}, {}
+    try:
+        start_pods(core, bodies)
+        for k, (_, _, port) in RESIZED.items():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=2) as resp:
+                        info[k] = json.load(resp)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        t_start = time.monotonic()
+        for k, (_, _, port) in RESIZED.items():
+            # a little work keeps each cgroup's period timer running (an idle group's stops)
+            loads.append(local.start_load(bins, 16, rate=10, port=port))
+            procs[k] = subprocess.Popen(
+                collect_argv(cluster, tmp_path / k, 10, "--pod", names[k], "--pprof-port", str(port)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        # 4 s after every collection's first sample
+        deadline = time.monotonic() + 60
+        while not all(any((tmp_path / k).glob("*/cpu_stat.csv")) for k in RESIZED):
+            assert time.monotonic() < deadline, "no collection started"
+            time.sleep(0.05)
+        time.sleep(4)
+        for k in RESIZED:
+            body = {
+                "spec": {
+                    "containers": [{"name": "app", "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "100m"}}}]
+                }
+            }
+            t0 = time.monotonic_ns()
+            core.patch_namespaced_pod_resize(
+                names[k], "default", body, _content_type="application/strategic-merge-patch+json"
+            )
+            patched[k] = (t0, time.monotonic_ns())
+        outs = {k: p.communicate(timeout=120) for k, p in procs.items()}
+        wall = time.monotonic() - t_start
+    finally:
+        for p in [*procs.values(), *loads]:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        delete_pods(core, names.values())
+    lags, unnamed, calls = {}, {}, {}
+    for k in RESIZED:
+        assert procs[k].returncode == 0, outs[k][1]
+        run = gmp.load_run(Path(outs[k][0].strip().splitlines()[-1]))
+        m = run.meta
+        t0, t1 = patched[k]
+        calls[k] = round((t1 - t0) / 1e6)
+        assert m["complete"] and m["trace"]["complete"], m["trace"]
+        assert m["gomaxprocs_effective"] == info[k]["gomaxprocs"] and m["default_godebug"] is None
+        # the header tells the format: the release that wrote it is that one or a later one
+        assert m["go_version"] == go_version_from_header(run.trace.meta["version"])
+        assert int(info[k]["go_version"].split(".")[1]) >= run.trace.meta["version"]
+        assert [(x["level"], x["quota_us"]) for x in m["levels"]] == [("container", 50_000), ("pod", 50_000)]
+        # the kubelet rewrote both quotas after the patch: the change lies in (prev_ns, t_ns]
+        lim = run.limits
+        ch = lim[lim["prev_ns"].notna()]
+        assert sorted(ch["cgroup"]) == ["container", "pod"] and set(ch["quota_us"]) == {200_000}, lim
+        for row in ch.itertuples(index=False):
+            # the kubelet writes after the patch; the read before the write may precede the
+            # patch only when that read was late
+            assert t0 < row.t_ns < t0 + 15_000_000_000, (row, t0)
+            # the limits are read every 10 ms, but a sampler under SCHED_OTHER on a busy node
+            # (the DaemonSet pod has no RT budget) wakes up to ~100 ms late: a wider bracket
+            assert row.t_ns - row.prev_ns <= 1_000_000_000
+            lags[(k, row.cgroup)] = (round((row.t_ns - t0) / 1e6), round((row.t_ns - row.prev_ns) / 1e6))
+        # the trace covers the resize
+        tr = run.trace
+        assert tr.meta["first_ns"] < t0 and tr.meta["last_ns"] > ch["t_ns"].max()
+        per = gmp.df_periods(run)
+        q = per["quota_us"].dropna()
+        assert q.iloc[0] == 50_000 and q.iloc[-1] == 200_000 and set(q) == {50_000, 200_000}
+        # the periods the change interval touches name it (checked last, for all three pods)
+        a, b = ch.loc[ch["cgroup"] == "container", ["prev_ns", "t_ns"]].iloc[0]
+        touched = per[(per["end_ns"] > a) & (per["start_ns"] < b)]
+        if not touched["reason"].fillna("").str.contains("quota 50000 µs -> 200000 µs").all():
+            unnamed[k] = touched[["period", "quota_us", "reason"]].to_dict("records")
+        g = gmp.df_gomaxprocs(run)
+        drift = " ".join(g["drift"])
+        if k == "pinned":
+            assert "env" in g.attrs["rule"].split(", "), g.attrs
+            assert "pinned by GOMAXPROCS=1" in drift, g[["event", "gomaxprocs", "drift"]]
+        elif k == "automaxprocs":
+            assert g.attrs["rule"] == "automaxprocs", g.attrs
+            assert "automaxprocs set 1 once" in drift, g[["event", "gomaxprocs", "drift"]]
+        else:
+            assert g.attrs["rule"] == "go1.25 default", g.attrs
+            assert "no change was due" in explain(run), explain(run)
+        assert set(g["gomaxprocs"].dropna()) == {info[k]["gomaxprocs"]}  # none of them changed it
+    print(
+        f"resize: patch calls {calls} ms; (patch start -> limits row t_ns, its bracket) ms {lags}; "
+        f"collections took {wall:.1f} s"
+    )
+    assert not unnamed, f"periods holding the limit change do not name it: {unnamed}"
 
 
 def _limited_kubeconfig(cluster, tmp_path, bind_exec_and_forward):

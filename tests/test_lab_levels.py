@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import requires_lab
+from spinner_truth import MIN_APART_MS, check_against_truth
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import load_run, to_meta
@@ -28,39 +29,6 @@ from gmpanalysis.schema import new_meta
 pytestmark = [requires_lab, pytest.mark.lab]
 
 SECONDS = 5.0
-# the two timers must fire at least this far apart (ms, modulo the period) to be told apart
-MIN_APART_MS = 12.0
-
-
-def spinner_gaps(path: Path) -> pd.DataFrame:
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    gaps = [r["gap"] for r in rows if "gap" in r]
-    return pd.DataFrame(gaps, columns=["thread", "start_ns", "end_ns"])
-
-
-def both_stopped(g: pd.DataFrame) -> list[tuple[int, int]]:
-    """Intervals where every thread was in a gap at once: the group stood frozen."""
-    per = [list(zip(x.start_ns, x.end_ns, strict=True)) for _, x in g.groupby("thread")]
-    if len(per) < 2:
-        return []
-    cur = per[0]
-    for other in per[1:]:
-        out = []
-        for a0, a1 in cur:
-            for b0, b1 in other:
-                lo, hi = max(a0, b0), min(a1, b1)
-                if hi > lo:
-                    out.append((lo, hi))
-        cur = out
-    # a thread in the kernel when the quota ran out runs on briefly to its return to user
-    # space (the per-task throttle of 6.x): a sub-millisecond run inside a freeze is that
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(cur):
-        if merged and a - merged[-1][1] < 1_000_000:
-            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-        else:
-            merged.append((a, b))
-    return merged
 
 
 def record(bins: dict[str, Path], out: Path, quota_us: int, pod_quota_us: int, resize: int | None = None) -> Path:
@@ -126,72 +94,13 @@ def recorded(bins, tmp_path, **kw) -> gmp.Run:
     pytest.fail("four pairs of cgroups in a row had timers closer than 12 ms: the phases are not random")
 
 
-def check_against_truth(run: gmp.Run) -> dict[str, int]:
-    """Every stretch the spinner stood still is a freeze of the table, and every freeze of a
-    level that was not hidden inside another level's freeze is such a stretch, ending at that
-    level's boundary. Returns how many stretches each level ended."""
-    per = gmp.df_periods(run)
-    fz = gmp.df_freezes(run)
-    truth = both_stopped(spinner_gaps(run.path / "spinner.jsonl"))
-    lines = [json.loads(x) for x in (run.path / "spinner.jsonl").read_text().splitlines() if x.strip()]
-    spun = [x["spinner"]["start_ns"] for x in lines if "spinner" in x] + [
-        x["done"]["end_ns"] for x in lines if "done" in x
-    ]
-    # the table's span while the spinner spun
-    t0, t1 = max(per["start_ns"].iloc[0], spun[0]), min(per["end_ns"].iloc[-1], spun[-1])
-    truth = [(a, b) for a, b in truth if a >= t0 and b <= t1 and b - a >= 4_000_000]
-    assert len(truth) >= 20, "two spinning threads over the quota must stand frozen every period"
-    ended: dict[str, int] = {}
-    matched = 0
-    for a, b in truth:
-        # the freezes covering the stretch; the group runs again when the last of them ends
-        cover = fz[(fz["start_ns"] < b) & (fz["end_ns"] > a)]
-        if not len(cover):
-            continue
-        last = cover.loc[cover["end_ns"].idxmax()]
-        if abs(int(last["end_ns"]) - b) > 1_500_000:
-            continue
-        first = cover.loc[cover["start_ns"].idxmin()]
-        # where the quota ran out: within a read and the bracket
-        assert int(first["start_lo_ns"]) - 1_500_000 <= a <= int(first["start_hi_ns"]) + 1_500_000, (a, b)
-        matched += 1
-        ended[last["level"]] = ended.get(last["level"], 0) + 1
-    assert matched >= 0.9 * len(truth), (matched, len(truth))
-    # the other way round: a freeze not inside another level's freeze is a stretch the spinner saw
-    ends = np.array([b for _, b in truth])
-    # (a thread that wakes after the spinner's deadline ends without logging its last gap)
-    inside = fz[(fz["start_ns"] >= t0 + 1_000_000) & (fz["end_ns"] <= ends.max() + 1_000_000) & fz["exact"]]
-    visible = seen = 0
-    for f in inside.itertuples(index=False):
-        # hidden: another level holds the group frozen past this end (or freezes it again within
-        # the millisecond the spinner's gaps are merged over)
-        other = fz[fz["level"] != f.level]
-        hidden = ((other["start_ns"] <= f.end_ns + 1_000_000) & (other["end_ns"] > f.end_ns + 1_000_000)).any()
-        if not hidden and f.dur_ms >= 4.0:
-            visible += 1
-            seen += bool(np.abs(ends - f.end_ns).min() <= 1_500_000)
-    # on a shared 2-CPU machine other work can hold both threads off the CPUs for a few ms right
-    # after a boundary (the spinner cannot tell that from a freeze): a few may miss
-    assert seen >= 0.9 * visible, (seen, visible)
-    # the pod's freezes are counted on the container's table, which its own cpu.stat misses
-    inner = per[per["frozen_by"].notna()]
-    assert inner["frozen_by"].str.contains("pod").mean() > 0.8
-    if per.attrs["level"] == "container":
-        assert inner["frozen_other_us"].sum() > 0
-    assert inner["frozen_us"].sum() == pytest.approx(sum(b - a for a, b in truth) / 1e3, rel=0.15)
-    for name in gmp.df_levels(run).dropna(subset=["quota_us"])["level"]:
-        c = gmp.df_conservation(gmp.df_periods(run, level=name))
-        assert np.allclose(c["rows"] + c["groups"] + c["outside"], c["delta"], rtol=1e-9, atol=1e-3)
-    return ended
-
-
 def test_a_tighter_pod_quota_freezes_it_and_is_named(bins, tmp_path):
     """A container without a limit in a pod with one (Kubernetes' pod-level resources; cgroup v1
     refuses a child quota above its parent's): every freeze is the pod's, and the table is on
     the pod's grid, the nearest level with a timer."""
     run = recorded(bins, tmp_path, quota_us=None, pod_quota_us=30_000)
     assert gmp.df_periods(run).attrs["level"] == "pod"
-    ended = check_against_truth(run)
+    ended = check_against_truth(run)["ended"]
     assert set(ended) == {"pod"}
     assert "The pod's quota froze it" in " ".join(gmp.levels.describe(run))
 
@@ -202,7 +111,7 @@ def test_equal_quotas_each_freeze_matches_the_spinners_gaps(bins, tmp_path):
     phases (and the history: equal quotas have many steady states), so the table must match
     the truth whichever it is."""
     run = recorded(bins, tmp_path, quota_us=50_000, pod_quota_us=50_000)
-    ended = check_against_truth(run)
+    ended = check_against_truth(run)["ended"]
     assert sum(ended.values()) >= 20
     pp = gmp.df_periods(run, level="pod")
     assert pp["throttled"].fillna(False).mean() > 0.8  # the pod's timer throttled too, every period

@@ -135,3 +135,26 @@ def test_grid_from_1ms_sampling_is_honest(bins, busy_cgroup, tmp_path):
     assert fine.uncertainty_ns <= 200_000, got
     d = abs((coarse.phase_ns - fine.phase_ns + 50_000_000) % 100_000_000 - 50_000_000)
     assert d <= coarse.uncertainty_ns + fine.uncertainty_ns, got
+
+
+def test_go124_module_line_ignores_the_limit(bins, tmp_path):
+    """The demo app built from a module whose go line says 1.24: the Go 1.26 toolchain keeps
+    1.24's defaults (DefaultGODEBUG containermaxprocs=0), so GOMAXPROCS is the CPU count, not
+    the limit's; df_gomaxprocs names that rule from the binary's build facts."""
+    cfg = LabConfig(
+        name="go124",
+        cpu_limit=0.5,
+        gomaxprocs=None,
+        app_build="go124",
+        work_ms=20,
+        rate=20,
+        duration_s=2.0,
+        trace_start_s=0.3,
+        trace_s=1.2,
+    )
+    run = gmp.load_run(run_lab(cfg, tmp_path / "g", bins=bins))
+    m = run.meta
+    assert "containermaxprocs=0" in m["default_godebug"].split(",")
+    assert m["gomaxprocs_env"] is None and m["gomaxprocs_effective"] == m["ncpu"] == os.cpu_count()
+    g = gmp.df_gomaxprocs(run)
+    assert g.attrs["rule"] == "NumCPU"

@@ -1,12 +1,16 @@
 """Collect run bundles from pods in a real cluster (the `kubernetes` client is an extra).
 
 For each target pod: find its node, UID, QoS class, container ID, CPU limit and GOMAXPROCS;
-exec gmp-sampler in the sampler DaemonSet pod on that node and stream its CSV into the
-bundle as it arrives (and the node's /proc/stat rows, which the sampler sends as JSON lines
-on stderr, into host_stat.csv); port-forward to the pod's pprof port and stream
-/debug/pprof/trace?seconds=N into trace.out over the same window. Nothing collected is
-lost: rows and trace bytes are appended and flushed as they come, meta.json says whether the
-collection finished. No shell is ever involved: every command is an argv list.
+exec gmp-sampler in the sampler DaemonSet pod on that node on both cgroup levels that can
+freeze the process (the container's and the pod's: the kubelet gives the pod cgroup a quota
+of its own, the sum of its containers' limits, on its own bandwidth timer) and stream its CSV
+into the bundle as it arrives (and what the sampler sends as JSON lines on stderr: the node's
+/proc/stat rows into host_stat.csv, every level's CFS limits, at the start and at each
+change such as an in-place resize, into limits.csv); port-forward to the pod's pprof port
+and stream /debug/pprof/trace?seconds=N into trace.out over the same window. Nothing
+collected is lost: rows and trace bytes are appended and flushed as they come, meta.json
+says whether the collection finished. No shell is ever involved: every command is an argv
+list.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from .config import CollectConfig, validate
 from .sampler import (
     _first_t,
     _last_t,
+    _record_start,
     _record_summary,
     _SamplerStderr,  # noqa: F401
     _stream_sampler,
 )
 from .target import _sampler_pod, _wait_for_container, describe
-from .trace import _fetch_trace
+from .trace import _fetch_trace, facts_from_trace
 
 
 def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str], None] = print) -> Path:
@@ -55,6 +60,9 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         "mono_end_ns": None,
         "wall_start": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "restarts": [],
+        "levels": [],
+        # a third-party binary's build settings cannot be read from outside its pod
+        "default_godebug": None,
     }
     meta = new_meta("kube", out.name, **meta)
     to_meta(out / "meta.json", meta)
@@ -72,15 +80,26 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
             daemon=True,
         )
         th.start()
+
+    def on_start(facts: dict[str, Any]) -> None:
+        # the levels and their limits as soon as the sampler has opened them: a collector
+        # killed mid-window leaves a bundle that names them
+        _record_start(meta, facts)
+        to_meta(out / "meta.json", meta)
+
     deadline = time.monotonic() + cfg.duration_s
     gone = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0.05:
             break
-        # the API's facts; the sampler, which sees the node's tree, knows the path rules
-        spec = f"kube-container:{info['pod_uid']}:{info['qos']}:{info['container_id']}"
-        rc, stderr, summary = _stream_sampler(core, cfg, sampler, spec, left, csv, log)
+        # the API's facts; the sampler, which sees the node's tree, knows the path rules. A
+        # restarted container gets a new cgroup; the pod's stays, and both are sampled again
+        targets = [
+            ("container", f"kube-container:{info['pod_uid']}:{info['qos']}:{info['container_id']}"),
+            ("pod", f"kube-pod:{info['pod_uid']}:{info['qos']}"),
+        ]
+        rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
         if summary is not None:
             _record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():
@@ -111,6 +130,7 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         meta["trace"] = dict(trace_res)
         if not trace_res.get("complete"):
             log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")
+        facts_from_trace(meta, out / "trace.out", log)
     meta["mono_end_ns"] = _last_t(csv) if csv.exists() else None
     meta["complete"] = gone is None
     if gone:

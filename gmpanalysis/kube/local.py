@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "k8s"
 K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
 DEPLOY = REPO / "collectors" / "deploy"
-IMAGES = ("gmp-sampler", "gmp-demoapp")  # each as localhost/<name>:dev, the manifests' images
+# each as localhost/<name>:dev: the manifests' images, the demo app built with automaxprocs and
+# the spinner (threads that log their own gaps: a record of freezes independent of cpu.stat)
+IMAGES = ("gmp-sampler", "gmp-demoapp", "gmp-demoapp-automaxprocs", "gmp-spinner")
 
 
 def unavailable_reason() -> str | None:
@@ -107,15 +109,15 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
     return {"kubeconfig": kubeconfig, "core": core, "api": api, "sock": str(sock), "base": base}
 
 
-def start_load(bins: dict[str, Path], seconds: float, rate: int = 40) -> subprocess.Popen:
-    """Open-loop load on the demo pod from the host, over loopback (collectors/deploy/demo.yaml
+def start_load(bins: dict[str, Path], seconds: float, rate: float = 40, port: int = 18181) -> subprocess.Popen:
+    """Open-loop load on a demo pod from the host, over loopback (collectors/deploy/demo.yaml
     runs it on the host network at 127.0.0.1:18181): 40 req/s of 20 ms is 0.8 CPU against
     its 0.5 CPU limit."""
     return subprocess.Popen(
         [
             str(bins["gmp-loadgen"]),
             "-url",
-            "http://127.0.0.1:18181/work",
+            f"http://127.0.0.1:{port}/work",
             "-rate",
             str(rate),
             "-duration",

@@ -12,17 +12,42 @@ from ..bundle import HOST_STAT_COLUMNS
 from .api import _call, private
 from .config import SAMPLER_ROOT, CollectConfig
 
+LIMITS_COLUMNS = ("t_ns", "prev_ns", "cgroup", "period_us", "quota_us", "burst_us")
+# the levels sampled, in --cgroup order: the process's own cgroup first, then the pod's, whose
+# quota (the sum of its containers' limits) runs on a bandwidth timer of its own
+LEVELS = ("container", "pod")
+
+
+def _csv_field(v: Any) -> str:
+    """One CSV field: null as empty, text quoted as RFC 4180 does when it must be."""
+    if v is None:
+        return ""
+    s = str(v)
+    if any(c in s for c in ',"\r\n'):
+        return '"' + s.replace('"', '""') + '"'
+    return s
+
 
 class _SamplerStderr:
     """The sampler's stderr, line by line. Go and Python exchange facts as JSON: a line that
     is a JSON object is a fact (``{"host_stat": {...}}`` a /proc/stat row, appended to
-    host_stat.csv at once; ``{"start": {...}}`` what it samples, the policy it got and its
-    first deadline, sent before the first read; ``{"summary": {...}}`` its closing summary);
-    any other line is prose for the human log."""
+    host_stat.csv at once; ``{"limits": {...}}`` a row of every level's CFS limits (at its
+    first read and at every change), appended to limits.csv at once; ``{"start": {...}}``
+    what it samples, the policy it got and its first deadline, sent before the first read and
+    handed to ``on_start``; ``{"summary": {...}}`` its closing summary); any other line is
+    prose for the human log."""
 
-    def __init__(self, host_csv: Path, log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        host_csv: Path,
+        log: Callable[[str], None],
+        limits_csv: Path | None = None,
+        on_start: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.host_csv = host_csv
+        self.limits_csv = limits_csv
         self.log = log
+        self.on_start = on_start
         self.pending = ""
         self.prose: list[str] = []
         self.start: dict[str, Any] | None = None
@@ -48,11 +73,16 @@ class _SamplerStderr:
             if isinstance(obj, dict) and isinstance(obj.get("host_stat"), dict):
                 self._host_row(obj["host_stat"])
                 return
+            if isinstance(obj, dict) and isinstance(obj.get("limits"), dict) and self.limits_csv is not None:
+                self._limits_row(obj["limits"])
+                return
             if isinstance(obj, dict) and isinstance(obj.get("summary"), dict):
                 self.summary = obj["summary"]
                 return
             if isinstance(obj, dict) and isinstance(obj.get("start"), dict):
                 self.start = obj["start"]
+                if self.on_start is not None:
+                    self.on_start(self.start)
                 return
         self.prose.append(line)
         self.log(line)
@@ -64,27 +94,26 @@ class _SamplerStderr:
                 f.write(",".join(HOST_STAT_COLUMNS) + "\n")
             f.write(",".join(str(int(row[c])) for c in HOST_STAT_COLUMNS) + "\n")
 
+    def _limits_row(self, row: dict[str, Any]) -> None:
+        """One limits.csv row, on disk when this returns. A new exec (after a container
+        restart) continues the file: its first read of each level is a row with no prev_ns,
+        as the read before it was another process's."""
+        assert self.limits_csv is not None
+        new = not self.limits_csv.exists() or self.limits_csv.stat().st_size == 0
+        with open(self.limits_csv, "a") as f:
+            if new:
+                f.write(",".join(LIMITS_COLUMNS) + "\n")
+            f.write(",".join(_csv_field(row.get(c)) for c in LIMITS_COLUMNS) + "\n")
 
-def _stream_sampler(
-    core: Any,
-    cfg: CollectConfig,
-    sampler: str,
-    spec: str,
-    seconds: float,
-    csv: Path,
-    log: Callable[[str], None],
-) -> tuple[int | None, str, dict[str, Any] | None]:
-    """Exec the sampler and append its CSV rows to ``csv`` as they arrive, and its host rows
-    to host_stat.csv beside it. Returns (exit code, stderr prose, the sampler's summary; or
-    its start facts flagged ``summary_missing`` when it died without one; or None)."""
-    from kubernetes.stream import stream
 
-    argv = [
-        "/gmp-sampler",
-        "--root",
-        SAMPLER_ROOT,
-        "--cgroup",
-        spec,
+def sampler_argv(cfg: CollectConfig, targets: list[tuple[str, str]], seconds: float) -> list[str]:
+    """The sampler's command line: one ``--cgroup NAME=SPEC`` per level (cpu_stat.csv's
+    ``cgroup`` column then names the level of each row), every level's limits as JSON lines
+    on stderr, the node's /proc/stat and the summary there too."""
+    argv = ["/gmp-sampler", "--root", SAMPLER_ROOT]
+    for name, spec in targets:
+        argv += ["--cgroup", f"{name}={spec}"]
+    return argv + [
         "--interval",
         f"{cfg.interval_us}us",
         "--duration",
@@ -94,9 +123,30 @@ def _stream_sampler(
         "-",
         "--host-stat",
         "stderr",
+        "--limits-out",
+        "stderr",
         "--summary",
         "stderr",
     ]
+
+
+def _stream_sampler(
+    core: Any,
+    cfg: CollectConfig,
+    sampler: str,
+    targets: list[tuple[str, str]],
+    seconds: float,
+    csv: Path,
+    log: Callable[[str], None],
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[int | None, str, dict[str, Any] | None]:
+    """Exec the sampler on ``targets`` ((level name, cgroup spec) pairs, the process's own
+    first) and append its CSV rows to ``csv`` as they arrive, its host rows to host_stat.csv
+    and its limits rows to limits.csv beside it. Returns (exit code, stderr prose, the
+    sampler's summary; or its start facts flagged ``summary_missing`` when it died without
+    one; or None)."""
+    from kubernetes.stream import stream
+
     resp = _call(
         stream,
         "create",
@@ -105,15 +155,16 @@ def _stream_sampler(
         private(core).connect_get_namespaced_pod_exec,
         sampler,
         cfg.sampler_namespace,
-        command=argv,
+        command=sampler_argv(cfg, targets, seconds),
         stderr=True,
         stdin=False,
         stdout=True,
         tty=False,
         _preload_content=False,
     )
+    # every exec writes its header first; a later exec (after a restart) continues the file
     skip_header = csv.exists() and csv.stat().st_size > 0
-    err = _SamplerStderr(csv.with_name("host_stat.csv"), log)
+    err = _SamplerStderr(csv.with_name("host_stat.csv"), log, csv.with_name("limits.csv"), on_start)
     pending = ""
     with open(csv, "a") as f:
         while True:
@@ -141,26 +192,46 @@ def _stream_sampler(
     return resp.returncode, "\n".join(err.prose), facts
 
 
-def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
-    """Put one sampler exec's JSON summary into meta: the cgroup it sampled and its
-    bandwidth settings as the kernel has them (period, quota, burst), the scheduling
-    policy it got (not the one asked for: inside a pod SCHED_FIFO is refused and the
-    summary says why), its first deadline and its lateness. Every exec's summary (one more
-    per container restart) is kept in ``sampler.execs``; the top-level fields are the first's."""
-    for i, c in enumerate(summary.get("cgroups") or []):
-        meta["cgroup_version"] = c.get("version", meta["cgroup_version"])
-        if c.get("path") and c["path"] not in meta["cgroup_paths"]:
-            meta["cgroup_paths"].append(c["path"])
+def _record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
+    """The cgroups an exec samples, into meta: their paths and version, and from the first
+    exec the levels (each with the bandwidth settings the kernel holds at the start: period,
+    quota, burst; the process's own cgroup first) and the own cgroup's as the bundle's
+    limits. A later exec (a restarted container: a new cgroup) does not replace them; its
+    facts are kept in ``sampler.execs``. Also the node's kernel and CPU count."""
+    cgs = [c for c in facts.get("cgroups") or () if isinstance(c, dict)]
+    first = not meta.get("levels")
+    levels = []
+    for i, c in enumerate(cgs):
+        meta["cgroup_version"] = c.get("version", meta.get("cgroup_version"))
+        paths = meta.setdefault("cgroup_paths", [])
+        if c.get("path") and c["path"] not in paths:
+            paths.append(c["path"])
         lim = c.get("limits")
-        first_exec = not meta["sampler"].get("execs")  # a restart's exec keeps them in execs
-        if i == 0 and first_exec and isinstance(lim, dict):
+        if not first or not isinstance(lim, dict):
+            continue
+        if i == 0:
             # the kernel's settings of the sampled cgroup, not the pod spec's: the contract
             # checks them on the next write
             meta.update({k: lim[k] for k in ("period_us", "quota_us", "burst_us") if k in lim})
+        name = c.get("name") or (LEVELS[i] if i < len(LEVELS) else f"level{i}")
+        levels.append(
+            {"level": name, "cgroup": c.get("path"), **{k: lim.get(k) for k in ("period_us", "quota_us", "burst_us")}}
+        )
+    if first and levels:
+        meta["levels"] = levels
     # the node's facts, from the sampler that runs there (the collector cannot see the node)
     for k in ("kernel", "ncpu"):
-        if summary.get(k) and meta.get(k) is None:
-            meta[k] = summary[k]
+        if facts.get(k) and meta.get(k) is None:
+            meta[k] = facts[k]
+
+
+def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Put one sampler exec's JSON summary into meta: the cgroups it sampled and their
+    bandwidth settings as the kernel has them (:func:`_record_start`), the scheduling
+    policy it got (not the one asked for: inside a pod SCHED_FIFO is refused and the
+    summary says why), its first deadline and its lateness. Every exec's summary (one more
+    per container restart) is kept in ``sampler.execs``; the top-level fields are the first's."""
+    _record_start(meta, summary)
     s = meta["sampler"]
     execs = s.setdefault("execs", [])
     execs.append(dict(summary))  # each exec's cgroups and their limits (a restart may differ)

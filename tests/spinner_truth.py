@@ -1,0 +1,116 @@
+"""The independent truth of when a cgroup stood frozen: gmp-spinner's log of the gaps in its
+threads' progress, compared with the freezes the per-period table attributes to each level.
+Used by the lab test (real nested cgroups) and the Kubernetes e2e test (a real pod)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gmpanalysis as gmp
+
+# the two timers must fire at least this far apart (ms, modulo the period) to be told apart
+MIN_APART_MS = 12.0
+
+
+def spinner_gaps(path: Path) -> pd.DataFrame:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+    gaps = [r["gap"] for r in rows if "gap" in r]
+    return pd.DataFrame(gaps, columns=["thread", "start_ns", "end_ns"])
+
+
+def both_stopped(g: pd.DataFrame) -> list[tuple[int, int]]:
+    """Intervals where every thread was in a gap at once: the group stood frozen."""
+    per = [list(zip(x.start_ns, x.end_ns, strict=True)) for _, x in g.groupby("thread")]
+    if len(per) < 2:
+        return []
+    cur = per[0]
+    for other in per[1:]:
+        out = []
+        for a0, a1 in cur:
+            for b0, b1 in other:
+                lo, hi = max(a0, b0), min(a1, b1)
+                if hi > lo:
+                    out.append((lo, hi))
+        cur = out
+    # a thread in the kernel when the quota ran out runs on briefly to its return to user
+    # space (the per-task throttle of 6.x): a sub-millisecond run inside a freeze is that
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(cur):
+        if merged and a - merged[-1][1] < 1_000_000:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def check_against_truth(run: gmp.Run) -> dict:
+    """Every stretch in which all spinner threads stood still is a freeze of the table,
+    ending at one level's period boundary (within a read), starting inside the bracket of
+    where that level's quota ran out; and every freeze not hidden inside another level's
+    freeze is such a stretch. The truth ends at the spinner's last logged gap (a thread that
+    wakes after its deadline, or after the collection, logs nothing more). Returns counts."""
+    per = gmp.df_periods(run)
+    fz = gmp.df_freezes(run)
+    g = spinner_gaps(run.path / "spinner.jsonl")
+    lines = [json.loads(x) for x in (run.path / "spinner.jsonl").read_text().splitlines() if x.startswith("{")]
+    spun = next(x["spinner"]["start_ns"] for x in lines if "spinner" in x)
+    t0, t1 = max(int(per["start_ns"].iloc[0]), spun), min(int(per["end_ns"].iloc[-1]), int(g["end_ns"].max()))
+    truth = [(a, b) for a, b in both_stopped(g) if a >= t0 and b <= t1 and b - a >= 4_000_000]
+    assert len(truth) >= 20, "two spinning threads against 0.5 CPU must stand frozen every period"
+    ended: dict[str, int] = {}
+    matched = holed = 0
+    for a, b in truth:
+        cover = fz[(fz["start_ns"] < b) & (fz["end_ns"] > a)]
+        if not len(cover):
+            continue
+        last = cover.loc[cover["end_ns"].idxmax()]
+        if abs(int(last["end_ns"]) - b) > 1_500_000:
+            continue
+        first = cover.loc[cover["start_ns"].idxmin()]
+        k = np.searchsorted(per["start_ns"].to_numpy(), a, side="right") - 1
+        if k >= 0 and bool(per["gap"].iloc[k]):
+            # the row says its usage is interpolated across a hole in the samples (a sampler
+            # descheduled for tens of ms on a loaded node): its bracket is not held to a read
+            holed += 1
+        else:
+            assert int(first["start_lo_ns"]) - 1_500_000 <= a <= int(first["start_hi_ns"]) + 1_500_000, (a, b)
+        matched += 1
+        ended[last["level"]] = ended.get(last["level"], 0) + 1
+    assert matched >= 0.9 * len(truth), (matched, len(truth))
+    assert holed <= 0.05 * matched, (holed, matched)
+    ends = np.array([b for _, b in truth])
+    inside = fz[(fz["start_ns"] >= t0 + 1_000_000) & (fz["end_ns"] <= ends.max() + 1_000_000) & fz["exact"]]
+    visible = seen = 0
+    for f in inside.itertuples(index=False):
+        other = fz[fz["level"] != f.level]
+        # (the other level's quota may run out within a read after this end: a sub-millisecond
+        # run the truth merges over, so its bracket's lower end is what counts)
+        hidden = ((other["start_lo_ns"] <= f.end_ns + 1_000_000) & (other["end_ns"] > f.end_ns + 1_000_000)).any()
+        if not hidden and f.dur_ms >= 4.0:
+            visible += 1
+            seen += bool(np.abs(ends - f.end_ns).min() <= 1_500_000)
+    assert seen >= 0.9 * visible, (seen, visible)
+    inner = per[per["frozen_by"].notna()]
+    assert inner["frozen_by"].str.contains("pod").mean() > 0.8
+    if per.attrs["level"] == "container":
+        assert inner["frozen_other_us"].sum() > 0  # the pod's freezes, which the container's cpu.stat misses
+    frozen_ms, truth_ms = inner["frozen_us"].sum() / 1e3, sum(b - a for a, b in truth) / 1e6
+    assert frozen_ms == pytest.approx(truth_ms, rel=0.15)
+    for name in gmp.df_levels(run).dropna(subset=["quota_us"])["level"]:
+        c = gmp.df_conservation(gmp.df_periods(run, level=name))
+        assert np.allclose(c["rows"] + c["groups"] + c["outside"], c["delta"], rtol=1e-9, atol=1e-3)
+    return {
+        "stretches": len(truth),
+        "matched": matched,
+        "in_holes": holed,
+        "ended": ended,
+        "visible": visible,
+        "seen": seen,
+        "frozen_ms": round(frozen_ms, 1),
+        "truth_ms": round(truth_ms, 1),
+    }
