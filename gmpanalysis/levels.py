@@ -125,6 +125,10 @@ def level_run(run: Run, name: str | None = None) -> Run:
     return r
 
 
+def _quota_text(v: float) -> str:
+    return "no limit" if np.isnan(v) else f"{v:.0f} µs"
+
+
 def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
     """The quota in force at each period start (µs; NaN: no limit), from limits.csv when the
     bundle has it, else meta.json; and (row, sentence) for every period in which a change
@@ -151,13 +155,9 @@ def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.n
             continue
         a, b = int(prev[i]), int(t[i])
         hit = np.flatnonzero((end > a) & (start < b))
-
-        def fmt(v: float) -> str:
-            return "no limit" if np.isnan(v) else f"{v:.0f} µs"
-
         what = []
         if not (np.isnan(q[i]) and np.isnan(q[i - 1])) and q[i] != q[i - 1]:
-            what.append(f"quota {fmt(q[i - 1])} -> {fmt(q[i])}")
+            what.append(f"quota {_quota_text(q[i - 1])} -> {_quota_text(q[i])}")
         if per_us[i] != per_us[i - 1]:
             what.append(f"period {per_us[i - 1]} -> {per_us[i]} µs")
         if burst[i] != burst[i - 1]:
@@ -323,8 +323,7 @@ def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
     k = np.searchsorted(start, f["start_ns"].to_numpy(), side="right") - 1
     inside = (k >= 0) & (f["start_ns"].to_numpy() < per["end_ns"].to_numpy()[np.maximum(k, 0)])
     kk = np.maximum(k, 0)
-    f["ref_period"] = pd.array(np.where(inside, per["period"].to_numpy()[kk], 0), dtype="Int64")
-    f.loc[~inside, "ref_period"] = pd.NA
+    f["ref_period"] = pd.arrays.IntegerArray(per["period"].to_numpy(np.int64)[kk], ~inside)
     s0 = start[kk]
     f["from_ms"] = np.where(inside, (f["start_ns"].to_numpy() - s0) / 1e6, np.nan)
     f["to_ms"] = np.where(inside, (f["end_ns"].to_numpy() - s0) / 1e6, np.nan)

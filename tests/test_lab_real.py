@@ -77,6 +77,9 @@ def test_ctrl_c_cleans_up(bins, tmp_path):
     """SIGINT mid-run: processes ended by PID, cgroup removed, what was collected kept."""
     out = tmp_path / "b"
     code = (
+        # a shell starts background jobs with SIGINT ignored, and Python keeps an inherited
+        # SIG_IGN: give the child the Ctrl-C a terminal user has, however the tests were launched
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys; from gmpanalysis.lab import LabConfig, run_lab\n"
         "from gmpanalysis.lab import ensure_binaries\n"
         f"run_lab(LabConfig(duration_s=20, trace_s=0, rate=10), {str(out)!r}, bins=ensure_binaries(),"

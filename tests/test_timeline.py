@@ -256,7 +256,9 @@ def test_conservation_on_the_shipped_runs(tables, name):
     # exact everywhere: no hole, no group; a reason only where the limit changed (resize runs)
     assert per["group"].isna().all()
     assert per["reason"].dropna().str.startswith("limit changed").all()
-    assert per["reason"].notna().sum() == (run.meta.get("resizes") and 1 or 0) or per["reason"].notna().sum() == 2
+    # (a resize's two reads 10 ms apart touch one period, or two when they straddle a boundary)
+    allowed = {1, 2} if run.meta.get("resizes") else {0}
+    assert int(per["reason"].notna().sum()) in allowed
 
 
 def test_counter_reset_gives_segments(tables):
