@@ -18,12 +18,14 @@ from .errors import (
     GmpWarning,
     LabError,
     MissingDataError,
+    NotFoundError,
     TraceFormatError,
     TruncatedLineWarning,
     TruncatedTraceWarning,
     UnknownVersionWarning,
     UsageError,
 )
+from .examples import example_dir, example_run, example_runs
 from .export import to_chrome_trace
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, read_trace
@@ -48,6 +50,7 @@ __all__ = [
     "GoTrace",
     "LabError",
     "MissingDataError",
+    "NotFoundError",
     "PeriodGrid",
     "Run",
     "TraceFormatError",
@@ -58,6 +61,9 @@ __all__ = [
     "analyze",
     "compare_runs",
     "df_checks",
+    "example_dir",
+    "example_run",
+    "example_runs",
     "df_lateness",
     "df_conservation",
     "df_freezes",
