@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Set up, then run every check: lint, the collectors' Go tests, and pytest (which starts
-# real cgroups, the demo app, the sampler and the load generator where root allows).
+# real cgroups, the demo app, the sampler and the load generator where root allows, a real
+# local Kubernetes node, JupyterLab and Chromium). Each step says what it does; times are
+# those of a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+say() { echo "test.sh: $*" >&2; }
 bash scripts/setup.sh
 export PATH="$PATH:/usr/local/go/bin"
 
-# the report is checked in a real headless browser: Debian's Chromium
+# the report and the notebooks are checked in a real headless browser: Debian's Chromium
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Debian's chromium for the browser tests (about a minute)"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-    || echo "test.sh: could not install chromium; the browser test will skip" >&2
+    || say "could not install chromium; the browser tests will skip"
 fi
 
+say "ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 if command -v go >/dev/null 2>&1; then
+  say "collectors: gofmt, go vet, go test -race (the first time compiles the race runtime: 1-2 min)"
   (
     cd collectors
     unformatted=$(gofmt -l .)
@@ -35,4 +41,22 @@ if command -v go >/dev/null 2>&1; then
     fi
   )
 fi
+# The kube tests (tests/test_kube_e2e.py) start a real one-node Kubernetes. Where one can
+# exist (root and the cgroup v1 cpu controller, the [kube] extra installed, kube tests not
+# deselected) prepare it here, where its progress shows: Debian packages, and Kubernetes
+# built once from source. If that fails, the run goes on and the kube tests FAIL with its
+# error: on a machine that can run them, a skip would hide the missing step.
+k8s_cache=${K8S_BIN:-$HOME/.cache/gmp-k8s/v1.34.4}
+if [ "$(id -u)" = 0 ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [[ "$*" != *"not kube"* ]] \
+  && .venv/bin/python -c "import kubernetes" 2>/dev/null; then
+  say "preparing the local Kubernetes node for the kube tests (one-time ~10 min build, cached in $k8s_cache)"
+  prepare_log=$(mktemp -t gmp-kube-prepare.XXXXXX)
+  if K8S_BIN=$k8s_cache bash scripts/cluster/prepare.sh 2>&1 >/dev/null | tee "$prepare_log" >&2; then
+    rm -f "$prepare_log"
+  else
+    say "preparing the local Kubernetes node failed (log: $prepare_log); the kube tests will fail with its error"
+    export GMP_KUBE_PREPARE_FAILED=$prepare_log
+  fi
+fi
+say "pytest (a warm run takes about 5 min; -m \"not lab and not kube\" is the fast suite, about a minute)"
 exec .venv/bin/python -m pytest "$@"

@@ -71,10 +71,15 @@ def _call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: 
     try:
         return fn(*a, **kw)
     except ApiException as e:
-        # a refused websocket upgrade (exec, port-forward) comes back as status 0 with the
-        # apiserver's 403 answer in the text
-        if e.status == 403 or ('"code":403' in str(e) and "Forbidden" in str(e)):
-            raise _forbidden(e, verb, resource, namespace) from None
-        if e.status == 404:
-            raise CollectError(f"{resource} not found in namespace {namespace!r}: {e.reason}") from None
-        raise CollectError(f"{verb} {resource} in {namespace!r} failed: {e.status} {e.reason}") from None
+        raise _api_error(e, verb, resource, namespace) from None
+
+
+def _api_error(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
+    """The CollectError for an ApiException of ``verb`` on ``resource``."""
+    # a refused websocket upgrade (exec, port-forward) comes back as status 0 with the
+    # apiserver's 403 answer in the text
+    if e.status == 403 or ('"code":403' in str(e) and "Forbidden" in str(e)):
+        return _forbidden(e, verb, resource, namespace)
+    if e.status == 404:
+        return CollectError(f"{resource} not found in namespace {namespace!r}: {e.reason}")
+    return CollectError(f"{verb} {resource} in {namespace!r} failed: {e.status} {e.reason}")

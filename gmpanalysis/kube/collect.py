@@ -25,7 +25,7 @@ from typing import Any
 from ..bundle import to_meta
 from ..errors import CollectError
 from ..schema import new_meta
-from .api import _call, _client
+from .api import _api_error, _call, _client
 from .config import CollectConfig, validate
 from .sampler import (
     _first_t,
@@ -35,15 +35,47 @@ from .sampler import (
     _SamplerStderr,  # noqa: F401
     _stream_sampler,
 )
-from .target import _sampler_pod, _wait_for_container, describe
+from .target import _gone_reason, _pod_gone, _sampler_pod, _wait_for_container, describe
 from .trace import _fetch_trace, facts_from_trace
 
 
-def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str], None] = print) -> Path:
+def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> Any:
+    """The target pod as the API has it now. A pod that matched the selector a moment ago
+    and is gone now was deleted in between: say so, not just "not found"."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return core.read_namespaced_pod(pod_name, cfg.namespace)
+    except ApiException as e:
+        if listed and e.status == 404:
+            raise CollectError(
+                f"target pod {pod_name} disappeared before its collection started ({e.status} {e.reason}); "
+                f"it matched {cfg.selector!r} a moment before"
+            ) from None
+        raise _api_error(e, "get", "pods", cfg.namespace) from None
+
+
+def collect_pod(
+    core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str], None] = print, *, listed: bool = False
+) -> Path:
     """Collect one pod's bundle; returns its directory. Raises CollectError when the target
-    pod disappears (after writing what was collected)."""
-    pod = _call(core.read_namespaced_pod, "get", "pods", cfg.namespace, pod_name, cfg.namespace)
-    info = describe(pod, cfg.container)
+    pod disappears (after writing what was collected): whenever the pod goes away, at
+    whatever moment, the message names the pod and says it is being deleted or disappeared.
+    ``listed``: the name came from a selector listing an instant before."""
+    pod = _read_target(core, cfg, pod_name, listed)
+    try:
+        info = describe(pod, cfg.container)
+    except CollectError as e:
+        # a pod being torn down may have no running container left to describe
+        why = _gone_reason(pod, {"pod": pod_name})
+        if why is None:
+            raise
+        raise CollectError(f"{why}; {e}") from None
+    if pod.metadata.deletion_timestamp is not None:
+        log(
+            f"{info['pod']}: being deleted (since {pod.metadata.deletion_timestamp}): the collection ends "
+            "when the kubelet stops its containers"
+        )
     sampler = _sampler_pod(core, cfg, info["node"])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(cfg.out) / f"{info['namespace']}-{info['pod']}-{info['container']}-{stamp}"
@@ -99,7 +131,16 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
             ("container", f"kube-container:{info['pod_uid']}:{info['qos']}:{info['container_id']}"),
             ("pod", f"kube-pod:{info['pod_uid']}:{info['qos']}"),
         ]
-        rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
+        try:
+            rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
+        except Exception as e:
+            # an exec that broke off (its websocket closed without an exit status): if the
+            # target went away meanwhile, that is the news; otherwise the error itself
+            why, _ = _pod_gone(core, cfg, info)
+            if why is None:
+                raise
+            gone = f"{why} (the sampler's exec ended with: {e})"
+            break
         if summary is not None:
             _record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():
@@ -109,7 +150,12 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
         stop = str((summary or {}).get("stop_reason", ""))
         # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
         if not stop.startswith("cgroup gone") and rc != 3:
-            gone = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
+            # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
+            # of the alternatives exists"), not 3: whether a deletion shows as "gone" or as
+            # "not found" depends only on when it happened. Ask the API which it was.
+            why, _ = _pod_gone(core, cfg, info)
+            sampler_said = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
+            gone = f"{why}; {sampler_said}" if why else sampler_said
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
         # a new ID, and cgroup) or a deletion; wait for the one or report the other
@@ -139,10 +185,12 @@ def collect_pod(core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str
     if gone:
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
     if th is not None and not trace_res.get("complete"):
-        # a part the user asked for is missing: say so with a failing exit, keep the rest
+        # a part the user asked for is missing: say so with a failing exit, keep the rest.
+        # A pod deleted at the very end of the window cuts only the port-forward: name that.
+        why, _ = _pod_gone(core, cfg, info)
         raise CollectError(
-            f"the trace is incomplete or absent ({trace_res.get('error', 'still running')}); "
-            f"the samples are complete in {out}"
+            f"{why + '; ' if why else ''}the trace is incomplete or absent "
+            f"({trace_res.get('error', 'still running')}); the samples are complete in {out}"
         )
     return out
 
@@ -157,14 +205,21 @@ def collect(cfg: CollectConfig, log: Callable[[str], None] = print) -> list[Path
         pods = _call(
             core.list_namespaced_pod, "list", "pods", cfg.namespace, cfg.namespace, label_selector=cfg.selector
         )
-        names = [p.metadata.name for p in pods.items if p.status.phase == "Running"]
+        running = [p for p in pods.items if p.status.phase == "Running"]
+        # a pod being deleted still reads "Running" until the kubelet has stopped it (a
+        # rollout's old pod, say): its collection could only end early, so it is left out
+        deleting = [p.metadata.name for p in running if p.metadata.deletion_timestamp is not None]
+        names = [p.metadata.name for p in running if p.metadata.deletion_timestamp is None]
+        for n in deleting:
+            log(f"{n}: being deleted: not collected")
         if not names:
-            raise CollectError(f"no running pod matches {cfg.selector!r} in namespace {cfg.namespace!r}")
+            also = f" (being deleted: {', '.join(deleting)})" if deleting else ""
+            raise CollectError(f"no running pod matches {cfg.selector!r} in namespace {cfg.namespace!r}{also}")
     results: dict[str, Path | Exception] = {}
 
     def one(name: str) -> None:
         try:
-            results[name] = collect_pod(core, cfg, name, log)
+            results[name] = collect_pod(core, cfg, name, log, listed=not cfg.pod)
         except Exception as e:  # noqa: BLE001 - reported per pod below
             results[name] = e
 

@@ -1,17 +1,21 @@
 """A real one-node Kubernetes cluster on this machine, with the collectors' images and the
 demo workload: what the end-to-end tests and the in-pod measurements run against.
 
-The node is built and started by the cluster scripts beside the checkout (``../shared/k8s``:
-build-k8s.sh, k8s-up.sh, k8s-down.sh, mkimage.py); this module drives them, imports the
-sampler and demo images into the node's containerd, applies the manifests of
-``collectors/deploy`` and waits until the demo pod is ready. Needs root and cgroup v1.
+The node is prepared, started and stopped by the project's cluster scripts in
+``scripts/cluster`` (prepare.sh: Debian packages and Kubernetes v1.34.4 built once into
+``K8S_BIN``; up.sh; down.sh; mkimage.py); this module drives them, imports the sampler and
+demo images into the node's containerd, applies the manifests of ``collectors/deploy`` and
+waits until the demo pod is ready. Needs root and the cgroup v1 cpu controller (the v1.34
+kubelet is the last that runs on cgroup v1, which the CFS experiments here use).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +23,11 @@ from typing import Any
 from ..errors import LabError
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "k8s"
+CLUSTER = REPO / "scripts" / "cluster"
+# the built Kubernetes binaries (scripts/cluster/build-k8s.sh keeps them there)
 K8S_BIN = Path(os.environ.get("K8S_BIN", Path.home() / ".cache" / "gmp-k8s" / "v1.34.4"))
+# set by scripts/test.sh when its prepare step failed: the log of that attempt
+PREPARE_FAILED_ENV = "GMP_KUBE_PREPARE_FAILED"
 DEPLOY = REPO / "collectors" / "deploy"
 # each as localhost/<name>:dev: the manifests' images, the demo app built with automaxprocs and
 # the spinner (threads that log their own gaps: a record of freezes independent of cpu.stat)
@@ -31,18 +38,50 @@ def unavailable_reason() -> str | None:
     """Why a local cluster cannot start here, or None."""
     if os.geteuid() != 0:
         return "a local Kubernetes node needs root (kubelet, containerd, cgroups)"
-    if not (SHARED / "k8s-up.sh").exists():
-        return "../shared/k8s (the cluster scripts) is absent"
     if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
-        return "the cluster scripts run the kubelet on cgroup v1 only"
+        return "the local node runs the kubelet on cgroup v1 only (no /sys/fs/cgroup/cpu/cpu.cfs_quota_us)"
     return None
 
 
+def _run_script(argv: list[str], what: str, timeout: float, env: dict[str, str] | None = None) -> None:
+    """Run a cluster script, passing its progress lines (stderr) on as they come; on failure
+    or after ``timeout`` s raise a LabError that quotes its last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=25)
+    with subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, errors="replace"
+    ) as p:
+        timer = threading.Timer(timeout, p.kill)
+        timer.start()
+        try:
+            assert p.stderr is not None
+            for line in p.stderr:
+                sys.stderr.write(line)
+                tail.append(line.rstrip("\n"))
+            rc = p.wait()
+        finally:
+            timer.cancel()
+    if rc != 0:
+        why = f"killed after {timeout:.0f} s" if rc == -9 else f"exit {rc}"
+        raise LabError(f"{what} failed ({why}); its last lines:\n" + "\n".join(tail))
+
+
 def build() -> None:
-    """Build the Kubernetes binaries once (cached in K8S_BIN; a cold build takes minutes)."""
-    subprocess.run(
-        ["bash", str(SHARED / "build-k8s.sh"), str(K8S_BIN)], check=True, timeout=3600, stdout=subprocess.DEVNULL
-    )
+    """Prepare this machine once: install the Debian packages the node needs and build
+    Kubernetes into K8S_BIN (scripts/cluster/prepare.sh; ~10 min cold on 2 cores, a few
+    seconds of checks afterwards). When scripts/test.sh already tried and failed, raise its
+    error at once instead of trying again."""
+    failed = os.environ.get(PREPARE_FAILED_ENV)
+    if failed:
+        try:
+            log = Path(failed).read_text(errors="replace").splitlines()[-25:]
+        except OSError:
+            log = []
+        raise LabError(
+            f"scripts/cluster/prepare.sh failed before the tests (scripts/test.sh, log {failed}); "
+            "fix it and run it again:\n" + "\n".join(log)
+        )
+    env = {**os.environ, "K8S_BIN": str(K8S_BIN)}
+    _run_script(["bash", str(CLUSTER / "prepare.sh")], "scripts/cluster/prepare.sh", 3600, env)
 
 
 def wait_running(core: Any, timeout: float = 120) -> Any:
@@ -73,22 +112,18 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
     import kubernetes
     from kubernetes import utils
 
-    subprocess.run(
-        ["bash", str(SHARED / "k8s-up.sh"), str(base), str(K8S_BIN)],
-        check=True,
-        timeout=600,
-        stdout=subprocess.DEVNULL,
-    )
+    env = {**os.environ, "PYTHON": sys.executable}
+    _run_script(["bash", str(CLUSTER / "up.sh"), str(base), str(K8S_BIN)], "scripts/cluster/up.sh", 600, env)
     sock = base / "containerd" / "containerd.sock"
     for prog in IMAGES:
         tar = base / f"{prog}.tar"
         subprocess.run(
             [
                 sys.executable,
-                str(SHARED / "mkimage.py"),
+                str(CLUSTER / "mkimage.py"),
                 str(tar),
                 f"localhost/{prog}:dev",
-                f'["/{prog}"]',
+                f"/{prog}",
                 f"{bins[prog]}:/{prog}",
             ],
             check=True,
@@ -131,4 +166,4 @@ def start_load(bins: dict[str, Path], seconds: float, rate: float = 40, port: in
 
 def stop(base: Path) -> None:
     """Tear the node down (processes, mounts, cgroups it made)."""
-    subprocess.run(["bash", str(SHARED / "k8s-down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", str(CLUSTER / "down.sh"), str(base)], timeout=300, stdout=subprocess.DEVNULL)

@@ -76,20 +76,47 @@ def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
     return running[0]
 
 
+def _gone_reason(pod: Any, info: dict[str, Any]) -> str | None:
+    """Why the pod object ``pod`` (as read now) means the target of ``info`` is going away,
+    or None. Deleting a pod sets ``deletion_timestamp`` at once; the kubelet then stops its
+    containers (SIGTERM, SIGKILL after the grace period), removes their cgroups, and the API
+    object goes last. A pod of the same name with another UID (a StatefulSet's) is a new pod:
+    the one being collected is gone."""
+    name = info["pod"]
+    if pod.metadata.deletion_timestamp is not None:
+        return f"target pod {name} is being deleted (since {pod.metadata.deletion_timestamp})"
+    uid = info.get("pod_uid")
+    if uid and pod.metadata.uid and pod.metadata.uid != uid:
+        return f"target pod {name} disappeared mid-collection (a new pod of that name has UID {pod.metadata.uid})"
+    return None
+
+
+def _pod_gone(core: Any, cfg: CollectConfig, info: dict[str, Any]) -> tuple[str | None, Any]:
+    """Read the target pod again: (why it is going away, None), or (None, the pod object)
+    while it stands. Every way a collection can end early (the sampler's cgroup vanished,
+    the sampler could not find it at the start of an exec, the exec or the port-forward
+    broke) asks this before blaming the sampler: a deleted pod's cgroups disappear, so its
+    deletion surfaces as one of those, depending on when it happened."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        pod = core.read_namespaced_pod(info["pod"], cfg.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})", None
+        return f"target pod {info['pod']} could not be read mid-collection ({e.status} {e.reason})", None
+    return _gone_reason(pod, info), pod
+
+
 def _wait_for_container(
     core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float
 ) -> tuple[str | None, str | None]:
     """After the container's cgroup vanished: (reason the pod is gone, None), or (None, the
     new container ID), or (None, None) when the window ended first."""
-    from kubernetes.client.rest import ApiException
-
     while time.monotonic() < deadline:
-        try:
-            pod = core.read_namespaced_pod(info["pod"], cfg.namespace)
-        except ApiException as e:
-            return f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})", None
-        if pod.metadata.deletion_timestamp is not None:
-            return f"target pod {info['pod']} is being deleted (since {pod.metadata.deletion_timestamp})", None
+        gone, pod = _pod_gone(core, cfg, info)
+        if gone:
+            return gone, None
         try:
             new = describe(pod, info["container"])
         except CollectError:
