@@ -1,7 +1,7 @@
 """Measure gmp-sampler's wake-up lateness inside a Kubernetes pod (where SCHED_FIFO is
 refused) and write the per-deadline sequence as a small fixture.
 
-    # 1. a real one-node cluster (../shared/k8s), the demo pod under open-loop load from the
+    # 1. a real one-node cluster (scripts/cluster), the demo pod under open-loop load from the
     #    host, `gmpanalysis collect` for SECONDS; the bundle is kept in OUTDIR; the cluster is
     #    torn down whatever happens
     .venv/bin/python scripts/inpod_lateness.py run OUTDIR --seconds 25

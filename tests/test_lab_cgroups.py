@@ -36,6 +36,8 @@ def test_v2_create_enables_cpu_and_writes_cpu_max(tmp_path):
     assert (root / "cgroup.subtree_control").read_text() == "+cpu"
     assert (root / "gmp-lab-x" / "cpu.max").read_text() == "50000 100000"
     assert (root / "gmp-lab-x" / "cpu.max.burst").read_text() == "10000"
+    # the quota, not other load on the machine, bounds the group's CPU
+    assert (root / "gmp-lab-x" / "cpu.weight").read_text() == "10000"
     assert cg.procs_files == [str(root / "gmp-lab-x" / "cgroup.procs")]
     assert cg.rel == "gmp-lab-x"
     lim = cg.limits()
@@ -80,6 +82,7 @@ def test_v1_create_in_both_hierarchies(tmp_path):
     cg.create(quota_us=50_000, period_us=100_000)
     assert (root / "cpu" / "gmp-lab-x" / "cpu.cfs_quota_us").read_text() == "50000"
     assert (root / "cpu" / "gmp-lab-x" / "cpu.cfs_period_us").read_text() == "100000"
+    assert (root / "cpu" / "gmp-lab-x" / "cpu.shares").read_text() == "262144"
     assert (root / "cpuacct" / "gmp-lab-x").is_dir()
     assert len(cg.procs_files) == 2
 

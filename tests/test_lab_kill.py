@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, requires_lab
+from conftest import REPO
 
 import gmpanalysis as gmp
 from gmpanalysis.lab.run import reap_stale_cgroups
 
-pytestmark = [requires_lab, pytest.mark.lab]
+pytestmark = pytest.mark.lab
 
 # progress lines of `gmpanalysis lab run` (stderr), in order, and what is on disk by then
 STAGES = {

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import requires_lab
 from spinner_truth import MIN_APART_MS, check_against_truth
 
 import gmpanalysis as gmp
@@ -26,7 +25,7 @@ from gmpanalysis.bundle import load_run, to_meta
 from gmpanalysis.lab.levels import Levels
 from gmpanalysis.schema import new_meta
 
-pytestmark = [requires_lab, pytest.mark.lab]
+pytestmark = pytest.mark.lab
 
 SECONDS = 5.0
 
@@ -120,13 +119,18 @@ def test_equal_quotas_each_freeze_matches_the_spinners_gaps(bins, tmp_path):
 def test_a_quota_written_mid_run_keeps_the_grid_and_lands_in_its_period(bins, tmp_path):
     run = recorded(bins, tmp_path, quota_us=50_000, pod_quota_us=50_000, resize=150_000)
     lim = run.limits
-    writes = {w["level"]: w["t_ns"] for w in run.meta["resizes"]}
+    writes = {}
     for level in ("container", "pod"):
         rows = lim[(lim["cgroup"] == level) & lim["prev_ns"].notna()]
         assert len(rows) == 1 and rows["quota_us"].iloc[0] == 150_000
         # the sampler saw the change between two reads 10 ms apart that bracket the write
-        assert rows["prev_ns"].iloc[0] < writes[level] <= rows["t_ns"].iloc[0]
+        w = next(w for w in run.meta["resizes"] if w["level"] == level)
+        assert rows["prev_ns"].iloc[0] < w["t_hi_ns"] and w["t_lo_ns"] <= rows["t_ns"].iloc[0]
         assert rows["t_ns"].iloc[0] - rows["prev_ns"].iloc[0] <= 25_000_000
+        # when the write took effect, as narrowly as the writer's clock reads and the sampler's
+        # reads together pin it
+        lo, hi = max(w["t_lo_ns"], int(rows["prev_ns"].iloc[0])), min(w["t_hi_ns"], int(rows["t_ns"].iloc[0]))
+        writes[level] = (lo + hi) // 2
     per = gmp.df_periods(run)
     k = np.flatnonzero((per["start_ns"] <= writes["container"]) & (per["end_ns"] > writes["container"]))[0]
     assert per["quota_us"].iloc[k - 1] == 50_000 and per["quota_us"].iloc[k + 2] == 150_000

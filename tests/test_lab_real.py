@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import requires_lab
 
 import gmpanalysis as gmp
 from gmpanalysis.lab import LabConfig, run_lab
 
-pytestmark = [requires_lab, pytest.mark.lab]
+pytestmark = pytest.mark.lab
 
 
 def alive(pid: int) -> bool:

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import DATA, requires_lab
+from conftest import DATA
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import to_meta
@@ -107,7 +107,7 @@ def test_summary_json(bins, tmp_path):
     assert s["cgroups"][0]["limits"] == {"period_us": int(period), "quota_us": int(quota), "burst_us": 0}
 
 
-@requires_lab
+@pytest.mark.lab
 def test_refuses_to_sample_its_own_cgroup(bins, busy_cgroup):
     cg, _ = busy_cgroup
     r = subprocess.run(
@@ -121,7 +121,7 @@ def test_refuses_to_sample_its_own_cgroup(bins, busy_cgroup):
     assert "runs inside cgroup" in r.stderr and "throttled with its target" in r.stderr
 
 
-@requires_lab
+@pytest.mark.lab
 def test_sigkill_mid_run_leaves_a_bundle_that_loads(bins, busy_cgroup, tmp_path):
     """The sampler appends rows as it goes: SIGKILL at any moment loses at most the last
     flush interval, and the bundle (meta written at start, complete=false) loads."""
@@ -157,7 +157,7 @@ def test_sigkill_mid_run_leaves_a_bundle_that_loads(bins, busy_cgroup, tmp_path)
     assert s["nr_throttled"].iloc[-1] > s["nr_throttled"].iloc[0]
 
 
-@requires_lab
+@pytest.mark.lab
 def test_stops_cleanly_when_the_cgroup_goes(bins, tmp_path):
     """A removed cgroup (a restarted container) ends the sampler with a readable file."""
     from gmpanalysis.lab import LabCgroup

@@ -17,6 +17,9 @@ from ..cgroup import CpuLimits, detect_version, read_cpu_limits_v1, read_cpu_lim
 from ..errors import LabError, UsageError
 
 PREFIX = "gmp-lab-"
+# the kernel's ceilings for a group's CPU weight: v1 cpu.shares, v2 cpu.weight
+V1_SHARES_MAX = 262144
+V2_WEIGHT_MAX = 10000
 
 
 class LabCgroup:
@@ -77,14 +80,21 @@ class LabCgroup:
                 raise LabError(f"cannot create {d}: {e.strerror}") from None
             self.created.append(d)
         try:
+            # The experiment is about the quota: give the group the highest CPU weight there is,
+            # so that other load on the machine (a build, a CPU hog) cannot decide how much CPU
+            # it gets below its quota. In Kubernetes the request does this (shares = request x
+            # 1024 on a node whose requests are not overcommitted); weight never changes when or
+            # how the bandwidth timer throttles.
             if self.version == 1:
                 cpu = self.dirs[0]
+                self._write(cpu / "cpu.shares", str(V1_SHARES_MAX))
                 self._write(cpu / "cpu.cfs_period_us", str(period_us))
                 self._write(cpu / "cpu.cfs_quota_us", str(quota_us if quota_us is not None else -1))
                 if burst_us:
                     self._write(cpu / "cpu.cfs_burst_us", str(burst_us))
             else:
                 d = self.dirs[0]
+                self._write(d / "cpu.weight", str(V2_WEIGHT_MAX))
                 self._write(d / "cpu.max", f"{quota_us if quota_us is not None else 'max'} {period_us}")
                 if burst_us:
                     self._write(d / "cpu.max.burst", str(burst_us))

@@ -92,10 +92,16 @@ class Levels:
             before = cg.limits()
             t0 = time.monotonic_ns()
             cg.set_quota(quota_us, before.period_us)
+            t1 = time.monotonic_ns()
+            # the write took effect somewhere in [t_lo_ns, t_hi_ns]: on a loaded machine this
+            # thread can be descheduled for tens of ms on either side of the write, so the
+            # bracket, not its midpoint, is the fact
             done.append(
                 {
                     "level": name,
-                    "t_ns": (t0 + time.monotonic_ns()) // 2,
+                    "t_ns": (t0 + t1) // 2,
+                    "t_lo_ns": t0,
+                    "t_hi_ns": t1,
                     "quota_us_before": before.quota_us,
                     "quota_us": quota_us,
                 }

@@ -85,11 +85,8 @@ def _quiet(_: str) -> None:
 
 
 def preflight(cfg: LabConfig) -> None:
-    """Fail early, with what is needed, where the lab cannot run."""
-    if os.geteuid() != 0 and not os.access(cfg.cgroup_root, os.W_OK):
-        raise LabError(
-            f"the lab creates cgroups with CPU quotas: run it as root (or with write access to {cfg.cgroup_root})"
-        )
+    """Fail early, with what is needed, where the lab cannot run: the configuration first
+    (a mistake in it is worth knowing before finding a machine to run on), then the machine."""
     if cfg.workload not in ("cpu", "alloc"):
         raise LabError(f"workload must be 'cpu' or 'alloc', not {cfg.workload!r}")
     if cfg.mode not in ("open", "closed"):
@@ -104,6 +101,10 @@ def preflight(cfg: LabConfig) -> None:
         raise LabError("duration_s must be in (0, 3600]: load runs are bounded")
     if cfg.trace_s and cfg.trace_start_s + cfg.trace_s > cfg.duration_s:
         raise LabError(f"trace window {cfg.trace_start_s}+{cfg.trace_s}s does not fit in the {cfg.duration_s}s run")
+    if os.geteuid() != 0 and not os.access(cfg.cgroup_root, os.W_OK):
+        raise LabError(
+            f"the lab creates cgroups with CPU quotas: run it as root (or with write access to {cfg.cgroup_root})"
+        )
 
 
 def calibrate(bins: dict[str, Path]) -> int:
