@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import BundleError, GmpWarning, TruncatedLineWarning
+from .errors import BundleError, GmpWarning, NotFoundError, TruncatedLineWarning
 from .schema import READABLE, check, upgrade
 
 CPU_STAT_COLUMNS: dict[str, Any] = {
@@ -206,7 +206,7 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise BundleError(f"{path}: no such file") from None
+        raise NotFoundError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise BundleError(f"{path}: is a directory, expected a CSV file") from None
 
@@ -368,6 +368,8 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     first sample: its samples are then empty, and the analysis says so).
     """
     d = Path(path)
+    if not d.exists():
+        raise NotFoundError(f"{d}: no such directory; a run bundle is a directory holding meta.json and cpu_stat.csv")
     if not d.is_dir():
         raise BundleError(f"{d}: not a directory; a run bundle is a directory holding meta.json and cpu_stat.csv")
     meta = read_meta(d / "meta.json")

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
 
-from .errors import GmpError, UsageError
+from .errors import GmpError, GmpWarning, UsageError
 
 
 def _default_bundles() -> list[Path]:
-    """The shipped fixture bundles of a source checkout."""
-    root = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
-    return sorted(p for p in root.iterdir() if (p / "meta.json").exists()) if root.is_dir() else []
+    """The example runs (GMP_DATA, a source checkout's fixtures, or the installed package's copy)."""
+    from .examples import example_runs
+
+    return example_runs()
 
 
 def _progress(msg: str) -> None:
@@ -138,7 +140,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
-        print("no bundles given and no shipped fixtures found; pass bundle directories", file=sys.stderr)
+        print("no bundles given and no example runs found; pass bundle directories", file=sys.stderr)
         return 2
     runs = []
     with warnings.catch_warnings():
@@ -219,7 +221,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
-        print("no bundles given and no shipped fixtures found; pass bundle directories", file=sys.stderr)
+        print("no bundles given and no example runs found; pass bundle directories", file=sys.stderr)
         return 2
     runs, loading_notes = [], []
     with warnings.catch_warnings():
@@ -231,7 +233,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             with recording_notes([]) as found:
                 runs.append(load_run(p))
             loading_notes.append(found)
-        out = to_report(runs, a.out, notes=loading_notes)
+        out = to_report(runs, a.out, notes=loading_notes, progress=_progress)
     for p, run, found in zip(paths, runs, loading_notes, strict=True):
         for n in dict.fromkeys([*run.notes, *found]):
             print(f"{p}: note: {n}", file=sys.stderr)
@@ -281,16 +283,22 @@ def cmd_collect(a: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_INPUT = (
+    "bundle directories (default: the example runs: $GMP_DATA if set, else a source checkout's "
+    "fixtures/runs, else the copy inside the installed package)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gmpanalysis", description="CFS CPU quotas and the Go runtime, period by period.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    sp = sub.add_parser("summary", help="runs side by side, per-period metrics (default: the shipped fixtures)")
-    sp.add_argument("bundles", nargs="*", help="bundle directories")
+    sp = sub.add_parser("summary", help="runs side by side, per-period metrics (default: the example runs)")
+    sp.add_argument("bundles", nargs="*", help=DEFAULT_INPUT)
     sp.set_defaults(func=cmd_summary)
 
-    rp = sub.add_parser("report", help="self-contained HTML report (default: the shipped fixtures)")
-    rp.add_argument("bundles", nargs="*", help="bundle directories")
+    rp = sub.add_parser("report", help="self-contained HTML report (default: the example runs)")
+    rp.add_argument("bundles", nargs="*", help=DEFAULT_INPUT)
     rp.add_argument("-o", "--out", default="report.html", help="output HTML file (default: report.html)")
     rp.set_defaults(func=cmd_report)
 
@@ -338,16 +346,33 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    # the data was read but something in it is off: say it as a message, not as the Python
+    # source line that happened to issue it
+    what = "warning" if issubclass(category, GmpWarning) else category.__name__
+    print(f"gmpanalysis: {what}: {message}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    showwarning = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         return a.func(a)
+    except BrokenPipeError:
+        # the reader went away (`gmpanalysis summary | head`): nothing more to say to it; point
+        # stdout at /dev/null so the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe
     except GmpError as e:
         print(f"gmpanalysis: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gmpanalysis: interrupted; processes stopped and cgroups removed", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = showwarning
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ __all__ = [
     "GmpWarning",
     "LabError",
     "MissingDataError",
+    "NotFoundError",
     "TraceFormatError",
     "TruncatedLineWarning",
     "TruncatedTraceWarning",
@@ -54,6 +55,13 @@ class TraceFormatError(GmpError):
 
 class BundleError(GmpError):
     """A run bundle with missing, malformed or inconsistent pieces."""
+
+
+class NotFoundError(GmpError, FileNotFoundError):
+    """A file or directory named in the call does not exist.
+
+    Also a :class:`FileNotFoundError`, so code that handles a missing file the usual way
+    catches it."""
 
 
 class MissingDataError(GmpError):

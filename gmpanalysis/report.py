@@ -8,7 +8,7 @@ import html
 import io
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,7 @@ def to_report(
     *,
     title: str = "gmpanalysis report",
     notes: Sequence[Sequence[str]] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write one self-contained HTML file: "Data notes" at the top, then findings in plain
     words, the summary table, and per run the period plot, the in-period heatmap and the
@@ -203,8 +204,11 @@ def to_report(
     every :class:`~gmpanalysis.errors.GmpWarning` raised while analysing the run here (a
     trace cut mid-generation, a foreign trace clock), and ``notes[i]`` for ``runs[i]``:
     extra notes from the caller, e.g. warnings recorded with :func:`recording_notes`
-    while loading. Those warnings are recorded, not printed."""
+    while loading. Those warnings are recorded, not printed. ``progress``, when given, is
+    called with a line per step (each run analysed, the figures drawn)."""
     from . import plot
+
+    say = progress or (lambda _msg: None)
 
     if notes is not None and len(notes) != len(runs):
         raise UsageError(f"to_report: notes has {len(notes)} entries for {len(runs)} runs; give one list per run")
@@ -215,6 +219,7 @@ def to_report(
     mmus: list[pd.DataFrame | None] = []
     quality: list[list[str]] = []
     for i, r in enumerate(runs):
+        say(f"report: analysing {r.name} ({i + 1}/{len(runs)})")
         found = list(r.notes)
         found += [n for n in (notes[i] if notes is not None else ()) if n not in found]
         with recording_notes(found):
@@ -237,6 +242,7 @@ def to_report(
         vmax = max(caps) if caps else None  # one colour scale, so runs compare
     general = [n for n in general if not any(n in ns for ns in run_notes)]
 
+    say(f"report: drawing the figures of {len(runs)} run(s)")
     parts = [f"<h1>{html.escape(title)}</h1>", _data_notes_html(runs, run_notes, general), "<h2>Findings</h2><ul>"]
     parts += [f"<li>{html.escape(f)}</li>" for f in findings(cmp)]
     parts.append("</ul><h2>Summary</h2>")

@@ -32,7 +32,18 @@ def lab_unavailable_reason() -> str | None:
     return None
 
 
-requires_lab = pytest.mark.skipif(lab_unavailable_reason() is not None, reason=str(lab_unavailable_reason()))
+# One marker says both things: the test starts real systems (deselect with -m "not lab"), and
+# it skips, saying why, only where those systems cannot exist (see pytest_collection_modifyitems).
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = lab_unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"lab: {reason}")
+    for item in items:
+        if item.get_closest_marker("lab") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

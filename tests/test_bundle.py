@@ -147,8 +147,11 @@ def _copy(tmp_path, name="cpu-0.5cpu-gmp8"):
 
 
 def test_load_run_missing_pieces(tmp_path):
-    with pytest.raises(gmp.BundleError, match="not a directory"):
+    with pytest.raises(gmp.NotFoundError, match="no such directory"):
         gmp.load_run(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(gmp.BundleError, match="not a directory"):
+        gmp.load_run(tmp_path / "file")
     d = _copy(tmp_path)
     (d / "cpu_stat.csv").unlink()
     with pytest.raises(gmp.BundleError, match=r"cpu_stat.csv: missing"):

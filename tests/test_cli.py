@@ -43,3 +43,47 @@ def test_trace_says_what_running_means_and_gives_gc_cpu(capsys):
     pct = float(line.split()[2])
     assert 5 < pct < 15  # whole assist ranges read about twice that
     assert "mark assists on a P" in line and "parked time included" in out
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gmpanalysis.cli", *args], capture_output=True, text=True, **kw)
+
+
+def test_a_reader_that_goes_away_ends_it_quietly():
+    # `gmpanalysis trace FILE | head -1`: the pipe closes after the first line
+    alloc = next(p for p in RUNS if p.name.startswith("alloc"))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gmpanalysis.cli", "trace", str(alloc / "trace.out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    rc = p.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert rc in (0, 141)  # 0 when every line fitted in the pipe before it closed
+
+
+def test_a_cut_trace_warns_in_words_not_with_a_source_line(tmp_path):
+    alloc = next(p for p in RUNS if p.name.startswith("alloc"))
+    cut = tmp_path / "cut.out"
+    cut.write_bytes((alloc / "trace.out").read_bytes()[:30_000])
+    r = _cli("trace", str(cut))
+    assert r.returncode == 0
+    warn = [line for line in r.stderr.splitlines() if line]
+    assert warn and all(line.startswith("gmpanalysis: warning: ") for line in warn), r.stderr
+    assert "cli.py" not in r.stderr and str(cut) in r.stderr and "offset" in r.stderr
+
+
+def test_subcommand_help_says_the_default_input():
+    for cmd in ("summary", "report"):
+        r = _cli(cmd, "--help")
+        assert r.returncode == 0 and "example runs" in r.stdout and "GMP_DATA" in r.stdout
+
+
+def test_missing_inputs_are_not_found_errors(tmp_path, capsys):
+    assert main(["trace", str(tmp_path / "nope.out")]) == 2
+    assert "nope.out: no such file" in capsys.readouterr().err
+    assert main(["summary", str(tmp_path / "nope")]) == 2
+    assert "nope: no such directory" in capsys.readouterr().err

@@ -112,14 +112,23 @@ def test_newer_version_is_read_with_a_warning():
 
 
 @pytest.mark.parametrize("name", ["tiny-go1.22.trace", "tiny-go1.26.trace"])
-def test_truncation_at_every_offset(name):
+def test_truncation_at_every_structural_offset(name):
+    """Every cut near a structure (the header, each batch's header and payload edges, each
+    generation's edges) and every 7th byte elsewhere: the cases a cut can tell apart, at a
+    fifth of the cost of every byte (benchmarks/fuzz_trace.py adds random cuts to its mutants)."""
+    from gmpanalysis.gotrace.wire import split_generations
+
     data = (FIXTURES / "traces" / name).read_bytes()
     full = read_trace(data)
     assert full.meta["generations"] == 2 and full.meta["truncated"] is None
+    gens, _ = split_generations(data, full.meta["version"], name)
+    edges = {0, len(data)} | {x for g in gens for x in (g.start, g.end)}
+    edges |= {x for g in gens for b in g.batches for x in (b.start, b.end)}
+    cuts = set(range(0, len(data), 7)) | {c + d for c in edges for d in range(-24, 25) if 0 <= c + d < len(data)}
     seen = set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TruncatedTraceWarning)
-        for cut in range(len(data)):
+        for cut in sorted(cuts):
             try:
                 tr = read_trace(data[:cut])
             except gmp.TraceFormatError as e:
@@ -163,9 +172,14 @@ def test_mutations_raise_only_trace_format_errors():
                 pass
 
 
-def test_missing_file():
-    with pytest.raises(gmp.TraceFormatError, match="no such file"):
-        read_trace("/nonexistent/trace.out")
+def test_missing_file_is_not_found_and_a_directory_is_named(tmp_path):
+    with pytest.raises(gmp.NotFoundError, match="no such file") as e:
+        read_trace(tmp_path / "trace.out")
+    assert isinstance(e.value, FileNotFoundError)  # caught the usual way too
+    with pytest.raises(gmp.TraceFormatError, match="is a directory"):
+        read_trace(tmp_path)
+    with pytest.raises(gmp.NotFoundError, match="no such directory"):
+        gmp.load_run(tmp_path / "nope")
 
 
 def test_bytes_and_path_agree():

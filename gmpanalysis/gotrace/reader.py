@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import ClockWarning, TraceFormatError, TruncatedTraceWarning
+from ..errors import ClockWarning, NotFoundError, TraceFormatError, TruncatedTraceWarning
 from . import spec, tables
 from .wire import (
     Batch,
@@ -308,5 +308,7 @@ def read_trace(
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise TraceFormatError(f"{p}: no such file") from None
+        raise NotFoundError(f"{p}: no such file; give the path of a Go execution trace (trace.out)") from None
+    except IsADirectoryError:
+        raise TraceFormatError(f"{p}: is a directory; give the trace file in it (e.g. {p / 'trace.out'})") from None
     return parse_trace(data, source=str(p), progress=progress)
