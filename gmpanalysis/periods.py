@@ -16,8 +16,10 @@ dropped as late expiries, and every lower end gives way by the timer's expiry la
 (TIMER_LATE_NS), since a late expiry can hide below the tightest upper end. A recreated
 cgroup (a restarted container) restarts its counters
 and draws a new phase: the samples are split into segments there, each fitted on its own;
-a bracket that contradicts all earlier ones by more than 0.5 ms (far beyond any late expiry)
-also starts a new segment, for a new phase whose counters did not visibly fall.
+brackets that contradict all earlier ones by more than 0.5 ms also start a new segment, for a
+new phase whose counters did not visibly fall: two in a row when the boundaries moved earlier
+(no late expiry can do that), five when they moved later (a VM that loses its vCPU for tens
+of ms delays an expiry by as much, now and then, never five periods in a row).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ JUMP_TOL_NS = 500_000
 # How late a period timer's expiry (and so its nr_periods increment) can run after the
 # nominal boundary: 14-146 µs seen here (NOTES), under load on a VM.
 TIMER_LATE_NS = 150_000
+# A phase that moved later must hold for this many brackets (periods) in a row to be a new
+# phase rather than late expiries.
+PERSIST_BRACKETS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,12 +158,25 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     half = period_ns // 2
     d_hi = (hi - int(hi[np.argmin(hi - lo)]) + half) % period_ns - half
     d_lo = d_hi - (hi - lo)
+    # Upper ends always hold for an unchanged phase (a timer never fires early); a lower end
+    # may be pushed later by a late expiry, and one late bracket must not raise the consensus
+    # for every bracket after it: lower ends past the upper consensus are left out of it.
     upper = np.minimum.accumulate(d_hi)
-    lower = np.maximum.accumulate(d_lo)
-    # bracket k conflicts with brackets 0..k-1; a new phase persists, a late expiry is one
-    # bracket: two conflicting brackets in a row are needed
-    bad = (d_hi[1:] < lower[:-1] - JUMP_TOL_NS) | (d_lo[1:] > upper[:-1] + JUMP_TOL_NS)
-    k = np.flatnonzero(bad[:-1] & bad[1:])
+    late = d_lo > upper
+    lower = np.maximum.accumulate(np.where(late, np.iinfo(np.int64).min, d_lo))
+    # bracket k+1 against brackets 0..k. A phase moved earlier cannot be a late expiry: two
+    # such brackets in a row make a new phase. A phase moved later looks like late expiries
+    # (a VM that loses its vCPU for tens of ms delays them by as much), which are isolated:
+    # it must persist for PERSIST_BRACKETS brackets in a row (or to the end of the samples).
+    earlier = d_hi[1:] < lower[:-1] - JUMP_TOL_NS
+    bad = earlier | (d_lo[1:] > upper[:-1] + JUMP_TOL_NS)
+    n = len(bad)
+    idx = np.arange(n)
+    # length of the run of conflicting brackets starting at each one
+    next_ok = np.minimum.accumulate(np.where(bad, n, idx)[::-1])[::-1]
+    run = next_ok - idx
+    jump = (earlier[:-1] & earlier[1:]) | ((run[:-1] >= np.minimum(PERSIST_BRACKETS, n - idx[:-1])) & bad[1:])
+    k = np.flatnonzero(jump)
     return None if len(k) == 0 else int(use[k[0] + 1])  # the read that starts the first conflicting bracket
 
 

@@ -104,10 +104,16 @@ def check_against_truth(run: gmp.Run) -> dict:
         matched += 1
         ended[last["level"]] = ended.get(last["level"], 0) + 1
     assert matched >= 0.9 * len(truth), (matched, len(truth))
-    assert holed <= 0.05 * matched, (holed, matched)
+    # Rows in sampling holes are flagged, not wrong; but enough stretches must be held to a
+    # read for the brackets to be tested at all. Holes are the machine's: on this VM kind a
+    # SCHED_FIFO sampler writing to tmpfs still woke up to 35 ms late while a compiler ran
+    # beside it (a kernel without preemption, a vCPU the host takes away), and a CI run
+    # lost 4 % of its reads that way.
+    held = matched - holed
+    assert held >= 20 and held >= 0.75 * matched, f"only {held} of {matched} freezes outside sampling holes"
     # a loaded 2-CPU node can stall the spinner or delay cpuacct's charge by a few ms at the
     # moment the quota runs out: nearly every start must still lie in the table's bracket
-    assert len(outside) <= 0.03 * matched, (outside[:3], matched)
+    assert len(outside) <= 0.03 * held, (outside[:3], held)
     ends = np.array([b for _, b in truth])
     inside = fz[(fz["start_ns"] >= t0 + 1_000_000) & (fz["end_ns"] <= ends.max() + 1_000_000) & fz["exact"]]
     visible = seen = 0

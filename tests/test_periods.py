@@ -130,3 +130,41 @@ def test_no_spurious_jumps_on_real_runs():
         run = gmp.load_run(p)
         for level in gmp.df_levels(run)["level"]:
             assert len(fit_period_grid(level_run(run, level).samples, P).segments) == 1
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        {1: 2_000_000},
+        {5: 3_000_000},
+        {20: 5_000_000, 21: 1_000_000},
+        {3: 2_000_000, 30: 8_000_000},
+        {10: 3_000_000, 11: 3_000_000, 12: 3_000_000, 13: 3_000_000},
+    ],
+    ids=["second", "early", "two-in-a-row", "scattered", "four-in-a-row"],
+)
+def test_late_expiries_do_not_split_the_grid(late):
+    """A vCPU the host takes away for a few ms delays the timer's expiry (and so the
+    increment) by as much, now and then: brackets pushed late are dropped, not a new phase."""
+    g = fit_period_grid(synth(31_000_000, 997_000, 6.0, late=late), P)
+    assert len(g.segments) == 1
+    assert g.main.late_dropped == len(late)
+    d = (g.phase_ns - 31_000_000 + P // 2) % P - P // 2
+    assert abs(d) <= g.uncertainty_ns + 4_000
+
+
+@pytest.mark.parametrize("shift_ms", [-30.0, -2.5, 2.5, 37.0])
+def test_phase_moved_either_way_without_a_reset_is_a_new_segment(shift_ms):
+    """A new timer phase whose counters did not fall, earlier or later than the old one, by
+    a little or a lot, is found, late expiries before it notwithstanding. (A shift smaller
+    than a read interval plus JUMP_TOL_NS is not told apart from jitter.)"""
+    a = synth(10_000_000, 997_000, 3.0, late={4: 3_000_000})
+    shift = int(shift_ms * 1e6)
+    b = synth(10_000_000 + shift, 997_000, 3.0, t0=int(a.t_ns.iloc[-1]) + 997_000)
+    for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us"):
+        b[c] += a[c].iloc[-1]
+    g = fit_period_grid(pd.concat([a, b], ignore_index=True), P)
+    assert len(g.segments) == 2
+    assert len(a) - 2 <= g.segments[1].first_row <= len(a) + 110
+    d = (g.segments[1].phase_ns - g.segments[0].phase_ns - shift + P // 2) % P - P // 2
+    assert abs(d) <= g.segments[0].uncertainty_ns + g.segments[1].uncertainty_ns + 8_000
