@@ -79,9 +79,16 @@ def check_against_truth(run: gmp.Run) -> dict:
 
     truth = [(a, b) for a, b in stopped if -1_500_000 <= after_boundary_ns(b) <= late_ns]
     stalls = len(stopped) - len(truth)
-    # a loaded node (a pod's CPU weight is its request) stalls the spinner often; a grid that
-    # missed the boundaries would turn most stretches into "stalls": at least half must be freezes
-    assert stalls <= 0.5 * len(stopped), f"{stalls} of {len(stopped)} stretches ended away from every boundary"
+    # A loaded node stalls the spinner often (in a pod its CPU weight is its request, no more
+    # than a CPU hog's), so stretches that end away from every boundary may outnumber freezes.
+    # But freezes end at boundaries: the ends must crowd into the windows around them far
+    # more than stretches ending at random times would (a grid that missed the boundaries
+    # would put them there only by chance).
+    near = edges[(edges >= t0) & (edges <= t1 + late_ns)]
+    chance = min(1.0, len(near) * (late_ns + 1_500_000) / max(t1 - t0, 1))
+    assert len(truth) >= 2 * chance * len(stopped), (
+        f"{len(truth)} of {len(stopped)} stretches ended at a boundary; by chance {chance:.0%} would"
+    )
     assert len(truth) >= 20, "two spinning threads against 0.5 CPU must stand frozen every period"
     ended: dict[str, int] = {}
     matched = holed = 0

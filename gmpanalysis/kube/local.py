@@ -12,11 +12,13 @@ kubelet is the last that runs on cgroup v1, which the CFS experiments here use).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,79 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
     core = kubernetes.client.CoreV1Api(api)
     wait_running(core)
     return {"kubeconfig": kubeconfig, "core": core, "api": api, "sock": str(sock), "base": base}
+
+
+def _sampler_cpu_cgroup(timeout: float) -> Path:
+    """The cpu cgroup (v1) of the sampler DaemonSet's container: where its idle main process
+    runs, and where every `gmp-sampler` exec'd into it starts."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for proc in Path("/proc").iterdir():
+            try:
+                if (proc / "cmdline").read_bytes() != b"/gmp-sampler\0--idle\0":
+                    continue
+                lines = (proc / "cgroup").read_text().splitlines()
+            except OSError:
+                continue  # gone meanwhile, or not a process directory
+            for line in lines:
+                _, controllers, path = line.split(":", 2)
+                if "cpu" in controllers.split(","):
+                    return Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+        if time.monotonic() > deadline:
+            raise LabError(
+                f"local cluster: no idle gmp-sampler process after {timeout:.0f} s (is the sampler DaemonSet running?)"
+            )
+        time.sleep(0.5)
+
+
+def grant_sampler_rt_budget(runtime_us: int = 100_000, timeout: float = 60) -> list[Path]:
+    """Give the sampler's container an RT budget, so that `gmp-sampler --fifo` exec'd into it
+    gets SCHED_FIFO. With RT group scheduling (CONFIG_RT_GROUP_SCHED, as on this machine) a
+    cgroup may run SCHED_FIFO tasks only for its cpu.rt_runtime_us per cpu.rt_period_us,
+    which is 0 for every cgroup the kubelet makes; a node's administrator grants it along the
+    path from the root, each level no more than its parent (here ``runtime_us`` per second,
+    twice what 1 kHz sampling of two cgroups uses). Returns the cgroups changed, leaf last,
+    for :func:`revoke_sampler_rt_budget`."""
+    leaf = _sampler_cpu_cgroup(timeout)
+    root = Path("/sys/fs/cgroup/cpu")
+    chain = [root / Path(*leaf.relative_to(root).parts[: i + 1]) for i in range(len(leaf.relative_to(root).parts))]
+    done: list[Path] = []
+    try:
+        for cg in chain:
+            (cg / "cpu.rt_runtime_us").write_text(str(runtime_us))
+            done.append(cg)
+    except OSError as e:
+        revoke_sampler_rt_budget(done)
+        raise LabError(f"local cluster: cannot give {cg} an RT budget of {runtime_us} µs/s ({e})") from e
+    return done
+
+
+def revoke_sampler_rt_budget(changed: list[Path]) -> None:
+    """Take the budget back, leaf first (a parent's budget cannot drop below its children's)."""
+    for cg in reversed(changed):
+        try:
+            (cg / "cpu.rt_runtime_us").write_text("0")
+        except FileNotFoundError:
+            pass  # the cgroup went with its pod
+
+
+@contextlib.contextmanager
+def measurement_priority() -> Iterator[None]:
+    """While inside: the sampler runs SCHED_FIFO (:func:`grant_sampler_rt_budget`) and the
+    node's pods outweigh host processes (kubepods' cpu.shares at the kernel's maximum, as the
+    lab gives its cgroups): a CPU hog on the host then neither delays the sampler's reads nor
+    stops the pods' threads for tens of ms, stops a spinner would log as if frozen. The
+    kubelet sets kubepods' weight from the node's allocatable CPU when it starts and does not
+    rewrite it; the old value is put back on leaving."""
+    shares = Path("/sys/fs/cgroup/cpu/kubepods/cpu.shares")
+    old = shares.read_text().strip()
+    budget = grant_sampler_rt_budget()
+    try:
+        shares.write_text("262144")
+        yield
+    finally:
+        shares.write_text(old)
+        revoke_sampler_rt_budget(budget)
 
 
 def start_load(bins: dict[str, Path], seconds: float, rate: float = 40, port: int = 18181) -> subprocess.Popen:
