@@ -305,6 +305,21 @@ def read_cpu_limits_v2(cgroup_dir: str | Path) -> CpuLimits:
     return CpuLimits(2, period, quota, _burst(d / "cpu.max.burst", quota))
 
 
+def sampler_error(facts: object) -> CgroupFormatError | None:
+    """The error gmp-sampler reported as JSON facts (its summary's ``error``, or the
+    ``{"error": {...}}`` line of a run that could not start; collectors/internal/cgroup
+    ErrorFacts) as a :class:`CgroupFormatError` when it is about a cgroup file: content the
+    kernel does not write (kind "format") or no readable regular file in a file's place
+    (kind "file"). None for anything else (no error, a cgroup that went away or does not
+    exist: the caller knows what those mean for its run)."""
+    if not isinstance(facts, dict) or facts.get("kind") not in ("format", "file"):
+        return None
+    msg = facts.get("message")
+    if not isinstance(msg, str) or not msg:
+        msg = f"{facts.get('path', '?')}: {facts.get('reason', 'not a cgroup file as the kernel writes it')}"
+    return CgroupFormatError(f"gmp-sampler: {_printable(msg)}")
+
+
 # --- layout (the rules of collectors/internal/cgroup/layout.go) ---------------------------
 
 

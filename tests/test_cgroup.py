@@ -31,6 +31,7 @@ from gmpanalysis.cgroup import (
     parse_cpu_max,
     read_cpu_limits_v1,
     read_cpu_limits_v2,
+    sampler_error,
     v1_dirs,
 )
 from gmpanalysis.errors import CgroupFormatError
@@ -276,3 +277,16 @@ def test_odd_contents_are_format_errors(tmp_path, version, name):
         assert 1000 <= lim.period_us <= 1_000_000, content
         assert lim.quota_us is None or 1000 <= lim.quota_us <= (1 << 44) - 1, content
         assert lim.quota_us is None or lim.burst_us <= lim.quota_us, content
+
+
+def test_sampler_error_facts():
+    """gmp-sampler's error facts (collectors/internal/cgroup ErrorFacts) as a GmpError: the
+    file kinds become a CgroupFormatError carrying the sampler's message, escaped."""
+    msg = '/sys/fs/cgroup/g/cpu.max line 1: period must be 1000..1000000 µs, got "max 1000001" (...)'
+    e = sampler_error({"kind": "format", "path": "/sys/fs/cgroup/g/cpu.max", "line": 1, "message": msg})
+    assert isinstance(e, CgroupFormatError) and str(e) == f"gmp-sampler: {msg}"
+    e = sampler_error({"kind": "file", "path": "/x/cpu.stat", "reason": "is a FIFO", "message": "\x1b[2J"})
+    assert isinstance(e, CgroupFormatError) and str(e) == "gmp-sampler: \\x1b[2J"
+    assert "is a FIFO" in str(sampler_error({"kind": "file", "path": "/x/cpu.stat", "reason": "is a FIFO"}))
+    for facts in (None, {}, "format", {"kind": "gone", "message": "m"}, {"kind": "not_exist"}, {"kind": "other"}):
+        assert sampler_error(facts) is None

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import to_meta
-from ..errors import CollectError
+from ..cgroup import sampler_error
+from ..errors import CgroupFormatError, CollectError
 from ..schema import new_meta
 from .api import _api_error, _call, _client
 from .config import CollectConfig, validate
@@ -121,6 +122,7 @@ def collect_pod(
 
     deadline = time.monotonic() + cfg.duration_s
     gone = None
+    bad_file = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0.05:
@@ -148,6 +150,11 @@ def collect_pod(
         if rc == 0 or deadline - time.monotonic() <= 0.05:
             break
         stop = str((summary or {}).get("stop_reason", ""))
+        bad_file = sampler_error((summary or {}).get("error"))
+        if bad_file is not None:
+            # a cgroup file not as the kernel writes it: the node's data is the news, not the pod
+            gone = str(bad_file)
+            break
         # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
         if not stop.startswith("cgroup gone") and rc != 3:
             # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
@@ -183,6 +190,8 @@ def collect_pod(
         meta["error"] = gone
     to_meta(out / "meta.json", meta)
     if gone:
+        if bad_file is not None:
+            raise CgroupFormatError(f"{gone}; the samples collected so far are in {out}")
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
     if th is not None and not trace_res.get("complete"):
         # a part the user asked for is missing: say so with a failing exit, keep the rest.

@@ -699,3 +699,30 @@ func TestSpecialFiles(t *testing.T) {
 		})
 	}
 }
+
+func TestFacts(t *testing.T) {
+	if Facts(nil) != nil {
+		t.Error("facts of no error")
+	}
+	_, err := ReadLimits(filepath.Join(dataDir, "v2", "max-period-too-long"), 2)
+	f := Facts(fmt.Errorf("cgroup %q: %w", "g", err))
+	if f.Kind != "format" || f.Line != 1 || !strings.HasSuffix(f.Path, "cpu.max") ||
+		!strings.Contains(f.Message, `got "max 1000001"`) || !strings.Contains(f.Reason, "period") {
+		t.Errorf("%+v", f)
+	}
+	dir := copyCase(t, "v1", "set")
+	makeSpecial(t, filepath.Join(dir, "cpu.cfs_quota_us"), "fifo")
+	_, err = ReadLimits(dir, 1)
+	if f := Facts(err); f.Kind != "file" || f.Reason != "is a FIFO" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(&GoneError{Path: "p", Err: fs.ErrClosed}); f.Kind != "gone" || f.Path != "p" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(&NotExistError{"no"}); f.Kind != "not_exist" || f.Message != "no" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(errors.New("x")); f.Kind != "other" {
+		t.Errorf("%+v", f)
+	}
+}
