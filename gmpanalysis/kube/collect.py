@@ -24,9 +24,9 @@ from typing import Any
 
 from ..bundle import to_meta
 from ..cgroup import sampler_error
-from ..errors import CgroupFormatError, CollectError
+from ..errors import CgroupFormatError, CollectError, GmpError
 from ..schema import new_meta
-from .api import _api_error, _call, _client
+from .api import _api_error, _call, _client, unreachable
 from .config import CollectConfig, validate
 from .sampler import (
     _first_t,
@@ -44,9 +44,12 @@ def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> 
     """The target pod as the API has it now. A pod that matched the selector a moment ago
     and is gone now was deleted in between: say so, not just "not found"."""
     from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
 
     try:
         return core.read_namespaced_pod(pod_name, cfg.namespace)
+    except HTTPError as e:  # the first request: where an unreachable server shows
+        raise unreachable(e, "get", "pods", cfg.namespace) from None
     except ApiException as e:
         if listed and e.status == 404:
             raise CollectError(
@@ -237,6 +240,9 @@ def collect(cfg: CollectConfig, log: Callable[[str], None] = print) -> list[Path
         t.start()
     for t in threads:
         t.join()
+    for bug in results.values():
+        if isinstance(bug, Exception) and not isinstance(bug, GmpError):
+            raise bug  # not a collection that failed: a bug, shown with its traceback
     errors = [f"{n}: {r}" for n, r in results.items() if isinstance(r, Exception)]
     if errors:
         raise CollectError("; ".join(errors))
