@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import re
@@ -548,6 +549,10 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    # names come from files and directories: a lone surrogate (an undecodable byte) in one
+    # is printed escaped rather than ending the command with UnicodeEncodeError
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
