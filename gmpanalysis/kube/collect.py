@@ -59,6 +59,14 @@ def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> 
         raise _api_error(e, "get", "pods", cfg.namespace) from None
 
 
+def _broken_stream(e: Exception) -> bool:
+    """An exec stream that failed on the way (a closed websocket, a reset connection), as
+    opposed to a bug in the code reading it."""
+    from websocket import WebSocketException
+
+    return isinstance(e, (OSError, WebSocketException))
+
+
 def collect_pod(
     core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str], None] = print, *, listed: bool = False
 ) -> Path:
@@ -142,8 +150,12 @@ def collect_pod(
             # an exec that broke off (its websocket closed without an exit status): if the
             # target went away meanwhile, that is the news; otherwise the error itself
             why, _ = _pod_gone(core, cfg, info)
+            if why is None and _broken_stream(e):
+                raise CollectError(
+                    f"the sampler's exec on {sampler} broke off ({e}); the samples collected so far are in {out}"
+                ) from None
             if why is None:
-                raise
+                raise  # not a failed stream: a bug, with its traceback
             gone = f"{why} (the sampler's exec ended with: {e})"
             break
         if summary is not None:

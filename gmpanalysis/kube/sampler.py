@@ -195,7 +195,13 @@ def _stream_sampler(
         facts = {**err.start, "summary_missing": True}
     if facts is None and err.error is not None:
         facts = {"error": err.error, "summary_missing": True}  # it could not start
-    return resp.returncode, "\n".join(err.prose), facts
+    try:
+        rc = resp.returncode
+    except TypeError:
+        # the client reads the exit status from the exec's error channel; a websocket closed
+        # before the status was sent leaves it None, which the client then indexes
+        rc = None
+    return rc, "\n".join(err.prose), facts
 
 
 def _record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
