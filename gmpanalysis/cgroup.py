@@ -14,16 +14,22 @@ cgroup v1 (``cpu`` and ``cpuacct`` hierarchies, possibly one joined mount):
 cgroup v2 (one hierarchy): ``cpu.max`` ("QUOTA PERIOD", QUOTA "max" = no limit),
   ``cpu.max.burst``.
 The ranges are the kernel's (Documentation/scheduler/sched-bwc.rst, tg_set_cfs_bandwidth):
-it stores nothing else, so a file showing anything else is rejected, not clamped. A missing
-limit file means the kernel's default (no limit); malformed content is a
-:class:`CgroupFormatError` naming the file and line and quoting it.
+it stores nothing else, so a file showing anything else is rejected, not clamped. The
+kernel prints these values with printf's ``%lld``/``%llu``: ASCII digits, no plus sign, no
+leading zero, so only that form is read (Python's ``int()`` would take "٥٠٠٠٠", "+5" or
+"5_000"). A missing limit file means the kernel's default (no limit); malformed content is
+a :class:`CgroupFormatError` naming the file and line and quoting it; a FIFO, device or
+socket in a file's place is refused before it is read (no open blocks, no read is
+unbounded).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import re
+import stat
 from pathlib import Path
 
 from .errors import CgroupFormatError
@@ -31,7 +37,17 @@ from .errors import CgroupFormatError
 DEFAULT_PERIOD_US = 100_000
 MIN_PERIOD_US, MAX_PERIOD_US = 1_000, 1_000_000
 MIN_QUOTA_US, MAX_QUOTA_US = 1_000, (1 << 44) - 1  # the kernel's max_cfs_runtime, in µs
+# Without a quota the kernel checks a burst only against the µs -> ns conversion
+# (cpu_cfs_burst_write_u64: burst_us <= U64_MAX / 1000).
+MAX_BURST_NO_QUOTA_US = ((1 << 64) - 1) // 1_000
 _MAX_QUOTE = 64  # bytes of a line an error message quotes
+# Read buffers, as gmp-sampler's (collectors/internal/cgroup): the longest legal limit
+# file is "17592186044415 1000000\n" (23 bytes); cgroup.controllers is one line of names
+# the kernel formats into a page. A read that fills its buffer is refused, so /dev/zero in
+# a file's place ends.
+_LIMITS_BUF = 128
+_CONTROLLERS_BUF = 4096
+_HINT = "not what the kernel writes: check that the directory is a cgroup's"
 
 V1_CPU_HIERARCHIES = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 V1_ACCT_HIERARCHIES = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
@@ -54,29 +70,63 @@ class CpuLimits:
 
 # --- parsing (the grammar of collectors/internal/cgroup/parse.go) -------------------------
 
-_UINT = re.compile(rb"[0-9]{1,20}")
+# "0", or 1..20 ASCII digits without a leading zero: the kernel's %llu. [0-9], not \d,
+# which matches every Unicode decimal digit.
+_UINT = re.compile(rb"0|[1-9][0-9]{0,19}")
 
 
 def _uint(b: bytes) -> int | None:
-    """An unsigned decimal: ASCII digits only, no sign or space, at most 2^64-1."""
+    """An unsigned decimal as the kernel prints it, at most 2^64-1."""
     if not _UINT.fullmatch(b):
         return None
-    v = int(b)
+    v = int(b)  # safe: at most 20 ASCII digits
     return v if v < 1 << 64 else None
 
 
 def _int(b: bytes) -> int | None:
+    """A signed decimal as the kernel prints it (%lld: no "-0", no "+")."""
     v = _uint(b[1:]) if b.startswith(b"-") else _uint(b)
-    if v is None:
+    if v is None or b == b"-0":
         return None
     v = -v if b.startswith(b"-") else v
     return v if -(1 << 63) <= v < 1 << 63 else None
 
 
+def _escape(c: str) -> str:
+    """One character as a message shows it: as is if it prints; a byte that was not UTF-8
+    (surrogateescape) as \\xNN; controls and other unprintables (bidi overrides: a hostile
+    file must not rewrite the terminal) as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:
+        return f"\\x{o - 0xDC00:02x}"
+    if c.isprintable():
+        return c
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def _printable(s: str) -> str:
+    """``s`` with every character that does not print escaped (:func:`_escape`)."""
+    return s if s.isprintable() else "".join(_escape(c) for c in s)
+
+
+def _quote(text: bytes) -> str:
+    """The start of a line in double quotes, as collectors/internal/cgroup quotes it: at
+    most _MAX_QUOTE bytes of escaped text, then "... (N bytes)"."""
+    chars = text.decode("utf-8", "surrogateescape")
+    out: list[str] = []
+    size = 0
+    for c in chars:
+        unit = _escape(c)
+        size += len(unit.encode())
+        if size > _MAX_QUOTE:
+            break
+        out.append(unit)
+    more = f"... ({len(text)} bytes)" if len(out) < len(chars) else ""
+    return '"' + "".join(out) + '"' + more
+
+
 def _error(path: str, line: int, text: bytes, reason: str) -> CgroupFormatError:
-    q = text[:_MAX_QUOTE].decode("utf-8", "backslashreplace")
-    more = f"... ({len(text)} bytes)" if len(text) > _MAX_QUOTE else ""
-    return CgroupFormatError(f'{path} line {line}: {reason}, got "{q}"{more}')
+    return CgroupFormatError(f"{path} line {line}: {reason}, got {_quote(text)} ({_HINT})")
 
 
 def _single_line(path: str, data: bytes) -> bytes:
@@ -124,26 +174,40 @@ def parse_quota_v1(data: bytes, *, source: str) -> int | None:
 
 
 def parse_burst(data: bytes, *, source: str) -> int:
-    """``cpu.cfs_burst_us`` (v1) or ``cpu.max.burst`` (v2)."""
+    """``cpu.cfs_burst_us`` (v1) or ``cpu.max.burst`` (v2), checked on its own; the checks
+    against the quota are :func:`check_burst`'s."""
     line, v = _single_uint(source, data)
-    if v > MAX_QUOTA_US:
-        raise _error(source, 1, line, f"burst must be 0..{MAX_QUOTA_US} µs")
+    if v > MAX_BURST_NO_QUOTA_US:
+        raise _error(source, 1, line, f"burst must be 0..{MAX_BURST_NO_QUOTA_US} µs")
     return v
 
 
+def check_burst(burst: int, quota: int | None, *, source: str, line: bytes = b"") -> None:
+    """The kernel's burst rules against the quota (tg_set_cfs_bandwidth): with a quota, the
+    burst is at most the quota and burst + quota at most max_cfs_runtime; without one it is
+    not checked against anything else."""
+    if quota is None:
+        return
+    if burst > quota:
+        raise _error(source, 1, line or str(burst).encode(), f"burst must not exceed the quota ({quota} µs)")
+    if burst + quota > MAX_QUOTA_US:
+        raise _error(
+            source, 1, line or str(burst).encode(), f"burst + quota ({quota} µs) must be at most {MAX_QUOTA_US} µs"
+        )
+
+
 def parse_cpu_max(data: str | bytes, *, source: str = "cpu.max") -> tuple[int | None, int]:
-    """Parse v2 ``cpu.max`` -> (quota_us or None for "max", period_us). The kernel always
-    shows both fields; "QUOTA" alone (the form a write may take) keeps the default period."""
+    """Parse v2 ``cpu.max`` -> (quota_us or None for "max", period_us). The kernel shows
+    both fields, always (cpu_max_show: "max PERIOD" or "QUOTA PERIOD"); a write may give
+    the quota alone, a read never does."""
     data = data.encode() if isinstance(data, str) else data
     line = _single_line(source, data)
     shape = "expected 'QUOTA PERIOD' in µs (QUOTA may be 'max')"
     q, sp, p = line.partition(b" ")
-    period = DEFAULT_PERIOD_US
-    if sp:
-        v = _uint(p)
-        if v is None:
-            raise _error(source, 1, line, shape)
-        period = _period(source, line, v)
+    v = _uint(p) if sp else None
+    if v is None:
+        raise _error(source, 1, line, shape)
+    period = _period(source, line, v)
     if q == b"max":
         return None, period
     quota = _uint(q)
@@ -154,14 +218,64 @@ def parse_cpu_max(data: str | bytes, *, source: str = "cpu.max") -> tuple[int | 
     return quota, period
 
 
-def _read(path: Path) -> bytes | None:
-    """A cgroup file's bytes; None when missing (the kernel's default applies)."""
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_interface_file(path: str | Path, size: int = _LIMITS_BUF) -> bytes | None:
+    """The bytes of one small cgroup interface file, or None when it does not exist (the
+    kernel's default applies). cgroupfs shows its files as regular files: anything else in
+    the place (a directory, a FIFO, /dev/zero, a socket) is a :class:`CgroupFormatError`
+    found without blocking or reading it, and so is a file that cannot be opened (a symlink
+    loop, no permission) or that fills ``size`` bytes (gmp-sampler's read buffer: the
+    kernel's longest legal content is far shorter)."""
     try:
-        return path.read_bytes()
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise CgroupFormatError(f"{path}: is a directory (expected the cgroup's interface file)") from None
+    except OSError as e:
+        try:  # a socket does not open (ENXIO): name what is there rather than the errno
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        why = f"is {_kind(mode)}" if not stat.S_ISREG(mode) else f"cannot be opened ({e.strerror})"
+        raise CgroupFormatError(f"{path}: {why}; expected the cgroup's interface file, a regular file") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CgroupFormatError(f"{path}: is {_kind(mode)}; expected the cgroup's interface file, a regular file")
+        chunks: list[bytes] = []
+        n = 0
+        while n < size:
+            try:
+                b = os.read(fd, size - n)
+            except OSError as e:
+                raise CgroupFormatError(
+                    f"{path}: read failed ({e.strerror}); the cgroup may have been removed"
+                ) from None
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+        data = b"".join(chunks)
+        if n >= size:
+            raise _error(str(path), 1, data.partition(b"\n")[0], f"file larger than the {size}-byte read buffer")
+        return data
+    finally:
+        os.close(fd)
+
+
+_read = read_interface_file
 
 
 def _burst(path: Path, quota: int | None) -> int:
@@ -169,8 +283,7 @@ def _burst(path: Path, quota: int | None) -> int:
     if data is None:
         return 0
     burst = parse_burst(data, source=str(path))
-    if quota is not None and burst > quota:
-        raise _error(str(path), 1, _single_line(str(path), data), f"burst must not exceed the quota ({quota} µs)")
+    check_burst(burst, quota, source=str(path), line=_single_line(str(path), data))
     return burst
 
 
@@ -190,6 +303,21 @@ def read_cpu_limits_v2(cgroup_dir: str | Path) -> CpuLimits:
     max_b = _read(d / "cpu.max")
     quota, period = parse_cpu_max(max_b, source=str(d / "cpu.max")) if max_b is not None else (None, DEFAULT_PERIOD_US)
     return CpuLimits(2, period, quota, _burst(d / "cpu.max.burst", quota))
+
+
+def sampler_error(facts: object) -> CgroupFormatError | None:
+    """The error gmp-sampler reported as JSON facts (its summary's ``error``, or the
+    ``{"error": {...}}`` line of a run that could not start; collectors/internal/cgroup
+    ErrorFacts) as a :class:`CgroupFormatError` when it is about a cgroup file: content the
+    kernel does not write (kind "format") or no readable regular file in a file's place
+    (kind "file"). None for anything else (no error, a cgroup that went away or does not
+    exist: the caller knows what those mean for its run)."""
+    if not isinstance(facts, dict) or facts.get("kind") not in ("format", "file"):
+        return None
+    msg = facts.get("message")
+    if not isinstance(msg, str) or not msg:
+        msg = f"{facts.get('path', '?')}: {facts.get('reason', 'not a cgroup file as the kernel writes it')}"
+    return CgroupFormatError(f"gmp-sampler: {_printable(msg)}")
 
 
 # --- layout (the rules of collectors/internal/cgroup/layout.go) ---------------------------
@@ -227,10 +355,10 @@ def detect(root: str | Path = "/sys/fs/cgroup") -> Mount | None:
     """
     r = Path(root)
     try:
-        controllers = (r / "cgroup.controllers").read_text().split()
-    except OSError:
-        controllers = []
-    if "cpu" in controllers:
+        data = _read(r / "cgroup.controllers", _CONTROLLERS_BUF) or b""
+    except CgroupFormatError:
+        data = b""  # not a v2 mount's file: look for v1 hierarchies, as gmp-sampler does
+    if b"cpu" in data.split():
         return Mount(r, 2, r, None)
     for h in V1_CPU_HIERARCHIES:
         if (r / h).is_dir():
@@ -261,10 +389,16 @@ def v1_dirs(root: str | Path, rel: str) -> tuple[Path, Path]:
 
 def _is_file(p: Path, what: str) -> bool:
     """True for a regular file, False when nothing is there; anything else is an error."""
-    if not p.exists():
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
         return False
-    if not p.is_file():
-        raise CgroupFormatError(f"{p}: not a regular file, expected the cgroup's {what}")
+    except OSError as e:
+        raise CgroupFormatError(
+            f"{p}: cannot be examined ({e.strerror}); expected the cgroup's {what}, a regular file"
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise CgroupFormatError(f"{p}: is {_kind(mode)}; expected the cgroup's {what}, a regular file")
     return True
 
 

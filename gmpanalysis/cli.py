@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
+import math
 import os
+import re
+import stat
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import GmpError, GmpWarning, UsageError
@@ -27,11 +32,55 @@ def _progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def _check_out_file(text: str, opt: str) -> Path:
+    """The file a command will write, refused before any work when it cannot be one: an
+    empty path, a directory, a parent that does not exist or is not a directory. (Writing
+    can still fail, /dev/full say: the writer says so, naming the file.)"""
+    if not text:
+        raise UsageError(f"{opt} '': give the path of the file to write")
+    p = Path(text)
+    if p.is_dir():
+        raise UsageError(f"{opt} {p}: is a directory; give a file path, e.g. {p / 'out'}")
+    _check_parent(p, opt)
+    return p
+
+
+def _check_parent(p: Path, opt: str) -> None:
+    parent = p.parent
+    if not parent.exists():
+        up = next((a for a in parent.parents if a.exists()), None)
+        if up is not None and not up.is_dir():
+            raise UsageError(f"{opt} {p}: {up} is not a directory")
+        raise UsageError(f"{opt} {p}: no such directory {parent}; create it first")
+    if not parent.is_dir():
+        raise UsageError(f"{opt} {p}: {parent} is not a directory")
+
+
+def _check_out_dir(text: str, opt: str, *, empty: bool) -> Path:
+    """A directory a command will write into (created if missing): refused up front when
+    something else is in its place or, with ``empty``, when it holds anything (bundles are
+    never overwritten)."""
+    if not text:
+        raise UsageError(f"{opt} '': give a directory")
+    p = Path(text)
+    if p.exists():
+        if not p.is_dir():
+            raise UsageError(f"{opt} {p}: not a directory; give a directory (new, or empty)")
+        if empty and any(p.iterdir()):
+            raise UsageError(
+                f"{opt} {p}: exists and is not empty; bundles are never overwritten: choose a new directory"
+            )
+        return p
+    up = next((a for a in p.parents if a.exists()), None)
+    if up is not None and not up.is_dir():
+        raise UsageError(f"{opt} {p}: {up} is not a directory")
+    return p
+
+
 def _lab_config(a: argparse.Namespace):  # -> LabConfig
     from .lab import LabConfig, parse_cpu_limit
 
-    gmp = getattr(a, "gomaxprocs", None)
-    g = None if gmp in (None, "unset", "default") else int(gmp)
+    g = getattr(a, "gomaxprocs", None)
     parent = None if a.parent_cpu_limit is None else parse_cpu_limit(a.parent_cpu_limit)
     if a.parent_cpu_limit is not None and parent is None:
         raise UsageError("--parent-cpu-limit none: leave the option out for no pod-like parent")
@@ -67,33 +116,132 @@ def _lab_config(a: argparse.Namespace):  # -> LabConfig
     )
 
 
+# --- argument types: a value out of range is argparse's usage error, naming the option ---
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")  # ASCII digits: int() would also take "١٢" or "1_000"
+
+
+def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a decimal integer in [lo, hi]."""
+
+    def parse(text: str) -> int:
+        t = text.strip()
+        if not _INT.fullmatch(t):
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+        v = int(t)
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is out of range: {lo}..{hi if hi is not None else ''}")
+        return v
+
+    return parse
+
+
+def _float_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi] ((lo, hi] with lo_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        return _in_range(text, v, lo, hi, lo_open)
+
+    return parse
+
+
+def _in_range(text: str, v: float, lo: float, hi: float, lo_open: bool) -> float:
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    if v < lo or (lo_open and v == lo) or v > hi:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+    return v
+
+
+def _gomaxprocs(text: str) -> int | None:
+    """--gomaxprocs: a positive integer, or 'unset'/'default' (the env variable not set)."""
+    if text.strip().lower() in ("unset", "default"):
+        return None
+    return _int_in(1, 1 << 20)(text)
+
+
+def _gomaxprocs_values(text: str) -> list[int | None]:
+    """--gomaxprocs-values: a comma list of positive integers and 'unset'."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty list: give e.g. 1,2,8 or unset,2")
+    try:
+        return [_gomaxprocs(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e} (give e.g. 1,2,8 or unset,2)") from None
+
+
+def _cgroup_parent(text: str) -> str:
+    """--cgroup-parent: a path below the cgroup mount; it may not climb out of it."""
+    parts = text.split("/")
+    if text.startswith("/") or ".." in parts or any(c in text for c in "\0\n"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a path relative to --cgroup-root, without '..'")
+    return text
+
+
+def _existing_dir(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory (the cgroup mount, e.g. /sys/fs/cgroup)")
+    return text
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the bundle name may not be empty")
+    return text
+
+
 def _add_lab_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", default="lab", help="bundle name (default: lab)")
+    p.add_argument("--name", type=_name, default="lab", help="bundle name (default: lab)")
     p.add_argument("--cpu-limit", default="500m", help="CPU limit: 500m, 0.5, 2 or none (default: 500m)")
-    p.add_argument("--period-us", type=int, default=100_000, help="CFS period in µs (default: 100000)")
-    p.add_argument("--burst-us", type=int, default=0, help="CFS burst in µs (default: 0)")
+    p.add_argument(
+        "--period-us",
+        type=_int_in(1_000, 1_000_000),
+        default=100_000,
+        help="CFS period in µs, 1000..1000000 (default: 100000)",
+    )
+    p.add_argument("--burst-us", type=_int_in(0), default=0, help="CFS burst in µs (default: 0)")
     p.add_argument(
         "--workload",
         choices=["cpu", "alloc"],
         default="cpu",
         help="cpu: pure compute per request; alloc: compute + garbage + a live heap",
     )
-    p.add_argument("--work-ms", type=float, default=30.0, help="CPU per request in ms (default: 30)")
-    p.add_argument("--alloc-kb", type=int, default=4096, help="garbage per request for --workload alloc (KiB)")
-    p.add_argument("--live-mb", type=int, default=64, help="live heap for --workload alloc (MiB)")
+    p.add_argument(
+        "--work-ms", type=_float_in(0, 10_000, lo_open=True), default=30.0, help="CPU per request in ms (default: 30)"
+    )
+    p.add_argument("--alloc-kb", type=_int_in(0), default=4096, help="garbage per request for --workload alloc (KiB)")
+    p.add_argument("--live-mb", type=_int_in(0), default=64, help="live heap for --workload alloc (MiB)")
     p.add_argument("--mode", choices=["open", "closed"], default="open", help="load loop (default: open)")
     p.add_argument("--arrivals", choices=["poisson", "constant"], default="poisson", help="open-loop arrivals")
-    p.add_argument("--rate", type=float, default=None, help="open-loop req/s (default: 80%% of the quota's capacity)")
-    p.add_argument("--concurrency", type=int, default=4, help="closed-loop clients (default: 4)")
-    p.add_argument("--duration", type=float, default=6.0, help="load duration in s (default: 6)")
-    p.add_argument("--max-requests", type=int, default=100_000, help="load bound in requests")
-    p.add_argument("--seed", type=int, default=1, help="arrival schedule seed")
-    p.add_argument("--trace-start", type=float, default=1.0, help="trace window start after load start, s")
-    p.add_argument("--trace-seconds", type=float, default=4.0, help="trace window length, s (0: none)")
-    p.add_argument("--interval-us", type=int, default=997, help="sampling interval in µs (default: 997)")
+    p.add_argument(
+        "--rate",
+        type=_float_in(0, 1e6, lo_open=True),
+        default=None,
+        help="open-loop req/s (default: 80%% of the quota's capacity)",
+    )
+    p.add_argument("--concurrency", type=_int_in(1, 10_000), default=4, help="closed-loop clients (default: 4)")
+    p.add_argument(
+        "--duration", type=_float_in(0, 3600, lo_open=True), default=6.0, help="load duration in s (default: 6)"
+    )
+    p.add_argument("--max-requests", type=_int_in(1), default=100_000, help="load bound in requests")
+    p.add_argument("--seed", type=_int_in(-(1 << 63), (1 << 63) - 1), default=1, help="arrival schedule seed")
+    p.add_argument("--trace-start", type=_float_in(0, 3600), default=1.0, help="trace window start after load start, s")
+    p.add_argument("--trace-seconds", type=_float_in(0, 3600), default=4.0, help="trace window length, s (0: none)")
+    p.add_argument(
+        "--interval-us", type=_int_in(1, 1_000_000), default=997, help="sampling interval in µs (default: 997)"
+    )
     p.add_argument("--no-fifo", action="store_true", help="sampler under SCHED_OTHER instead of SCHED_FIFO")
-    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="cgroup mount")
-    p.add_argument("--cgroup-parent", default="", help="parent cgroup for the lab's cgroup (v2: delegated subtree)")
+    p.add_argument("--cgroup-root", type=_existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
+    p.add_argument(
+        "--cgroup-parent",
+        type=_cgroup_parent,
+        default="",
+        help="parent cgroup for the lab's cgroup (v2: delegated subtree)",
+    )
     p.add_argument(
         "--parent-cpu-limit",
         default=None,
@@ -101,7 +249,10 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
         "both levels are sampled",
     )
     p.add_argument(
-        "--resize-at", type=_seconds, default=None, help="rewrite the limit in place this long after load start (s)"
+        "--resize-at",
+        type=_duration(0, 3600),
+        default=None,
+        help="rewrite the limit in place this long after load start (s)",
     )
     p.add_argument("--cpu-limit-after", default=None, help="the limit written at --resize-at: 2000m, 0.5 or none")
     p.add_argument(
@@ -118,6 +269,7 @@ def cmd_lab_run(a: argparse.Namespace) -> int:
 
     cfg = _lab_config(a)
     out = Path(a.out or f"runs/{cfg.name}")
+    _check_out_dir(str(out), "-o", empty=True)
     run_lab(cfg, out, progress=_progress)
     print(out)
     return 0
@@ -126,8 +278,9 @@ def cmd_lab_run(a: argparse.Namespace) -> int:
 def cmd_lab_sweep(a: argparse.Namespace) -> int:
     from .lab import sweep
 
-    values = [None if v == "unset" else int(v) for v in a.gomaxprocs_values.split(",")]
-    for p in sweep(_lab_config(a), values, a.out, progress=_progress):
+    cfg = _lab_config(a)
+    _check_out_dir(a.out, "-o", empty=False)
+    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress):
         print(p)
     return 0
 
@@ -163,6 +316,17 @@ def cmd_trace(a: argparse.Namespace) -> int:
     from .gotrace.summary import RUNNING_NOTE, df_running_by_p, df_stw_by_kind, gc_cpu_text
 
     path = Path(a.file)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG  # read_trace says it is missing
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read ({e.strerror}); give a trace file") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{path}: is a directory; give a trace file, e.g. {path / 'trace.out'}")
+    if not stat.S_ISREG(mode):
+        # a FIFO would block the read, /dev/zero never end it
+        raise UsageError(f"{path}: not a regular file; give a trace file (runtime/trace, /debug/pprof/trace)")
     size = path.stat().st_size if path.exists() else 0
     bar = None
     progress = None
@@ -219,6 +383,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     from .bundle import load_run
     from .report import recording_notes, to_report
 
+    out = _check_out_file(a.out, "-o")
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
         print("no bundles given and no example runs found; pass bundle directories", file=sys.stderr)
@@ -233,7 +398,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             with recording_notes([]) as found:
                 runs.append(load_run(p))
             loading_notes.append(found)
-        out = to_report(runs, a.out, notes=loading_notes, progress=_progress)
+        out = to_report(runs, out, notes=loading_notes, progress=_progress)
     for p, run, found in zip(paths, runs, loading_notes, strict=True):
         for n in dict.fromkeys([*run.notes, *found]):
             print(f"{p}: note: {n}", file=sys.stderr)
@@ -245,25 +410,35 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .bundle import load_run
     from .export import to_chrome_trace
 
-    print(to_chrome_trace(load_run(a.bundle), a.out))
+    out = _check_out_file(a.out, "-o")
+    print(to_chrome_trace(load_run(a.bundle), out))
     return 0
 
 
-def _seconds(text: str) -> float:
-    t = text.strip().lower()
-    try:
-        if t.endswith("ms"):
-            return float(t[:-2]) / 1000
-        if t.endswith("m"):
-            return float(t[:-1]) * 60
-        return float(t[:-1]) if t.endswith("s") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m)") from None
+def _duration(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a duration in seconds ("30", "30s", "500ms", "2m"), finite, in
+    [lo, hi] ((lo, hi] with lo_open)."""
+
+    def parse(text: str) -> float:
+        t = text.strip().lower()
+        try:
+            if t.endswith("ms"):
+                v = float(t[:-2]) / 1000
+            elif t.endswith("m"):
+                v = float(t[:-1]) * 60
+            else:
+                v = float(t[:-1]) if t.endswith("s") else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m)") from None
+        return _in_range(text, v, lo, hi, lo_open)
+
+    return parse
 
 
 def cmd_collect(a: argparse.Namespace) -> int:
     from .kube import CollectConfig, collect
 
+    _check_out_dir(a.out, "--out", empty=False)
     cfg = CollectConfig(
         namespace=a.namespace,
         pod=a.pod,
@@ -315,8 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--pod", help="target pod name")
     who.add_argument("-l", "--selector", help="label selector of target pods")
     cp.add_argument("--container", default=None, help="container (default: the pod's first)")
-    cp.add_argument("--duration", type=_seconds, default=30.0, help="window, e.g. 30s (default: 30s)")
-    cp.add_argument("--pprof-port", type=int, default=6060, help="net/http/pprof port (0: no trace)")
+    cp.add_argument(
+        "--duration", type=_duration(0, 3600, lo_open=True), default=30.0, help="window, e.g. 30s (default: 30s)"
+    )
+    cp.add_argument("--pprof-port", type=_int_in(0, 65535), default=6060, help="net/http/pprof port (0: no trace)")
     cp.add_argument(
         "--pprof-host", default=None, help="Host header of the trace request (default: 127.0.0.1:PORT, what is dialled)"
     )
@@ -334,13 +511,21 @@ def build_parser() -> argparse.ArgumentParser:
     lr = labsub.add_parser("run", help="one run -> one bundle")
     _add_lab_args(lr)
     lr.add_argument(
-        "--gomaxprocs", default=None, help="GOMAXPROCS env of the app; 'default' or 'unset': not set (the default)"
+        "--gomaxprocs",
+        type=_gomaxprocs,
+        default=None,
+        help="GOMAXPROCS env of the app, a positive integer; 'default' or 'unset': not set (the default)",
     )
     lr.add_argument("-o", "--out", default=None, help="bundle directory (default: runs/NAME)")
     lr.set_defaults(func=cmd_lab_run)
     ls = labsub.add_parser("sweep", help="the same run at several GOMAXPROCS values")
     _add_lab_args(ls)
-    ls.add_argument("--gomaxprocs-values", default="1,2,8", help="comma list, 'unset' allowed (default: 1,2,8)")
+    ls.add_argument(
+        "--gomaxprocs-values",
+        type=_gomaxprocs_values,
+        default="1,2,8",
+        help="comma list, 'unset' allowed (default: 1,2,8)",
+    )
     ls.add_argument("-o", "--out", default="runs", help="directory for the bundles (default: runs)")
     ls.set_defaults(func=cmd_lab_sweep)
     return ap
@@ -353,8 +538,21 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"gmpanalysis: {what}: {message}", file=file or sys.stderr)
 
 
+def _one_line(text: str) -> str:
+    """An error message as one terminal line: its lines joined with "; ", characters that
+    do not print (escape sequences, lone surrogates from undecodable names) escaped."""
+    text = "; ".join(x.strip() for x in text.splitlines() if x.strip())
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    # names come from files and directories: a lone surrogate (an undecodable byte) in one
+    # is printed escaped rather than ending the command with UnicodeEncodeError
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
@@ -366,7 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe
     except GmpError as e:
-        print(f"gmpanalysis: {e}", file=sys.stderr)
+        # every error raised on purpose: one line, exit 2; anything else is a bug and keeps
+        # its traceback
+        print(f"gmpanalysis: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gmpanalysis: interrupted; processes stopped and cgroups removed", file=sys.stderr)

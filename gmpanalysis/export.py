@@ -12,6 +12,7 @@ import numpy as np
 
 from .analysis import analyze
 from .bundle import Run
+from .errors import UsageError
 
 PID_CGROUP, PID_GO = 1, 2
 
@@ -94,13 +95,18 @@ def chrome_trace_events(run: Run) -> list[dict[str, Any]]:
 def to_chrome_trace(run: Run, path: str | os.PathLike[str]) -> Path:
     """Write the run as Chrome trace-event JSON (``{"traceEvents": [...]}``)."""
     out = Path(path)
-    out.write_text(
-        json.dumps(
-            {
-                "traceEvents": chrome_trace_events(run),
-                "displayTimeUnit": "ms",
-                "otherData": {"source": "gmpanalysis", "run": run.name},
-            }
-        )
+    # json.dumps writes ASCII: a lone surrogate in a name is escaped, not an encoding error
+    text = json.dumps(
+        {
+            "traceEvents": chrome_trace_events(run),
+            "displayTimeUnit": "ms",
+            "otherData": {"source": "gmpanalysis", "run": run.name},
+        }
     )
+    try:
+        out.write_text(text, encoding="ascii")
+    except OSError as e:
+        raise UsageError(
+            f"{out}: cannot write the trace JSON ({e.strerror or e}); choose another output file"
+        ) from None
     return out

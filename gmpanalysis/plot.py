@@ -4,6 +4,7 @@ matplotlib is imported when a plot is drawn, not with the package."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,19 @@ FROZEN_OTHER = "#9467bd"  # frozen by another level's quota (the pod's)
 BUSY = "#1f77b4"
 THROTTLED = "#ff7f0e"
 UNKNOWN = "#7f7f7f"
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def plain_text(text: object) -> str:
+    """A name from the data (a run, a cgroup level) as literal text in a figure. matplotlib
+    reads text between two "$" as mathtext and raises on what it cannot parse (a run named
+    ``$\\foo{x}$``): every "$" is escaped. A lone surrogate (an undecodable byte in a
+    file name) becomes U+FFFD and a control character \\xNN, so the text renders."""
+    s = _LONE_SURROGATE.sub("\ufffd", str(text))
+    s = "".join(c if c.isprintable() or c == "\n" else f"\\x{ord(c):02x}" for c in s)
+    return s.replace("$", r"\$")
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> Any:
@@ -125,7 +139,11 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
             bbox={"boxstyle": "round", "fc": "white", "alpha": 0.8},
         )
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=3, frameon=False)
-    ax.set_title(title or "CPU per CFS period against the quota: bars while it ran, red while it stood frozen")
+    ax.set_title(
+        plain_text(title)
+        if title
+        else "CPU per CFS period against the quota: bars while it ran, red while it stood frozen"
+    )
     return ax
 
 
@@ -172,7 +190,7 @@ def plot_period_heatmap(
         off = off.assign(frozen_own=own_mask, frozen_other=off["frozen"] & ~own_mask)
         overlay("frozen_own", FROZEN, 0.85)
         overlay("frozen_other", FROZEN_OTHER, 0.85)
-        handles.append(Patch(color=FROZEN_OTHER, label=f"frozen: the {', '.join(others)}'s quota ran out"))
+        handles.append(Patch(color=FROZEN_OTHER, label=plain_text(f"frozen: the {', '.join(others)}'s quota ran out")))
     else:
         overlay("frozen", FROZEN, 0.85)
     if "unknown" in off and off["unknown"].any():
@@ -182,8 +200,9 @@ def plot_period_heatmap(
     ax.set_ylabel("offset inside the period (ms)")
     ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.set_title(
-        title
-        or f"inside each period, in {step:g} ms buckets: when the CPUs ran, when the quota ran out\n"
+        plain_text(title)
+        if title
+        else f"inside each period, in {step:g} ms buckets: when the CPUs ran, when the quota ran out\n"
         f"(CPU charged at scheduler ticks is moved back to the buckets it ran in, at most {vmax:g} CPUs)",
         fontsize=10,
     )
@@ -214,7 +233,7 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
     ax.set_xlabel("STW start, offset inside its period (ms)")
     ax.set_ylabel("STW length (ms, log)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(title or "stop-the-world pauses against the period boundary")
+    ax.set_title(plain_text(title) if title else "stop-the-world pauses against the period boundary")
     return ax
 
 
@@ -222,14 +241,14 @@ def plot_mmu(mmu: pd.DataFrame, *, ax: Any = None, label: str | None = None, tit
     """Minimum mutator utilisation against window length (log scale); call it once per run
     on the same ``ax`` to compare runs. Takes :func:`gmpanalysis.mmu.df_mmu` output."""
     ax = _axes(ax, (7, 4))
-    ax.plot(mmu["window_ms"], mmu["mmu"], marker="o", label=label)
+    ax.plot(mmu["window_ms"], mmu["mmu"], marker="o", label=None if label is None else plain_text(label))
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("window (ms, log)")
     ax.set_ylabel("minimum mutator utilisation")
     if label:
         ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(title or "minimum mutator utilisation (the Go runtime's view)")
+    ax.set_title(plain_text(title) if title else "minimum mutator utilisation (the Go runtime's view)")
     return ax
 
 
@@ -262,7 +281,7 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
     colors = [color_of[v] for v in g]
     loads = cmp["load"].astype(str).to_numpy() if "load" in cmp else np.full(len(cmp), "")
     load_ids = {v: i for i, v in enumerate(dict.fromkeys(loads))}
-    names = cmp["name"].astype(str).to_numpy()
+    names = [plain_text(n) for n in cmp["name"].astype(str)]
     for ax, (col, label) in zip(np.ravel(axes), COMPARE_METRICS, strict=False):
         v = cmp[col].to_numpy(dtype=float) if col in cmp else np.full(len(cmp), np.nan)
         # a gap between load groups where the metric depends on the load
@@ -283,8 +302,8 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
         ax.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
         sub = "\n(grouped by load)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
         ax.set_title(label + sub, fontsize=9)
-    handles = [Patch(color=color_of[k], label=f"GOMAXPROCS {k}") for k in kinds]
+    handles = [Patch(color=color_of[k], label=plain_text(f"GOMAXPROCS {k}")) for k in kinds]
     np.ravel(axes)[0].figure.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=len(handles))
     if title:
-        np.ravel(axes)[0].figure.suptitle(title)
+        np.ravel(axes)[0].figure.suptitle(plain_text(title))
     return axes

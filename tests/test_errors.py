@@ -29,6 +29,7 @@ NOT_GMP_ERRORS = {
     "KeyboardInterrupt",  # lab/run.py re-raises Ctrl-C after stopping its processes
     "argparse.ArgumentTypeError",  # argparse's protocol for type= functions: becomes a usage message
     "_Short",  # gotrace/wire.py: private "ran out of bytes" signal, always caught inside gotrace
+    "bug",  # kube/collect.py: a non-GmpError from a pod's thread re-raised, traceback and all
 }
 
 

@@ -77,3 +77,18 @@ def test_the_nodes_kernel_and_cpus_come_from_the_sampler():
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "kernel": None, "ncpu": None}
     _record_summary(meta, {"cgroups": [], "kernel": "6.18.44", "ncpu": 2})
     assert (meta["kernel"], meta["ncpu"]) == ("6.18.44", 2)
+
+
+def test_error_line_is_kept_as_facts(tmp_path):
+    """A sampler that could not start says why as prose and as one {"error": ...} line;
+    the facts are kept (collect raises them as a CgroupFormatError), not logged."""
+    from gmpanalysis.cgroup import sampler_error
+
+    logged: list[str] = []
+    err = _SamplerStderr(tmp_path / "host_stat.csv", logged.append)
+    facts = {"kind": "format", "path": "/c/cpu.max", "line": 1, "message": '/c/cpu.max line 1: x, got "max 1"'}
+    err.feed('gmp-sampler: /c/cpu.max line 1: x, got "max 1"\n' + json.dumps({"error": facts}) + "\n")
+    err.close()
+    assert err.error == facts and err.summary is None
+    assert logged == ['gmp-sampler: /c/cpu.max line 1: x, got "max 1"']
+    assert "cpu.max line 1" in str(sampler_error(err.error))

@@ -127,3 +127,38 @@ def test_report_shows_uncertain_periods_as_uncertain(tmp_path):
     assert f"{g.boundaries} period(s) are shown as unknown (hatched)" in html
     ax = gmp.plot_periods(per)
     assert any(h.get_label() == "unknown: hole in the samples" for h in ax.get_legend().legend_handles)
+
+
+def test_hostile_run_names(tmp_path, capsys):
+    """Run names are data: a mathtext-looking name is drawn as literal text (matplotlib
+    would try to parse it), a lone surrogate (an undecodable byte in a directory name) or an
+    escape sequence neither breaks the HTML, the JSON export nor the summary on stdout."""
+    runs = [gmp.load_run(p) for p in RUNS[:2]]
+    runs[0].meta["name"] = r"$\foo{x}$ 100$"
+    runs[1].meta["name"] = "bad \udcff name \x1b[31m"
+    out = gmp.to_report(runs, tmp_path / "r.html")
+    text = out.read_bytes().decode("utf-8")  # valid UTF-8
+    assert r"<h2>$\foo{x}$ 100$</h2>" in text and "bad \ufffd name" in text
+    export = gmp.to_chrome_trace(runs[1], tmp_path / "t.json")
+    assert json.loads(export.read_text())["otherData"]["run"] == "bad \udcff name \x1b[31m"
+
+    bundle = tmp_path / "b"
+    shutil.copytree(RUNS[0], bundle)
+    meta = json.loads((bundle / "meta.json").read_text())
+    meta["name"] = "bad \udcff"
+    (bundle / "meta.json").write_text(json.dumps(meta))  # ASCII JSON: the surrogate as \udcff
+    assert main(["summary", str(bundle)]) == 0
+    assert "bad \\udcff" in capsys.readouterr().out
+
+
+def test_plain_text_keeps_names_literal():
+    import matplotlib.pyplot as plt
+
+    from gmpanalysis.plot import plain_text
+
+    assert plain_text(r"$\foo{x}$") == r"\$\foo{x}\$"
+    assert plain_text("a\udcffb\x1b") == "a\ufffdb\\x1b"
+    fig, ax = plt.subplots()
+    ax.set_title(plain_text(r"$\foo{x}$"))
+    fig.canvas.draw()  # would raise ValueError (ParseFatalException) on the raw name
+    plt.close(fig)

@@ -95,6 +95,35 @@ def test_unknown_cgroup_is_a_clear_error(bins, tmp_path):
     assert 'cgroup "nope": no cpu.stat under' in r.stderr
 
 
+@pytest.mark.parametrize("summary", ["stderr", "file"])
+def test_bad_cgroup_file_reaches_python_as_a_gmp_error(bins, tmp_path, summary):
+    """A limit file the kernel would not write stops the sampler before its first row (exit
+    2) and its error comes out as JSON facts, which gmpanalysis raises as a
+    CgroupFormatError naming the file and the line."""
+    import json
+
+    from gmpanalysis.cgroup import sampler_error
+    from gmpanalysis.errors import CgroupFormatError
+
+    root = tree(tmp_path, 2)
+    (root / "g" / "cpu.max").write_text("max 1000001\n")
+    dest = "stderr" if summary == "stderr" else str(tmp_path / "s.json")
+    r, _ = sample(bins, root, "g", extra=("--limits-out", str(tmp_path / "l.csv"), "--summary", dest))
+    assert r.returncode == 2, r.stderr
+    if summary == "stderr":
+        facts = [json.loads(x)["error"] for x in r.stderr.splitlines() if x.startswith('{"error"')]
+        assert len(facts) == 1
+        facts = facts[0]
+    else:
+        doc = json.loads((tmp_path / "s.json").read_text())
+        assert doc["stop_reason"] == "not started"
+        facts = doc["error"]
+    err = sampler_error(facts)
+    assert isinstance(err, CgroupFormatError)
+    assert f"{root / 'g' / 'cpu.max'} line 1: period must be 1000..1000000" in str(err)
+    assert 'got "max 1000001"' in str(err)
+
+
 def test_summary_json(bins, tmp_path):
     import json
 

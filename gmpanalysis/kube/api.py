@@ -13,6 +13,48 @@ from ..errors import CollectError
 from .config import CollectConfig
 
 
+def _kubeconfig_files(cfg: CollectConfig) -> list[str]:
+    """The kubeconfig files the client would read: --kubeconfig, else $KUBECONFIG (a
+    list, as kubectl reads it), else ~/.kube/config."""
+    if cfg.kubeconfig:
+        return [cfg.kubeconfig]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [f for f in env.split(os.pathsep) if f]
+    return [str(Path("~/.kube/config").expanduser())]
+
+
+def _check_kubeconfig(path: str, given: bool) -> None:
+    """A kubeconfig is a YAML mapping: say so, naming the file, before the client reads it
+    (its parser raises YAML, decoding or type errors of its own on anything else)."""
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        if given:
+            raise CollectError(f"{path}: kubeconfig not found; pass --kubeconfig FILE")
+        return  # the client says there is no configuration
+    if not p.is_file():
+        raise CollectError(f"{path}: not a kubeconfig file (a directory or a device); pass --kubeconfig FILE")
+    if p.stat().st_size > 16 << 20:
+        raise CollectError(f"{path}: {p.stat().st_size} bytes is not a kubeconfig; pass --kubeconfig FILE")
+    try:
+        doc = yaml.safe_load(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CollectError(f"{path}: not a kubeconfig (not UTF-8 text at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise CollectError(f"{path}: not a kubeconfig (YAML error{at}: {getattr(e, 'problem', e)})") from None
+    if doc is None:
+        raise CollectError(f"{path}: the kubeconfig is empty; pass --kubeconfig FILE")
+    if not isinstance(doc, dict):
+        raise CollectError(f"{path}: not a kubeconfig (expected a YAML mapping with clusters, users and contexts)")
+    for k in ("clusters", "users", "contexts"):
+        if not isinstance(doc.get(k) or [], list) or not all(isinstance(x, dict) for x in doc.get(k) or []):
+            raise CollectError(f"{path}: not a kubeconfig ({k} must be a list of mappings)")
+
+
 def _client(cfg: CollectConfig) -> Any:
     try:
         from kubernetes import client, config
@@ -20,12 +62,14 @@ def _client(cfg: CollectConfig) -> Any:
         raise CollectError(
             "the Kubernetes collector needs the kubernetes client: pip install 'gmpanalysis[kube]'"
         ) from None
+    in_cluster = not cfg.kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG")
+    if not in_cluster:
+        for f in _kubeconfig_files(cfg):
+            _check_kubeconfig(f, given=bool(cfg.kubeconfig))
     try:
         if cfg.kubeconfig:
-            if not Path(cfg.kubeconfig).is_file():
-                raise CollectError(f"{cfg.kubeconfig}: kubeconfig not found")
             config.load_kube_config(config_file=cfg.kubeconfig, context=cfg.context)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        elif in_cluster:
             config.load_incluster_config()  # running in a pod: its ServiceAccount
         else:
             config.load_kube_config(context=cfg.context)
@@ -67,11 +111,26 @@ def _forbidden(e: Any, verb: str, resource: str, namespace: str) -> CollectError
 
 def _call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: Any, **kw: Any) -> Any:
     from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
 
     try:
         return fn(*a, **kw)
     except ApiException as e:
         raise _api_error(e, verb, resource, namespace) from None
+    except HTTPError as e:
+        raise unreachable(e, verb, resource, namespace) from None
+
+
+def unreachable(e: Exception, verb: str, resource: str, namespace: str) -> CollectError:
+    """The CollectError for a request that got no answer at all (a urllib3 error): the
+    server in the kubeconfig is not there, or not reachable from here."""
+    why = getattr(e, "reason", None) or e
+    pool = getattr(e, "pool", None)
+    server = f" {pool.scheme}://{pool.host}:{pool.port}" if pool is not None else ""
+    return CollectError(
+        f"{verb} {resource} in {namespace!r}: cannot reach the Kubernetes API server{server} ({why}); "
+        "check the kubeconfig's server address and that the cluster is running"
+    )
 
 
 def _api_error(e: Any, verb: str, resource: str, namespace: str) -> CollectError:

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import to_meta
-from ..errors import CollectError
+from ..cgroup import sampler_error
+from ..errors import CgroupFormatError, CollectError, GmpError
 from ..schema import new_meta
-from .api import _api_error, _call, _client
+from .api import _api_error, _call, _client, unreachable
 from .config import CollectConfig, validate
 from .sampler import (
     _first_t,
@@ -43,9 +44,12 @@ def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> 
     """The target pod as the API has it now. A pod that matched the selector a moment ago
     and is gone now was deleted in between: say so, not just "not found"."""
     from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
 
     try:
         return core.read_namespaced_pod(pod_name, cfg.namespace)
+    except HTTPError as e:  # the first request: where an unreachable server shows
+        raise unreachable(e, "get", "pods", cfg.namespace) from None
     except ApiException as e:
         if listed and e.status == 404:
             raise CollectError(
@@ -53,6 +57,14 @@ def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> 
                 f"it matched {cfg.selector!r} a moment before"
             ) from None
         raise _api_error(e, "get", "pods", cfg.namespace) from None
+
+
+def _broken_stream(e: Exception) -> bool:
+    """An exec stream that failed on the way (a closed websocket, a reset connection), as
+    opposed to a bug in the code reading it."""
+    from websocket import WebSocketException
+
+    return isinstance(e, (OSError, WebSocketException))
 
 
 def collect_pod(
@@ -121,6 +133,7 @@ def collect_pod(
 
     deadline = time.monotonic() + cfg.duration_s
     gone = None
+    bad_file = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0.05:
@@ -137,8 +150,12 @@ def collect_pod(
             # an exec that broke off (its websocket closed without an exit status): if the
             # target went away meanwhile, that is the news; otherwise the error itself
             why, _ = _pod_gone(core, cfg, info)
+            if why is None and _broken_stream(e):
+                raise CollectError(
+                    f"the sampler's exec on {sampler} broke off ({e}); the samples collected so far are in {out}"
+                ) from None
             if why is None:
-                raise
+                raise  # not a failed stream: a bug, with its traceback
             gone = f"{why} (the sampler's exec ended with: {e})"
             break
         if summary is not None:
@@ -148,6 +165,11 @@ def collect_pod(
         if rc == 0 or deadline - time.monotonic() <= 0.05:
             break
         stop = str((summary or {}).get("stop_reason", ""))
+        bad_file = sampler_error((summary or {}).get("error"))
+        if bad_file is not None:
+            # a cgroup file not as the kernel writes it: the node's data is the news, not the pod
+            gone = str(bad_file)
+            break
         # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
         if not stop.startswith("cgroup gone") and rc != 3:
             # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
@@ -183,6 +205,8 @@ def collect_pod(
         meta["error"] = gone
     to_meta(out / "meta.json", meta)
     if gone:
+        if bad_file is not None:
+            raise CgroupFormatError(f"{gone}; the samples collected so far are in {out}")
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
     if th is not None and not trace_res.get("complete"):
         # a part the user asked for is missing: say so with a failing exit, keep the rest.
@@ -228,6 +252,9 @@ def collect(cfg: CollectConfig, log: Callable[[str], None] = print) -> list[Path
         t.start()
     for t in threads:
         t.join()
+    for bug in results.values():
+        if isinstance(bug, Exception) and not isinstance(bug, GmpError):
+            raise bug  # not a collection that failed: a bug, shown with its traceback
     errors = [f"{n}: {r}" for n, r in results.items() if isinstance(r, Exception)]
     if errors:
         raise CollectError("; ".join(errors))

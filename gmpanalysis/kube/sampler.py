@@ -34,8 +34,8 @@ class _SamplerStderr:
     host_stat.csv at once; ``{"limits": {...}}`` a row of every level's CFS limits (at its
     first read and at every change), appended to limits.csv at once; ``{"start": {...}}``
     what it samples, the policy it got and its first deadline, sent before the first read and
-    handed to ``on_start``; ``{"summary": {...}}`` its closing summary); any other line is
-    prose for the human log."""
+    handed to ``on_start``; ``{"summary": {...}}`` its closing summary; ``{"error": {...}}``
+    why it could not start); any other line is prose for the human log."""
 
     def __init__(
         self,
@@ -52,6 +52,7 @@ class _SamplerStderr:
         self.prose: list[str] = []
         self.start: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
 
     def feed(self, text: str) -> None:
         self.pending += text
@@ -78,6 +79,9 @@ class _SamplerStderr:
                 return
             if isinstance(obj, dict) and isinstance(obj.get("summary"), dict):
                 self.summary = obj["summary"]
+                return
+            if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+                self.error = obj["error"]  # the prose line before it said the same to the log
                 return
             if isinstance(obj, dict) and isinstance(obj.get("start"), dict):
                 self.start = obj["start"]
@@ -144,7 +148,7 @@ def _stream_sampler(
     first) and append its CSV rows to ``csv`` as they arrive, its host rows to host_stat.csv
     and its limits rows to limits.csv beside it. Returns (exit code, stderr prose, the
     sampler's summary; or its start facts flagged ``summary_missing`` when it died without
-    one; or None)."""
+    one; or its ``error`` facts alone when it could not start; or None)."""
     from kubernetes.stream import stream
 
     resp = _call(
@@ -189,7 +193,15 @@ def _stream_sampler(
     facts = err.summary
     if facts is None and err.start is not None:
         facts = {**err.start, "summary_missing": True}
-    return resp.returncode, "\n".join(err.prose), facts
+    if facts is None and err.error is not None:
+        facts = {"error": err.error, "summary_missing": True}  # it could not start
+    try:
+        rc = resp.returncode
+    except TypeError:
+        # the client reads the exit status from the exec's error channel; a websocket closed
+        # before the status was sent leaves it None, which the client then indexes
+        rc = None
+    return rc, "\n".join(err.prose), facts
 
 
 def _record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import to_meta
-from ..errors import LabError
+from ..cgroup import sampler_error
+from ..errors import GmpError, LabError
 from ..schema import new_meta
 from .binaries import ensure_binaries
 from .cgroups import PREFIX, LabCgroup
@@ -301,6 +302,12 @@ def _initial_meta(cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None,
     return new_meta("lab", cfg.name, **fields)
 
 
+def _sampler_failed(facts: dict[str, Any]) -> GmpError:
+    """The error the sampler reported as JSON facts (it could not start, or a read stopped
+    it): a CgroupFormatError for a cgroup file not as the kernel writes it, else a LabError."""
+    return sampler_error(facts) or LabError(f"gmp-sampler: {facts.get('message')}")
+
+
 def _start_sampler(cfg: LabConfig, bins: dict[str, Path], lv: Levels, out: Path) -> subprocess.Popen:
     """gmp-sampler outside the cgroups (never sample from inside: it would be throttled
     with them), appending cpu_stat.csv (every level), limits.csv and host_stat.csv as it goes."""
@@ -483,6 +490,8 @@ def run_lab(
         _stop(app, signal.SIGTERM)
 
         sstat = _read_json(out / ".sampler.json") or {}
+        if isinstance(sstat.get("error"), dict):
+            raise _sampler_failed(sstat["error"])
         lstat = _read_json(out / ".loadgen.json") or {}
         meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
         meta["sampler"].update(sstat)

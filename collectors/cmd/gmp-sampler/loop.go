@@ -167,6 +167,7 @@ func (s *sampler) readFailed(t *target, err error) {
 		s.sum.StopReason = "cgroup gone: " + ge.Path
 	} else {
 		s.sum.StopReason = "bad cgroup data: " + err.Error()
+		s.sum.Error = cgroup.Facts(err)
 		s.badData = true
 	}
 }

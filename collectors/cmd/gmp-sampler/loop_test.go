@@ -165,6 +165,10 @@ func TestSamplerStopsOnBadData(t *testing.T) {
 		sum.ReadErrors != 1 || sum.Rows != 0 || s.exitCode() != 4 {
 		t.Errorf("stop %q, read errors %d, rows %d, exit %d", sum.StopReason, sum.ReadErrors, sum.Rows, s.exitCode())
 	}
+	// the same error as facts, for the collector
+	if e := sum.Error; e == nil || e.Kind != "format" || e.Line != 1 || e.Path != filepath.Join(root, "g", "cpu.stat") {
+		t.Errorf("error facts %+v", e)
+	}
 	if _, rows := readRows(t, out); len(rows) != 0 {
 		t.Errorf("rows written: %q", rows)
 	}

@@ -16,7 +16,9 @@
 // the end of --duration or on a signal, 2 when nothing could be sampled (bad arguments, no
 // such cgroup, files that do not parse at the first read), 3 when a sampled cgroup went
 // away (its files no longer read), 4 when a later read did not parse (the summary's
-// stop_reason quotes the file and line; no row is written for it).
+// stop_reason quotes the file and line; no row is written for it). With --summary, exits
+// 2 and 4 carry the error as JSON facts (the summary's "error": kind, path, line, message;
+// before the start, a {"error":{...}} line or a file holding only the error).
 //
 // The pieces: config.go (flags), cgroups.go (targets), row.go (CSV output), hoststat.go
 // (/proc/stat), limits.go (the limits series), sched.go and clock.go (thread, policy, clock and sleep), loop.go (the
@@ -41,22 +43,22 @@ func main() {
 		return
 	}
 	if err := cfg.validate(); err != nil {
-		fatalf("%v", err)
+		fail(&cfg, err)
 	}
 	targets, err := openTargets(os.Stderr, cfg.root, cfg.cgroups, cfg.limitsOut != "")
 	if err != nil {
-		fatalf("%v", err)
+		fail(&cfg, err)
 	}
 	w, err := openOutput(cfg.out, len(targets) > 1)
 	if err != nil {
-		fatalf("%v", err)
+		fail(&cfg, err)
 	}
 	if w != os.Stdout {
 		defer w.Close()
 	}
 	hs, err := startHostStat(cfg.hostStat, cfg.hostEvery)
 	if err != nil {
-		fatalf("%v", err)
+		fail(&cfg, err)
 	}
 	if hs != nil {
 		defer hs.close()
@@ -67,7 +69,7 @@ func main() {
 	var ls *limitsSeries
 	if cfg.limitsOut != "" {
 		if ls, err = openLimitsSeries(cfg.limitsOut, cfg.limitsEvery.Nanoseconds(), sum.LimitsSeries); err != nil {
-			fatalf("%v", err)
+			fail(&cfg, err)
 		}
 		defer ls.close()
 	}
@@ -111,5 +113,16 @@ func notifyStop() *atomic.Int32 {
 
 func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "gmp-sampler: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+// fail ends a run that could not start (exit 2): the prose line, and where --summary
+// points the error as JSON facts (kind, file, line: gmpanalysis raises a CgroupFormatError
+// for content the kernel does not write) with stop_reason "not started".
+func fail(c *config, err error) {
+	fmt.Fprintf(os.Stderr, "gmp-sampler: %v\n", err)
+	if werr := writeFailure(os.Stderr, c.summary, err); werr != nil {
+		fmt.Fprintf(os.Stderr, "gmp-sampler: summary: %v\n", werr)
+	}
 	os.Exit(2)
 }

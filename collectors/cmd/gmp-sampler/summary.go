@@ -14,30 +14,31 @@ import (
 )
 
 type summary struct {
-	Cgroups        []map[string]any `json:"cgroups"`
-	IntervalNs     int64            `json:"interval_ns"`
-	Policy         string           `json:"policy"`
-	PolicyError    string           `json:"policy_error,omitempty"`
-	MonoStartNs    int64            `json:"mono_start_ns"`
-	MonoEndNs      int64            `json:"mono_end_ns"`
-	Ticks          uint64           `json:"ticks"`
-	Rows           uint64           `json:"rows"`
-	Missed         uint64           `json:"missed_ticks"`
-	ReadErrors     uint64           `json:"read_errors"`
-	LateP50Ns      int64            `json:"lateness_p50_ns"`
-	LateP99Ns      int64            `json:"lateness_p99_ns"`
-	LateMaxNs      int64            `json:"lateness_max_ns"`
-	ReadP50Ns      int64            `json:"read_p50_ns"`
-	ReadP99Ns      int64            `json:"read_p99_ns"`
-	CPUPctOfCore   float64          `json:"cpu_pct_of_one_core"`
-	HostStat       string           `json:"host_stat,omitempty"`
-	HostStatErrors uint64           `json:"host_stat_errors,omitempty"`
-	LimitsSeries   *limitsSummary   `json:"limits_series,omitempty"` // --limits-out only
-	UserHZ         uint64           `json:"user_hz,omitempty"`
-	Kernel         string           `json:"kernel,omitempty"` // uname -r of the node (the kernel's CFS rules change with it)
-	NCPU           int              `json:"ncpu"`             // CPUs this process may run on (the node's, in the DaemonSet)
-	StopReason     string           `json:"stop_reason"`
-	SamplerVersion string           `json:"sampler_go_version"`
+	Cgroups        []map[string]any   `json:"cgroups"`
+	IntervalNs     int64              `json:"interval_ns"`
+	Policy         string             `json:"policy"`
+	PolicyError    string             `json:"policy_error,omitempty"`
+	MonoStartNs    int64              `json:"mono_start_ns"`
+	MonoEndNs      int64              `json:"mono_end_ns"`
+	Ticks          uint64             `json:"ticks"`
+	Rows           uint64             `json:"rows"`
+	Missed         uint64             `json:"missed_ticks"`
+	ReadErrors     uint64             `json:"read_errors"`
+	LateP50Ns      int64              `json:"lateness_p50_ns"`
+	LateP99Ns      int64              `json:"lateness_p99_ns"`
+	LateMaxNs      int64              `json:"lateness_max_ns"`
+	ReadP50Ns      int64              `json:"read_p50_ns"`
+	ReadP99Ns      int64              `json:"read_p99_ns"`
+	CPUPctOfCore   float64            `json:"cpu_pct_of_one_core"`
+	HostStat       string             `json:"host_stat,omitempty"`
+	HostStatErrors uint64             `json:"host_stat_errors,omitempty"`
+	LimitsSeries   *limitsSummary     `json:"limits_series,omitempty"` // --limits-out only
+	UserHZ         uint64             `json:"user_hz,omitempty"`
+	Kernel         string             `json:"kernel,omitempty"` // uname -r of the node (the kernel's CFS rules change with it)
+	NCPU           int                `json:"ncpu"`             // CPUs this process may run on (the node's, in the DaemonSet)
+	StopReason     string             `json:"stop_reason"`
+	Error          *cgroup.ErrorFacts `json:"error,omitempty"` // why a read stopped the run (exit 4), as facts
+	SamplerVersion string             `json:"sampler_go_version"`
 }
 
 // limitsSummary counts the --limits-out series: reads of every target's limit files
@@ -107,6 +108,23 @@ func writeStart(w io.Writer, sum *summary) {
 		"sampler_go_version": sum.SamplerVersion, "kernel": sum.Kernel, "ncpu": sum.NCPU,
 	}})
 	w.Write(append(b, '\n'))
+}
+
+// writeFailure reports a run that could not start where dest (--summary) says: "" not at
+// all, "stderr" as one {"error":{...}} JSON line to w, else as a JSON file holding the
+// error and stop_reason "not started".
+func writeFailure(w io.Writer, dest string, err error) error {
+	facts := cgroup.Facts(err)
+	switch dest {
+	case "":
+		return nil
+	case "stderr":
+		b, _ := json.Marshal(map[string]any{"error": facts})
+		_, werr := w.Write(append(b, '\n'))
+		return werr
+	}
+	b, _ := json.MarshalIndent(map[string]any{"error": facts, "stop_reason": "not started"}, "", "  ")
+	return os.WriteFile(dest, append(b, '\n'), 0o644)
 }
 
 // writeReport writes the closing prose line to w and the summary where dest says: "" not

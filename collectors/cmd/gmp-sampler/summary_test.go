@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
 func testSummary() *summary {
@@ -112,5 +116,36 @@ func TestNodeFacts(t *testing.T) {
 	c := &config{interval: 997 * time.Microsecond}
 	if s := newSummary(c, nil, nil); s.Kernel != kernelRelease() || s.NCPU < 1 {
 		t.Errorf("summary kernel %q ncpu %d", s.Kernel, s.NCPU)
+	}
+}
+
+// TestWriteFailure: a run that could not start leaves its error as JSON facts where
+// --summary points, so the collector raises a typed error rather than parsing prose.
+func TestWriteFailure(t *testing.T) {
+	err := &cgroup.FormatError{Path: "/c/cpu.max", Line: 1, Text: "max 1000001", Reason: "period must be 1000..1000000 µs"}
+	wrapped := fmt.Errorf("cgroup %q: %w", "g", err)
+	var b bytes.Buffer
+	if werr := writeFailure(&b, "", wrapped); werr != nil || b.Len() != 0 {
+		t.Fatalf("%v %q", werr, b.String())
+	}
+	if werr := writeFailure(&b, "stderr", wrapped); werr != nil {
+		t.Fatal(werr)
+	}
+	var m map[string]map[string]any
+	if json.Unmarshal(b.Bytes(), &m) != nil || !strings.HasSuffix(b.String(), "}\n") || strings.Count(b.String(), "\n") != 1 {
+		t.Fatalf("not one JSON line: %q", b.String())
+	}
+	e := m["error"]
+	if e["kind"] != "format" || e["path"] != "/c/cpu.max" || e["line"] != 1.0 || e["message"] != wrapped.Error() {
+		t.Errorf("error line %v", e)
+	}
+	file := filepath.Join(t.TempDir(), "s.json")
+	if werr := writeFailure(&b, file, errors.New("--interval must be positive")); werr != nil {
+		t.Fatal(werr)
+	}
+	var f map[string]any
+	raw, _ := os.ReadFile(file)
+	if json.Unmarshal(raw, &f) != nil || f["stop_reason"] != "not started" || f["error"].(map[string]any)["kind"] != "other" {
+		t.Errorf("file %s", raw)
 	}
 }

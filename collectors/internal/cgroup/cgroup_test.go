@@ -1,15 +1,21 @@
 package cgroup
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The fixture trees and golden files shared with the Python tests.
@@ -76,7 +82,7 @@ func checkError(t *testing.T, dir string, err error, w *wantError) {
 		if !strings.Contains(msg, "line "+strconv.Itoa(w.Line)+":") || fe.Line != w.Line {
 			t.Errorf("error %q: want line %d", msg, w.Line)
 		}
-		if !strings.Contains(msg, w.Quote) || !strings.Contains(fe.Text, w.Quote) {
+		if !strings.Contains(msg, w.Quote) || !strings.Contains(quote(fe.Text), w.Quote) {
 			t.Errorf("error %q does not quote %q", msg, w.Quote)
 		}
 	}
@@ -160,12 +166,11 @@ func checkStat(t *testing.T, dir string, version int, w *wantStat) {
 		c.UsagePath = filepath.Join(dir, "cpuacct.usage")
 	}
 	r, err := c.Open() // the sampler's path: held files, pread at offset 0
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	var s Stat
-	err = r.Read(&s)
+	if err == nil {
+		defer r.Close()
+		err = r.Read(&s)
+	}
 	if w.Error != nil {
 		checkError(t, dir, err, w.Error)
 		return
@@ -343,13 +348,13 @@ func TestLimitsReaderErrors(t *testing.T) {
 }
 
 func TestParseUint(t *testing.T) {
-	for in, want := range map[string]uint64{"0": 0, "7": 7, "18446744073709551615": 1<<64 - 1, "00000000000000000001": 1} {
+	for in, want := range map[string]uint64{"0": 0, "7": 7, "18446744073709551615": 1<<64 - 1} {
 		if got, ok := parseUint([]byte(in)); !ok || got != want {
 			t.Errorf("%q: %d %v", in, got, ok)
 		}
 	}
 	for _, in := range []string{"", "-1", "+1", " 1", "1 ", "1a", "18446744073709551616", "99999999999999999999",
-		"000000000000000000001", "\uff15", "\u0663", "1\xff", strings.Repeat("9", 5000)} {
+		"000000000000000000001", "00000000000000000001", "01", "00", "\uff15", "\u00b2", "\u0663", "1\xff", strings.Repeat("9", 5000)} {
 		if got, ok := parseUint([]byte(in)); ok {
 			t.Errorf("%q accepted as %d", in, got)
 		}
@@ -359,7 +364,7 @@ func TestParseUint(t *testing.T) {
 			t.Errorf("%q: %d %v", in, got, ok)
 		}
 	}
-	for _, in := range []string{"--5", "-", "9223372036854775808", "-9223372036854775809", "- 1"} {
+	for _, in := range []string{"--5", "-", "-0", "-05", "+5", "9223372036854775808", "-9223372036854775809", "- 1"} {
 		if got, ok := parseInt([]byte(in)); ok {
 			t.Errorf("%q accepted as %d", in, got)
 		}
@@ -582,5 +587,142 @@ func TestKubeSpecsAreValidated(t *testing.T) {
 		if alts, err := ExpandKube(arg); err == nil {
 			t.Errorf("%q expanded to %v, want an error", arg, alts)
 		}
+	}
+}
+
+// makeSpecial puts at path a file of the given kind (tests/data/cgroup/special.json).
+func makeSpecial(t *testing.T, path, kind string) {
+	t.Helper()
+	os.Remove(path)
+	var err error
+	switch kind {
+	case "fifo":
+		err = unix.Mkfifo(path, 0o644)
+	case "dev-zero":
+		err = os.Symlink("/dev/zero", path)
+	case "dev-null":
+		err = os.Symlink("/dev/null", path)
+	case "socket":
+		var l net.Listener
+		if l, err = net.Listen("unix", path); err == nil {
+			t.Cleanup(func() { l.Close() })
+		}
+	case "symlink-loop":
+		err = os.Symlink(filepath.Base(path), path)
+	case "one-mebibyte":
+		err = os.WriteFile(path, bytes.Repeat([]byte("1"), 1<<20), 0o644)
+	default:
+		t.Fatalf("unknown kind %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSpecialFiles: what git cannot hold in a fixture (a FIFO, a device, a socket, a
+// symlink loop, a file larger than any the kernel writes) in a cgroup file's place is an
+// error that names the file, found without blocking or an unbounded read.
+func TestSpecialFiles(t *testing.T) {
+	var doc struct {
+		Cases []struct {
+			ID       string  `json:"id"`
+			Base     *string `json:"base"`
+			Reader   string  `json:"reader"`
+			File     string  `json:"file"`
+			Kind     string  `json:"kind"`
+			Contains *string `json:"contains"`
+		} `json:"cases"`
+	}
+	loadJSON(t, "special.json", &doc)
+	for _, c := range doc.Cases {
+		t.Run(c.ID, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.Base != nil {
+				v, name, _ := strings.Cut(*c.Base, "/")
+				dir = copyCase(t, v, name)
+			}
+			path := filepath.Join(dir, c.File)
+			makeSpecial(t, path, c.Kind)
+			done := make(chan error, 1)
+			go func() {
+				switch c.Reader {
+				case "limits":
+					_, err := ReadLimits(dir, int(c.ID[1]-'0'))
+					done <- err
+				case "stat":
+					version := int(c.ID[1] - '0')
+					m := Mount{Root: dir, Version: version, CPU: dir, Acct: dir}
+					cg, err := m.Lookup("")
+					if err == nil {
+						var r *Reader
+						if r, err = cg.Open(); err == nil {
+							var s Stat
+							err = r.Read(&s)
+							r.Close()
+						}
+					}
+					done <- err
+				case "detect":
+					_, err := Detect(dir)
+					if !errors.Is(err, ErrNoController) {
+						err = fmt.Errorf("want ErrNoController, got %v", err)
+					} else {
+						err = nil
+					}
+					done <- err
+				}
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("still reading after 10 s")
+			}
+			if c.Contains == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, path) || !strings.Contains(msg, *c.Contains) {
+				t.Errorf("error %q: want the path and %q", msg, *c.Contains)
+			}
+			var fe *FormatError
+			var fi *FileError
+			if !errors.As(err, &fe) && !errors.As(err, &fi) {
+				t.Errorf("error %q is a %T, want *FormatError or *FileError", msg, err)
+			}
+		})
+	}
+}
+
+func TestFacts(t *testing.T) {
+	if Facts(nil) != nil {
+		t.Error("facts of no error")
+	}
+	_, err := ReadLimits(filepath.Join(dataDir, "v2", "max-period-too-long"), 2)
+	f := Facts(fmt.Errorf("cgroup %q: %w", "g", err))
+	if f.Kind != "format" || f.Line != 1 || !strings.HasSuffix(f.Path, "cpu.max") ||
+		!strings.Contains(f.Message, `got "max 1000001"`) || !strings.Contains(f.Reason, "period") {
+		t.Errorf("%+v", f)
+	}
+	dir := copyCase(t, "v1", "set")
+	makeSpecial(t, filepath.Join(dir, "cpu.cfs_quota_us"), "fifo")
+	_, err = ReadLimits(dir, 1)
+	if f := Facts(err); f.Kind != "file" || f.Reason != "is a FIFO" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(&GoneError{Path: "p", Err: fs.ErrClosed}); f.Kind != "gone" || f.Path != "p" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(&NotExistError{"no"}); f.Kind != "not_exist" || f.Message != "no" {
+		t.Errorf("%+v", f)
+	}
+	if f := Facts(errors.New("x")); f.Kind != "other" {
+		t.Errorf("%+v", f)
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // v1CPUHierarchies are the directory names the cpu controller's v1 hierarchy is mounted
@@ -36,6 +39,26 @@ type Mount struct {
 // ErrNoController: the mount has no cpu controller (errors.Is).
 var ErrNoController = errors.New("no cgroup cpu controller")
 
+// readSmall reads a small interface file (one page at most: the kernel formats these
+// into one), refusing anything that is not a regular file (openRegular), so /dev/zero or a
+// FIFO in its place neither hangs nor fills memory.
+func readSmall(p string) ([]byte, error) {
+	f, err := openRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, 4097)
+	n, err := io.ReadFull(f, buf)
+	if err == nil {
+		return nil, &FileError{Path: p, Reason: "larger than 4096 bytes"}
+	}
+	if err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, &FileError{Path: p, Reason: "read failed (" + err.Error() + ")", Err: err}
+	}
+	return buf[:n], nil
+}
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
@@ -43,7 +66,7 @@ func isDir(p string) bool {
 
 // Detect finds the cpu controller under the cgroup mount root.
 func Detect(root string) (Mount, error) {
-	if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil {
+	if b, err := readSmall(filepath.Join(root, "cgroup.controllers")); err == nil {
 		for _, c := range strings.Fields(string(b)) {
 			if c == "cpu" {
 				return Mount{Root: root, Version: 2, CPU: root}, nil
@@ -86,15 +109,16 @@ func CleanRel(rel string) string {
 // file checks that p is a regular file: (true, nil) if so, (false, nil) if it does not
 // exist, and an error if something else is there (a directory where the file should be).
 func file(p, what string) (bool, error) {
-	st, err := os.Stat(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	var st unix.Stat_t
+	err := unix.Stat(p, &st)
+	if errors.Is(err, unix.ENOENT) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", p, err)
+		return false, &FileError{Path: p, Reason: "cannot be examined (" + err.Error() + ")", Err: err, What: what}
 	}
-	if !st.Mode().IsRegular() {
-		return false, fmt.Errorf("%s: not a regular file (%s), expected the cgroup's %s", p, st.Mode().Type(), what)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false, &FileError{Path: p, Reason: "is " + fileKind(st.Mode), What: what}
 	}
 	return true, nil
 }

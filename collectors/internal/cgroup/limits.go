@@ -7,23 +7,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // The kernel's ranges (Documentation/scheduler/sched-bwc.rst, kernel/sched/core.c
 // tg_set_cfs_bandwidth): period and quota are at least 1 ms, the period at most 1 s, the
-// quota at most max_cfs_runtime (2^44-1 µs), the burst at most the quota. The kernel
-// refuses to store anything else, so a file showing it is not a cgroup file as written by
-// the kernel: it is rejected, not clamped.
+// quota at most max_cfs_runtime (2^44-1 µs); with a quota the burst is at most the quota
+// and burst + quota at most max_cfs_runtime, without one the burst is bounded only by the
+// µs -> ns conversion of its write (cpu_cfs_burst_write_u64). The kernel refuses to store
+// anything else, so a file showing it is not a cgroup file as written by the kernel: it is
+// rejected, not clamped.
 const (
-	DefaultPeriodUs = 100_000
-	MinPeriodUs     = 1_000
-	MaxPeriodUs     = 1_000_000
-	MinQuotaUs      = 1_000
-	MaxQuotaUs      = 1<<44 - 1
-	NoQuota         = -1 // v1 cpu.cfs_quota_us and Limits.QuotaUs without a limit (v2: "max")
+	DefaultPeriodUs   = 100_000
+	MinPeriodUs       = 1_000
+	MaxPeriodUs       = 1_000_000
+	MinQuotaUs        = 1_000
+	MaxQuotaUs        = 1<<44 - 1
+	MaxBurstNoQuotaUs = (1<<64 - 1) / 1000
+	NoQuota           = -1 // v1 cpu.cfs_quota_us and Limits.QuotaUs without a limit (v2: "max")
 )
 
 // Limits are the CFS bandwidth settings of one cgroup, in µs.
@@ -79,40 +81,53 @@ func ParseQuotaV1(path string, data []byte) (int64, error) {
 	return v, nil
 }
 
-// ParseBurst parses cpu.cfs_burst_us (v1) or cpu.max.burst (v2): 0..MaxQuotaUs.
+// ParseBurst parses cpu.cfs_burst_us (v1) or cpu.max.burst (v2) on its own:
+// 0..MaxBurstNoQuotaUs. CheckBurst holds it against the quota.
 func ParseBurst(path string, data []byte) (uint64, error) {
 	line, v, err := singleUint(path, data)
 	if err != nil {
 		return 0, err
 	}
-	if v > MaxQuotaUs {
-		return 0, formatError(path, 1, line, fmt.Sprintf("burst must be 0..%d µs", int64(MaxQuotaUs)))
+	if v > MaxBurstNoQuotaUs {
+		return 0, formatError(path, 1, line, fmt.Sprintf("burst must be 0..%d µs", uint64(MaxBurstNoQuotaUs)))
 	}
 	return v, nil
 }
 
+// CheckBurst applies the kernel's burst rules against the quota (NoQuota: none apply):
+// burst at most the quota, burst + quota at most MaxQuotaUs. line is the burst file's.
+func CheckBurst(path string, line []byte, burst uint64, quota int64) error {
+	switch {
+	case quota == NoQuota:
+		return nil
+	case burst > uint64(quota):
+		return formatError(path, 1, line, fmt.Sprintf("burst must not exceed the quota (%d µs)", quota))
+	case burst+uint64(quota) > MaxQuotaUs: // no overflow: both are below 2^44 here
+		return formatError(path, 1, line, fmt.Sprintf("burst + quota (%d µs) must be at most %d µs", quota, int64(MaxQuotaUs)))
+	}
+	return nil
+}
+
 // ParseCPUMax parses v2 cpu.max, "QUOTA PERIOD" with QUOTA "max" for no limit. The kernel
-// always shows both fields; "QUOTA" alone (the form a write may take, period unchanged)
-// is read with the default period.
+// shows both fields, always (cpu_max_show); a write may give the quota alone, a read never
+// does.
 func ParseCPUMax(path string, data []byte) (quota int64, period uint64, err error) {
 	line, err := singleLine(path, data)
 	if err != nil {
 		return 0, 0, err
 	}
 	const shape = "expected 'QUOTA PERIOD' in µs (QUOTA may be 'max')"
-	q, p := line, []byte(nil)
-	if sp := bytes.IndexByte(line, ' '); sp >= 0 {
-		q, p = line[:sp], line[sp+1:]
+	sp := bytes.IndexByte(line, ' ')
+	if sp < 0 {
+		return 0, 0, formatError(path, 1, line, shape)
 	}
-	period = DefaultPeriodUs
-	if p != nil {
-		var ok bool
-		if period, ok = parseUint(p); !ok {
-			return 0, 0, formatError(path, 1, line, shape)
-		}
-		if err := checkPeriod(path, line, period); err != nil {
-			return 0, 0, err
-		}
+	q := line[:sp]
+	period, ok := parseUint(line[sp+1:])
+	if !ok {
+		return 0, 0, formatError(path, 1, line, shape)
+	}
+	if err := checkPeriod(path, line, period); err != nil {
+		return 0, 0, err
 	}
 	if string(q) == "max" {
 		return NoQuota, period, nil
@@ -185,47 +200,23 @@ func OpenLimits(dir string, version int) (*LimitsReader, error) {
 		r.files[i].fd = -1
 	}
 	for i, n := range names {
-		lf, err := openLimitFile(filepath.Join(dir, n))
+		path := filepath.Join(dir, n)
+		f, err := openRegular(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			r.files[i] = limitFile{path: path, fd: -1}
+			continue
+		}
 		if err != nil {
 			r.Close()
 			return nil, err
 		}
-		r.files[i] = lf
+		r.files[i] = limitFile{path: path, f: f, fd: int(f.Fd())}
 	}
 	return r, nil
 }
 
 // OpenLimits opens the bandwidth files of c (see the function OpenLimits).
 func (c *Cgroup) OpenLimits() (*LimitsReader, error) { return OpenLimits(c.Dir, c.Version) }
-
-func openLimitFile(path string) (limitFile, error) {
-	lf := limitFile{path: path, fd: -1}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return lf, nil
-	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the path is said once
-		}
-		return lf, fmt.Errorf("%s: %w (expected the cgroup's interface file)", path, err)
-	}
-	// open(2) succeeds on a directory; its read would fail later as if the cgroup had gone.
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = syscall.EISDIR
-		if !st.IsDir() {
-			err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
-		}
-	}
-	if err != nil {
-		f.Close()
-		return lf, fmt.Errorf("%s: %w (expected the cgroup's interface file)", path, err)
-	}
-	lf.f, lf.fd = f, int(f.Fd())
-	return lf, nil
-}
 
 // Close closes the files.
 func (r *LimitsReader) Close() {
@@ -316,13 +307,12 @@ func (r *LimitsReader) read(l *Limits, final bool) error {
 		if out.BurstUs, err = ParseBurst(burstFile.path, burst); err != nil {
 			return err
 		}
-		// The kernel refuses a burst above the quota (tg_set_cfs_bandwidth: -EINVAL).
-		if out.QuotaUs != NoQuota && out.BurstUs > uint64(out.QuotaUs) {
+		line, _ := singleLine(burstFile.path, burst)
+		if err := CheckBurst(burstFile.path, line, out.BurstUs, out.QuotaUs); err != nil {
 			if !final {
 				return errTorn
 			}
-			line, _ := singleLine(burstFile.path, burst)
-			return formatError(burstFile.path, 1, line, fmt.Sprintf("burst must not exceed the quota (%d µs)", out.QuotaUs))
+			return err
 		}
 	}
 	*l = out

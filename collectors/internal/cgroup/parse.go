@@ -17,7 +17,9 @@ package cgroup
 import (
 	"bytes"
 	"fmt"
-	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FormatError is a cgroup file whose content does not have the shape the kernel writes.
@@ -28,16 +30,51 @@ type FormatError struct {
 	Reason string // what was expected
 }
 
-// maxQuote bounds how much of a line an error message quotes (a 5000-digit "number").
+// maxQuote bounds how much of a line an error message quotes, in bytes of the quote as
+// written (a 5000-digit "number", 64 bytes that each print as \xNN).
 const maxQuote = 64
 
+// hint is what to do about content the kernel never writes: the path is not a cgroup's.
+const hint = "not what the kernel writes: check that the directory is a cgroup's"
+
 func (e *FormatError) Error() string {
-	q := e.Text
-	more := ""
-	if len(q) > maxQuote {
-		q, more = q[:maxQuote], fmt.Sprintf("... (%d bytes)", len(e.Text))
+	return fmt.Sprintf("%s line %d: %s, got %s (%s)", e.Path, e.Line, e.Reason, quote(e.Text), hint)
+}
+
+// quote puts the start of s in double quotes for a message, the way gmpanalysis/cgroup.py
+// does: bytes that are not UTF-8 as \xNN, characters that do not print (controls, bidi
+// overrides: a hostile file must not rewrite the terminal) as \xNN, \uNNNN or
+// \UNNNNNNNN, the rest as is; at most maxQuote bytes of that, then "... (N bytes)".
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	rest := s
+	for len(rest) > 0 {
+		r, n := utf8.DecodeRuneInString(rest)
+		var unit string
+		switch {
+		case r == utf8.RuneError && n == 1:
+			unit = fmt.Sprintf("\\x%02x", rest[0])
+		case unicode.IsPrint(r):
+			unit = rest[:n]
+		case r < 0x100:
+			unit = fmt.Sprintf("\\x%02x", r)
+		case r < 0x10000:
+			unit = fmt.Sprintf("\\u%04x", r)
+		default:
+			unit = fmt.Sprintf("\\U%08x", r)
+		}
+		if b.Len()-1+len(unit) > maxQuote {
+			break
+		}
+		b.WriteString(unit)
+		rest = rest[n:]
 	}
-	return fmt.Sprintf("%s line %d: %s, got %s%s", e.Path, e.Line, e.Reason, strconv.Quote(q), more)
+	b.WriteByte('"')
+	if len(rest) > 0 {
+		fmt.Fprintf(&b, "... (%d bytes)", len(s))
+	}
+	return b.String()
 }
 
 func formatError(path string, line int, text []byte, reason string) error {
@@ -47,10 +84,11 @@ func formatError(path string, line int, text []byte, reason string) error {
 // maxUint64Digits: 18446744073709551615 has 20 digits.
 const maxUint64Digits = 20
 
-// parseUint parses an unsigned decimal: ASCII digits only, at least one, no sign, no
-// spaces, no overflow. It never allocates.
+// parseUint parses an unsigned decimal as the kernel prints it (%llu): ASCII digits only
+// (not the other Unicode digits), at least one, no sign, no spaces, no leading zero, no
+// overflow. It never allocates.
 func parseUint(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > maxUint64Digits {
+	if len(b) == 0 || len(b) > maxUint64Digits || (b[0] == '0' && len(b) > 1) {
 		return 0, false
 	}
 	var v uint64
@@ -67,14 +105,15 @@ func parseUint(b []byte) (uint64, bool) {
 	return v, true
 }
 
-// parseInt parses a signed decimal ("-" then digits) into an int64.
+// parseInt parses a signed decimal as the kernel prints it (%lld: "-" then digits, never
+// "-0") into an int64.
 func parseInt(b []byte) (int64, bool) {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]
 	}
 	u, ok := parseUint(b)
-	if !ok || u > 1<<63 || (!neg && u == 1<<63) {
+	if !ok || u > 1<<63 || (!neg && u == 1<<63) || (neg && u == 0) {
 		return 0, false
 	}
 	if neg {
@@ -144,8 +183,8 @@ func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
 		line := data[:i]
 		data = data[i+1:]
 		sp := bytes.IndexByte(line, ' ')
-		if sp <= 0 {
-			return formatError(path, lineno, line, "expected 'key value'")
+		if sp <= 0 || !isKey(line[:sp]) {
+			return formatError(path, lineno, line, "expected 'key value' (key: a-z, 0-9, '_', '.')")
 		}
 		v, ok := parseUint(line[sp+1:])
 		if !ok {
@@ -154,6 +193,17 @@ func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
 		fn(line[:sp], v)
 	}
 	return nil
+}
+
+// isKey: the kernel's keyed files name their fields in lower-case ASCII, digits, '_' and
+// '.' (core_sched.force_idle_usec); anything else is not a key it wrote.
+func isKey(k []byte) bool {
+	for _, c := range k {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseStat parses cpu.stat into s by key. Keys it does not know are skipped (the full

@@ -1,7 +1,9 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -21,16 +23,16 @@ type Reader struct {
 // rather than parsed cut. pread copies only what the file holds, so size costs nothing.
 const statBufSize = 16 << 10
 
-// Open opens the cgroup's counter files.
+// Open opens the cgroup's counter files (regular files: see openRegular).
 func (c *Cgroup) Open() (*Reader, error) {
 	r := &Reader{Cgroup: c, buf: make([]byte, statBufSize), ubuf: make([]byte, 64), useFd: -1}
 	var err error
-	if r.stat, err = os.Open(c.StatPath); err != nil {
+	if r.stat, err = openRegular(c.StatPath); err != nil {
 		return nil, err
 	}
 	r.statFd = int(r.stat.Fd())
 	if c.UsagePath != "" {
-		if r.usage, err = os.Open(c.UsagePath); err != nil {
+		if r.usage, err = openRegular(c.UsagePath); err != nil {
 			r.stat.Close()
 			return nil, err
 		}
@@ -45,6 +47,75 @@ func (r *Reader) Close() {
 	if r.usage != nil {
 		r.usage.Close()
 	}
+}
+
+// FileError is a cgroup interface file that cannot be opened as one: something else in
+// its place (a directory, a FIFO, a device, a socket) or an open that failed (a symlink
+// loop, no permission).
+type FileError struct {
+	Path   string
+	Reason string // "is a FIFO", "cannot be opened (too many levels of symbolic links)", ...
+	Err    error  // the system error, if any
+	What   string // the file's role ("cpu.stat"); "" = "interface file"
+}
+
+func (e *FileError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "interface file"
+	}
+	return fmt.Sprintf("%s: %s; expected the cgroup's %s, a regular file", e.Path, e.Reason, what)
+}
+func (e *FileError) Unwrap() error { return e.Err }
+
+// openRegular opens a cgroup interface file for pread. cgroupfs shows its files as regular
+// files; anything else in the place is a *FileError found without reading it: the open is
+// non-blocking (a FIFO would wait for a writer) and the type is checked on the descriptor
+// (no race with a rename). A missing file is an error wrapping fs.ErrNotExist.
+func openRegular(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+		}
+		// a socket does not open (ENXIO): name what is there rather than the errno
+		var st unix.Stat_t
+		if unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, &FileError{Path: path, Reason: "is " + fileKind(st.Mode), Err: err}
+		}
+		return nil, &FileError{Path: path, Reason: "cannot be opened (" + err.Error() + ")", Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &FileError{Path: path, Reason: "cannot be examined (" + err.Error() + ")", Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, &FileError{Path: path, Reason: "is " + fileKind(st.Mode)}
+	}
+	// Reads are preads of a regular file: blocking mode, as for any other regular file.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &FileError{Path: path, Reason: "cannot be opened (" + err.Error() + ")", Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFSOCK:
+		return "a socket"
+	}
+	return "not a regular file"
 }
 
 // GoneError is a read that failed: the cgroup was removed (a container restart, a deleted

@@ -1,0 +1,191 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The fuzz targets hold every parser to the same contract on any bytes: no panic; a
+// success is a value within the kernel's ranges whose canonical text (as the kernel prints
+// it) is exactly the input, so nothing the kernel would not write is ever accepted; a
+// failure is a *FormatError naming the file and a line of the input, whose message stays
+// short and printable whatever the bytes were. Seeds: testdata/fuzz/<target>/, made from
+// the fixture files of tests/data/cgroup.
+
+const fuzzPath = "/sys/fs/cgroup/x/f"
+
+// checkFormatError: err is a *FormatError about fuzzPath at a line the input has, and its
+// message is bounded and printable (it quotes hostile bytes escaped).
+func checkFormatError(t *testing.T, data []byte, err error) {
+	t.Helper()
+	var fe *FormatError
+	if !errors.As(err, &fe) {
+		t.Fatalf("%q: error %v is a %T, want *FormatError", data, err, err)
+	}
+	lines := bytes.Count(data, []byte("\n")) + 1
+	if fe.Path != fuzzPath || fe.Line < 1 || fe.Line > lines {
+		t.Fatalf("%q: error at %s line %d (the input has %d lines)", data, fe.Path, fe.Line, lines)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, fuzzPath+" line "+strconv.Itoa(fe.Line)+": ") {
+		t.Fatalf("%q: message %q does not start with the file and line", data, msg)
+	}
+	if len(msg) > 400 {
+		t.Fatalf("%q: message of %d bytes", data, len(msg))
+	}
+	if !utf8.ValidString(msg) {
+		t.Fatalf("%q: message %q is not UTF-8", data, msg)
+	}
+	for _, r := range msg {
+		if !unicode.IsPrint(r) {
+			t.Fatalf("%q: message %q holds the unprintable %U", data, msg, r)
+		}
+	}
+}
+
+// canonical: data is exactly text, with or without the one newline the kernel ends it with.
+func canonical(data []byte, text string) bool {
+	return string(data) == text || string(data) == text+"\n"
+}
+
+func FuzzParsePeriodV1(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParsePeriodV1(fuzzPath, data)
+		if err != nil {
+			checkFormatError(t, data, err)
+			return
+		}
+		if v < MinPeriodUs || v > MaxPeriodUs || !canonical(data, strconv.FormatUint(v, 10)) {
+			t.Fatalf("%q accepted as %d", data, v)
+		}
+	})
+}
+
+func FuzzParseQuotaV1(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseQuotaV1(fuzzPath, data)
+		if err != nil {
+			checkFormatError(t, data, err)
+			return
+		}
+		if (v != NoQuota && (v < MinQuotaUs || v > MaxQuotaUs)) || !canonical(data, strconv.FormatInt(v, 10)) {
+			t.Fatalf("%q accepted as %d", data, v)
+		}
+	})
+}
+
+func FuzzParseBurst(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseBurst(fuzzPath, data)
+		if err != nil {
+			checkFormatError(t, data, err)
+			return
+		}
+		if v > MaxBurstNoQuotaUs || !canonical(data, strconv.FormatUint(v, 10)) {
+			t.Fatalf("%q accepted as %d", data, v)
+		}
+		// against a quota: accepted only within the kernel's rules
+		for _, q := range []int64{NoQuota, MinQuotaUs, 50_000, MaxQuotaUs} {
+			err := CheckBurst(fuzzPath, data, v, q)
+			ok := q == NoQuota || (v <= uint64(q) && v+uint64(q) <= MaxQuotaUs)
+			if (err == nil) != ok {
+				t.Fatalf("burst %d, quota %d: %v", v, q, err)
+			}
+		}
+	})
+}
+
+func FuzzParseCPUMax(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		q, p, err := ParseCPUMax(fuzzPath, data)
+		if err != nil {
+			checkFormatError(t, data, err)
+			return
+		}
+		text := "max"
+		if q != NoQuota {
+			if q < MinQuotaUs || q > MaxQuotaUs {
+				t.Fatalf("%q: quota %d", data, q)
+			}
+			text = strconv.FormatInt(q, 10)
+		}
+		if p < MinPeriodUs || p > MaxPeriodUs || !canonical(data, text+" "+strconv.FormatUint(p, 10)) {
+			t.Fatalf("%q accepted as %d %d", data, q, p)
+		}
+	})
+}
+
+func FuzzParseUsage(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseUsage(fuzzPath, data)
+		if err != nil {
+			checkFormatError(t, data, err)
+			return
+		}
+		if !canonical(data, strconv.FormatUint(v, 10)) {
+			t.Fatalf("%q accepted as %d", data, v)
+		}
+	})
+}
+
+// FuzzParseStat checks ParseStat and ParseKeyed against each other and against a plain
+// reading of "key value\n" lines: the same keys, values and counters, or both refuse.
+func FuzzParseStat(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte, v2 bool) {
+		version := 1
+		if v2 {
+			version = 2
+		}
+		var s Stat
+		err := ParseStat(fuzzPath, data, version, &s)
+		fields, kerr := ParseKeyed(fuzzPath, data)
+		if kerr != nil {
+			checkFormatError(t, data, kerr)
+			if err == nil {
+				t.Fatalf("%q: ParseKeyed refused (%v), ParseStat accepted", data, kerr)
+			}
+			checkFormatError(t, data, err)
+			return
+		}
+		// every field printed back is the input
+		var back strings.Builder
+		want := Stat{NsUnits: version == 1}
+		required := false
+		for _, fl := range fields {
+			back.WriteString(fl.Key + " " + strconv.FormatUint(fl.Value, 10) + "\n")
+			switch {
+			case fl.Key == "usage_usec" && version == 2:
+				want.Usage, required = fl.Value, true
+			case fl.Key == "nr_periods":
+				want.Periods = fl.Value
+				required = required || version == 1
+			case fl.Key == "nr_throttled":
+				want.Throttled = fl.Value
+			case fl.Key == "throttled_usec" || fl.Key == "throttled_time":
+				want.ThrottledTime = fl.Value
+			case fl.Key == "nr_bursts":
+				want.Bursts = fl.Value
+			case fl.Key == "burst_usec" || fl.Key == "burst_time":
+				want.BurstTime = fl.Value
+			}
+		}
+		if back.String() != string(data) {
+			t.Fatalf("%q read as %q", data, back.String())
+		}
+		if !required {
+			if err == nil {
+				t.Fatalf("%q accepted without its required key", data)
+			}
+			checkFormatError(t, data, err)
+			return
+		}
+		if err != nil || s != want {
+			t.Fatalf("%q: %+v %v, want %+v", data, s, err, want)
+		}
+	})
+}
