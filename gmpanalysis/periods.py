@@ -41,6 +41,12 @@ TIMER_LATE_NS = 150_000
 # A phase that moved later must hold for this many brackets (periods) in a row to be a new
 # phase rather than late expiries.
 PERSIST_BRACKETS = 5
+# A hole in the reads is laid on the table period by period (its periods form an ambiguous
+# group, see gmpanalysis.credits), as long as it holds no more boundaries than the file has
+# reads (and at least this many): the table stays the size of the data. A longer one -- a
+# sampler stopped for hours, or a corrupt time that jumps by days -- ends the segment; the
+# reads after it start another, and the hole is listed in PeriodGrid.left_out.
+HOLE_BOUNDARIES_MIN = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,8 @@ class PeriodGrid:
 
     period_ns: int
     segments: tuple[GridSegment, ...]
+    # holes too long to lay on the table: (last row before, first row after, boundaries inside)
+    left_out: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def main(self) -> GridSegment:
@@ -185,7 +193,9 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
 
     ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
     it, select one first. Raises :class:`MissingDataError` when the samples cannot place
-    the grid (no limit, or reads sparser than a period).
+    the grid (no limit, or reads sparser than a period). A hole holding more boundaries
+    than the file has reads ends a segment (:data:`HOLE_BOUNDARIES_MIN`); such holes are
+    listed in ``left_out``.
     """
     if "cgroup" in samples and samples["cgroup"].nunique() > 1:
         raise MissingDataError(
@@ -205,7 +215,17 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     read_all = samples["read_ns"].to_numpy()
     per_all = samples["nr_periods"].to_numpy()
     segs = []
-    pending = split_segments(samples)
+    pending, left_out = [], []
+    cap = max(len(samples), HOLE_BOUNDARIES_MIN)
+    for a, b in split_segments(samples):
+        # boundaries inside each stretch between reads, at most (the phase is not known yet)
+        inside = np.diff(t_all[a : b + 1]) // period_ns + 1
+        first = a
+        for j in (first + np.flatnonzero(inside > cap)).tolist():
+            left_out.append((j, j + 1, int(inside[j - first])))
+            pending.append((a, j))
+            a = j + 1
+        pending.append((a, b))
     while pending:  # a few segments: resets and phase jumps are rare
         a, b = pending.pop(0)
         if b - a < 2:
@@ -225,7 +245,7 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
             "samples has nr_periods rising between reads closer than half a period (is there a CPU limit? "
             "was the group busy? were the reads at least every 50 ms for 100 ms periods?)"
         )
-    return PeriodGrid(period_ns, tuple(segs))
+    return PeriodGrid(period_ns, tuple(segs), tuple(left_out))
 
 
 def check_period(samples: pd.DataFrame, period_ns: int) -> tuple[str, str] | None:
