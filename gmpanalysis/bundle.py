@@ -656,7 +656,7 @@ def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[
                 i = int(odd[0])
                 v = g[c].to_numpy()
                 notes.append(
-                    f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while usage_us rose "
+                    f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while usage_us did not fall "
                     f"({len(odd)} such place(s)); a recreated cgroup restarts every counter, so this is no "
                     "restart: the reads after it are analysed as a new segment. Check the file (two writers?)"
                 )
