@@ -193,16 +193,27 @@ def _check_value(v: Any, f: Field, key: str, source: str) -> None:
         _check_object(v, f.properties, f"{key}.", source)
 
 
-def _check_text(v: Any, key: str, source: str) -> None:
+# meta.json is a few levels deep (sampler.cgroups[0].limits.quota_us: four); anything much
+# deeper is no meta, and would only exhaust the stack of a later reader or writer
+MAX_DEPTH = 32
+
+
+def _check_text(v: Any, key: str, source: str, depth: int = 0) -> None:
     """No string anywhere in the meta (keys included) holds a lone surrogate: JSON can
-    escape one (\\ud800), but it is not text, and nothing can print or encode it."""
+    escape one (\\ud800), but it is not text, and nothing can print or encode it. Nor is the
+    meta nested deeper than :data:`MAX_DEPTH`."""
+    if depth > MAX_DEPTH:
+        raise BundleError(
+            f"{source}: {key} is nested more than {MAX_DEPTH} levels deep; meta.json holds the fields of "
+            "gmpanalysis.schema a few levels deep: restore the collector's file"
+        )
     if isinstance(v, dict):
         for k, x in v.items():
-            _check_text(k, key, source)
-            _check_text(x, f"{key}.{k}" if key else str(k), source)
+            _check_text(k, key, source, depth + 1)
+            _check_text(x, f"{key}.{k}" if key else str(k), source, depth + 1)
     elif isinstance(v, list):
         for i, x in enumerate(v):
-            _check_text(x, f"{key}[{i}]", source)
+            _check_text(x, f"{key}[{i}]", source, depth + 1)
     elif isinstance(v, str):
         try:
             v.encode("utf-8")

@@ -317,7 +317,7 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
             for r in rows[at:]:
                 try:
                     r[cols["t_ns"]] = str(int(r[cols["t_ns"]]) + d).encode()
-                except ValueError:
+                except (ValueError, IndexError):  # a row an earlier mutation cut short
                     pass
             what.append(f"{name} t_ns jumps {d} at row {at}")
         else:
@@ -331,7 +331,7 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
                 try:
                     v = r[cols[c]]
                     r[cols[c]] = str(float(v) + sign * d if b"." in v else int(v) + sign * d).encode()
-                except ValueError:
+                except (ValueError, IndexError):  # a row an earlier mutation cut short
                     pass
             what.append(f"{name} {c} {'+' if sign > 0 else '-'}{d} from row {at}")
         for i, r in zip(body, rows, strict=True):

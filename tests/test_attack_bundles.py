@@ -77,12 +77,13 @@ def _refused(d: Path, *place: str, what: type[GmpError] = BundleError) -> str:
     [
         (lambda b: b[:100] + b"\xc3(" + b[100:], "line 6 (byte 100): not UTF-8"),
         (lambda b: b.rstrip()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (lambda b: b.rstrip()[:-1] + b', "x": ' + b"[" * 900 + b"]" * 900 + b"}", "nested more than 32 levels"),
         (lambda b: b.replace(b'"quota_us": 50000', b'"quota_us": ' + b"9" * 5000), "5000 digits"),
         (lambda b: b[: len(b) // 2], "invalid JSON"),
         (lambda b: b"\xef\xbb\xbf" + b.replace(b'"period_us": 100000', b'"period_us": 1e400'), "period_us must be"),
         (lambda b: b"[1, 2]", "a JSON object"),
     ],
-    ids=["not-utf8", "deep", "digits", "cut", "bom-and-inf", "array"],
+    ids=["not-utf8", "deep", "deep-readable", "digits", "cut", "bom-and-inf", "array"],
 )
 def test_meta_text_that_is_no_meta(tmp_path, raw, place):
     d = _copy(tmp_path)
