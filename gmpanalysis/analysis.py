@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 
 from .bundle import Run
-from .errors import MissingDataError
-from .levels import level_names, level_run, table_level
-from .periods import PeriodGrid, fit_period_grid
+from .errors import BundleError, MissingDataError
+from .levels import level_names, level_run, period_changes, table_level
+from .periods import PeriodGrid, check_period, fit_period_grid
 
 
 def period_ns(meta: dict[str, Any]) -> int:
@@ -98,7 +98,28 @@ class Analysis:
             lr = level_run(self.run, table_level(self.run))
             if lr is not self.run:
                 return analyze(lr).grid
-        return fit_period_grid(s, period_ns(self.run.meta))
+        P = period_ns(self.run.meta)
+        if not len(period_changes(self.run)):  # a changed period has its own error (timeline)
+            self._check_period(P)
+        return fit_period_grid(s, P)
+
+    def _check_period(self, P: int) -> None:
+        """The recorded period against the samples (:func:`gmpanalysis.periods.check_period`):
+        a period the timer cannot have is a :class:`BundleError`, a drifting one a note."""
+        verdict = check_period(self.run.samples, P)
+        if verdict is None:
+            return
+        kind, why = verdict
+        m = self.run.meta
+        level = f" of level {m['level']!r} (meta.json levels, limits.csv)" if isinstance(m.get("level"), str) else ""
+        src = self.run.samples.attrs.get("source", "cpu_stat.csv")
+        text = f"{self.run.path / 'meta.json'}: the CFS period{level} is {P // 1000} µs, but in {src} {why}"
+        if kind == "error":
+            raise BundleError(
+                f"{text}; set period_us to the cgroup's period (cpu.cfs_period_us, or cpu.max's second field)"
+            )
+        if text not in self.run.notes:
+            self.run.notes.append(text)
 
     @property
     def levels(self) -> list[str]:

@@ -12,9 +12,12 @@ file, the line and what to do.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
 import os
+import re
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import BundleError, GmpWarning, NotFoundError, TruncatedLineWarning
+from .errors import BundleError, GmpError, GmpWarning, NotFoundError, TruncatedLineWarning
 from .schema import READABLE, check, upgrade
 
 CPU_STAT_COLUMNS: dict[str, Any] = {
@@ -76,6 +79,34 @@ HOST_STAT_COLUMNS: dict[str, Any] = {
     "ncpu": np.int64,  # CPUs online at the read (per-CPU lines)
 }
 
+# What a value in a bundle CSV can be: times are CLOCK_MONOTONIC ns since boot, and 2^62 ns
+# (146 years of uptime) bounds them so that the sum of two times still fits in int64;
+# counters and µs totals stay below 2^53, where float64 still holds every integer.
+MAX_NS = 2**62
+MAX_COUNT = 2**53
+CPU_STAT_RANGES: dict[str, tuple[float, float]] = {
+    "t_ns": (1, MAX_NS),
+    "read_ns": (0, MAX_NS),
+    **{c: (0, MAX_COUNT) for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us")},
+}
+REQUEST_RANGES: dict[str, tuple[float, float]] = {
+    **{c: (1, MAX_NS) for c in ("sched_ns", "start_ns", "end_ns")},
+    "status": (0, 999),
+}
+HOST_STAT_RANGES: dict[str, tuple[float, float]] = {
+    "t_ns": (1, MAX_NS),
+    **{c: (0, MAX_NS) for c in HOST_STAT_COLUMNS if c not in ("t_ns", "ncpu")},
+    "ncpu": (1, 1 << 20),
+}
+LIMITS_RANGES: dict[str, tuple[float, float]] = {
+    "t_ns": (1, MAX_NS),
+    "prev_ns": (1, MAX_NS),
+    "quota_us": (0, MAX_COUNT),
+    "burst_us": (0, MAX_COUNT),
+}
+# meta.json is a few kB; anything much larger is not one
+META_MAX_BYTES = 16 << 20
+
 
 @dataclasses.dataclass
 class Run:
@@ -108,9 +139,12 @@ class Run:
         if self._trace is None and self.trace_path is not None:
             from .gotrace import read_trace
 
+            check_regular(self.trace_path)  # replaced since loading: a FIFO would block the reader
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", GmpWarning)
-                self._trace = read_trace(self.trace_path)
+                tr = read_trace(self.trace_path)
+            check_trace_belongs(self, tr)
+            self._trace = tr
             for w in caught:
                 if issubclass(w.category, GmpWarning) and str(w.message) not in self.notes:
                     self.notes.append(str(w.message))
@@ -131,10 +165,59 @@ class Run:
         )
 
 
+# The trace format version (the header's "go 1.N trace") each Go release writes: Go 1.24
+# writes the 1.23 format and 1.27 the 1.26 one (fixtures/README.md, "traces/").
+TRACE_FORMAT_OF_GO = {22: 22, 23: 23, 24: 23, 25: 25, 26: 26, 27: 26}
+
+
+def _go_minor(v: object) -> int | None:
+    """N of a "go1.N[.P]" version string (None for "devel ..." and other forms)."""
+    m = re.fullmatch(r"go1\.(\d{1,4})(?:[.\w+-]*)", v) if isinstance(v, str) else None
+    return int(m.group(1)) if m else None
+
+
+def check_trace_belongs(run: Run, tr: Any) -> None:
+    """A trace.out of another run (another collection, another host, another binary) is not
+    used as if it were this one's: its clock span must overlap the collection's (the
+    samples', and meta.json's mono_start_ns..mono_end_ns), and its format version must be
+    the one the recorded Go version writes. Raises :class:`BundleError` naming both files."""
+    first, last = tr.meta.get("first_ns"), tr.meta.get("last_ns")
+    t = run.samples["t_ns"].to_numpy()
+    lo = [int(t.min())] if len(t) else []
+    hi = [int(t.max())] if len(t) else []
+    for k, into in (("mono_start_ns", lo), ("mono_end_ns", hi)):
+        if isinstance(run.meta.get(k), int):
+            into.append(run.meta[k])
+    if tr.meta.get("events") and first is not None and lo and hi:
+        start, end = min(lo), max(hi)
+        if last < start or first > end:
+            raise BundleError(
+                f"{run.trace_path}: its clock spans {first}..{last} ns, which misses the collection's "
+                f"{start}..{end} ns (meta.json and cpu_stat.csv of {run.path}): the trace comes from another run "
+                "or host. Put this run's trace there, or remove trace.out"
+            )
+    minor = _go_minor(run.meta.get("go_version"))
+    version = tr.meta.get("version")
+    if minor is None or not isinstance(version, int):
+        return
+    want = TRACE_FORMAT_OF_GO.get(minor)
+    if (want is not None and version != want) or (want is None and (minor < 22 or version > minor)):
+        raise BundleError(
+            f"{run.trace_path}: written in the go 1.{version} trace format, but meta.json says the target ran "
+            f"{run.meta['go_version']}, which writes {f'go 1.{want}' if want else 'another format'}: the trace comes "
+            "from another binary. Put this run's trace there, or correct go_version in meta.json"
+        )
+
+
 def _parse_csv(
-    data: bytes, source: str, columns: dict[str, Any], optional: dict[str, Any] | None = None
+    data: bytes,
+    source: str,
+    columns: dict[str, Any],
+    optional: dict[str, Any] | None = None,
+    ranges: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[pd.DataFrame, bool]:
-    """Parse a house CSV from bytes. Returns (frame, last_line_was_dropped)."""
+    """Parse a house CSV from bytes. Returns (frame, last_line_was_dropped). ``ranges``
+    bounds numeric columns (inclusive; float columns must also be finite)."""
     truncated = False
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n")
@@ -150,7 +233,7 @@ def _parse_csv(
     missing = [c for c in columns if c not in header]
     if missing:
         raise BundleError(
-            f"{source} line 1: missing column(s) {', '.join(missing)}; header is {','.join(header)!r}. "
+            f"{source} line 1: missing column(s) {', '.join(missing)}; header is {','.join(header)[:200]!r}. "
             f"Expected {','.join(columns)} (was it written by the gmp collectors?)"
         )
     dtypes = {c: t for c, t in columns.items()}
@@ -158,35 +241,92 @@ def _parse_csv(
         if c in header:
             dtypes[c] = t
     try:
-        df = pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
-    except (ValueError, pd.errors.ParserError) as e:
-        line = _first_bad_line(data, len(header), [header.index(c) for c in columns])
-        where = f"line {line}" if line else "somewhere"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # pandas' cast warnings before its error
+            df = pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
+    except (ValueError, OverflowError, TypeError, pd.errors.ParserError) as e:
+        # pandas names neither the line nor the value (TypeError: a non-integer in a nullable
+        # integer column): find them
+        found = _first_bad_line(data, header, dtypes)
+        where, what = found if found else ("somewhere", "")
         raise BundleError(
-            f"{source} {where}: malformed row ({e}); every row needs {len(header)} fields and "
-            f"integers/numbers in {','.join(columns)}. Remove or fix that line."
+            f"{source} {where}: malformed row{what or f' ({str(e)[:200]})'}; every row needs {len(header)} "
+            f"fields and integers/numbers in {','.join(columns)}. Remove or fix that line."
         ) from None
     bad = df[list(columns)].isna().any(axis=1).to_numpy()
     if bad.any():
         line = int(np.flatnonzero(bad)[0]) + 2
         raise BundleError(f"{source} line {line}: empty field(s) in a required column; fix or remove that line.")
+    _check_ranges(df, source, ranges or {})
     return df, truncated
 
 
-def _first_bad_line(data: bytes, nfields: int, numeric: list[int]) -> int | None:
-    """Find the first malformed line (only on the error path, so a loop is fine)."""
+def _check_ranges(df: pd.DataFrame, source: str, ranges: dict[str, tuple[float, float]]) -> None:
+    """Every value of a bounded column inside its range (NA of a nullable column allowed)."""
+    first: tuple[int, str] | None = None
+    for c, (lo, hi) in ranges.items():
+        if c not in df:
+            continue
+        col = df[c]
+        plain = isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiu"
+        v = col.to_numpy() if plain else col.to_numpy(dtype=np.float64, na_value=np.nan)  # NA of Int64: NaN
+        with np.errstate(invalid="ignore"):
+            bad = (v < lo) | (v > hi)
+            if v.dtype.kind == "f":
+                bad |= np.isinf(v) | (np.isnan(v) & ~col.isna().to_numpy())
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            if first is None or i < first[0]:
+                first = (i, f"{c} {col.iloc[i]} is outside {_bound(lo)}..{_bound(hi)}")
+    if first is not None:
+        raise BundleError(
+            f"{source} line {first[0] + 2}: {first[1]}; the collectors never write such a value "
+            "(a corrupt or hand-edited file): fix or remove that line"
+        )
+
+
+def _bound(x: float) -> str:
+    """A range end as written in the module: 2^62 rather than 4611686018427387904."""
+    x = int(x)
+    return f"2^{x.bit_length() - 1}" if x >= 1 << 20 and x & (x - 1) == 0 else str(x)
+
+
+_INT = re.compile(rb"^\s*\"?[+-]?\d{1,19}\"?\s*$")
+
+
+def _first_bad_line(data: bytes, header: list[str], dtypes: dict[str, Any]) -> tuple[str, str] | None:
+    """The first line pandas cannot read, and why: (\"line N\", \" (reason)\"). Only on the
+    error path, so a loop is fine."""
+    cols = [(header.index(c), c, t) for c, t in dtypes.items() if c in header]
     for i, raw in enumerate(data.split(b"\n")[1:], 2):
+        raw = raw.rstrip(b"\r")
         if not raw:
             continue
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"line {i}", f" (byte {e.start} of the line is not UTF-8)"
         f = raw.split(b",")
-        if len(f) != nfields:
-            return i
-        for j in numeric:
-            try:
-                float(f[j])
-            except ValueError:
-                return i
+        if len(f) != len(header):
+            return f"line {i}", f" ({len(f)} fields, the header has {len(header)})"
+        for j, name, t in cols:
+            cell = f[j]
+            if t is np.int64 or t == "Int64":
+                if t == "Int64" and not cell.strip():
+                    continue
+                if not _INT.match(cell) or not -(2**63) <= int(cell.strip().strip(b'"')) < 2**63:
+                    return f"line {i}", f" ({name} {_text(cell)} is not a 64-bit integer)"
+            elif t is np.float64:
+                try:
+                    float(cell)
+                except ValueError:
+                    return f"line {i}", f" ({name} {_text(cell)} is not a number)"
     return None
+
+
+def _text(cell: bytes) -> str:
+    t = cell.decode("utf-8", "replace")
+    return repr(t if len(t) <= 40 else t[:37] + "...")
 
 
 def _check_sorted(df: pd.DataFrame, col: str, source: str, by: str | None = None) -> None:
@@ -202,13 +342,86 @@ def _check_sorted(df: pd.DataFrame, col: str, source: str, by: str | None = None
             )
 
 
-def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: str, mode: int) -> BundleError:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return BundleError(
+        f"{path}: is {kind}, not a regular file; a bundle holds the plain files its collector wrote. "
+        "Replace it with that file (or remove it where the file is optional)."
+    )
+
+
+def _os_error(path: str, e: OSError) -> GmpError:
+    """An OSError met opening or reading a bundle file, as the error of the family that says
+    what to do."""
+    if e.errno == errno.ENOENT:
+        if os.path.islink(path):
+            target = os.readlink(path)
+            return BundleError(f"{path}: a symlink to {target!r}, which does not exist; point it at the file")
+        return NotFoundError(f"{path}: no such file")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return BundleError(f"{path}: permission denied; make it readable for this user (chmod a+r) or run as its owner")
+    if e.errno == errno.ELOOP:
+        return BundleError(f"{path}: a symlink loop (too many levels of symbolic links); point the link at a real file")
+    return BundleError(f"{path}: cannot be read ({e.strerror or e}); check the file and the filesystem it is on")
+
+
+def check_regular(path: str | os.PathLike[str]) -> int:
+    """The size of the regular file at ``path`` (symlinks followed). Anything else -- a
+    directory, a FIFO, a device, a symlink loop or to nowhere, an unreadable file -- raises a
+    :class:`GmpError` naming the file; nothing is opened, so a FIFO cannot block."""
+    p = os.fspath(path)
     try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BundleError(f"{path}: is a directory, expected a CSV file") from None
+        st = os.stat(p)
+    except OSError as e:
+        raise _os_error(p, e) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(p, st.st_mode)
+    if not os.access(p, os.R_OK):
+        raise _os_error(p, PermissionError(errno.EACCES, "Permission denied"))
+    return st.st_size
+
+
+def _read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of one bundle file: a regular file only (checked before opening, and again
+    on the open descriptor, which is opened non-blocking so a FIFO put there in between
+    cannot hang the reader), read up to the size it had when opened -- a collector still
+    appending cannot make the read endless. ``limit`` caps the size (bytes)."""
+    p = os.fspath(path)
+    check_regular(p)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _os_error(p, e) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode)
+        if limit is not None and st.st_size > limit:
+            raise BundleError(
+                f"{p}: {st.st_size} bytes, more than the {limit} such a file can hold; "
+                "it is not the file the collector wrote"
+            )
+        chunks, left = [], st.st_size
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 30))
+            if not b:  # the file shrank under us: what is there is all there is
+                break
+            chunks.append(b)
+            left -= len(b)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except OSError as e:
+        raise _os_error(p, e) from None
+    finally:
+        os.close(fd)
 
 
 def _parse_table(
@@ -219,9 +432,14 @@ def _parse_table(
     *,
     sorted_by: str | None = None,
     group: str | None = None,
+    ranges: dict[str, tuple[float, float]] | None = None,
 ) -> pd.DataFrame:
-    """A house CSV from bytes, its time order checked, a dropped last line announced."""
-    df, truncated = _parse_csv(data, source, columns, optional)
+    """A house CSV from bytes, its values in range, its time order checked, a dropped last
+    line announced."""
+    df, truncated = _parse_csv(data, source, columns, optional, ranges)
+    if group is not None and group in df and df[group].isna().any():
+        line = int(np.flatnonzero(df[group].isna().to_numpy())[0]) + 2
+        raise BundleError(f"{source} line {line}: empty {group} field; every row names its {group}: fix that line")
     if sorted_by is not None:
         _check_sorted(df, sorted_by, source, by=group)
     df.attrs["source"] = source
@@ -238,7 +456,9 @@ def _parse_table(
 
 def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame:
     """Parse cpu_stat.csv bytes; see :func:`read_cpu_stat`."""
-    return _parse_table(data, source, CPU_STAT_COLUMNS, {"cgroup": str}, sorted_by="t_ns", group="cgroup")
+    return _parse_table(
+        data, source, CPU_STAT_COLUMNS, {"cgroup": str}, sorted_by="t_ns", group="cgroup", ranges=CPU_STAT_RANGES
+    )
 
 
 def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -260,7 +480,7 @@ def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_requests(data: bytes, *, source: str = "requests.csv") -> pd.DataFrame:
     """Parse requests.csv bytes; see :func:`read_requests`."""
-    return _parse_table(data, source, REQUEST_COLUMNS)
+    return _parse_table(data, source, REQUEST_COLUMNS, ranges=REQUEST_RANGES)
 
 
 def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -276,7 +496,7 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_host_stat(data: bytes, *, source: str = "host_stat.csv") -> pd.DataFrame:
     """Parse host_stat.csv bytes; see :func:`read_host_stat`."""
-    return _parse_table(data, source, HOST_STAT_COLUMNS, sorted_by="t_ns")
+    return _parse_table(data, source, HOST_STAT_COLUMNS, sorted_by="t_ns", ranges=HOST_STAT_RANGES)
 
 
 def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -298,7 +518,9 @@ def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_limits(data: bytes, *, source: str = "limits.csv") -> pd.DataFrame:
     """Parse limits.csv bytes; see :func:`read_limits`."""
-    df = _parse_table(data, source, LIMITS_COLUMNS, LIMITS_NULLABLE, sorted_by="t_ns", group="cgroup")
+    df = _parse_table(
+        data, source, LIMITS_COLUMNS, LIMITS_NULLABLE, sorted_by="t_ns", group="cgroup", ranges=LIMITS_RANGES
+    )
     missing = [c for c in LIMITS_NULLABLE if c not in df.columns]
     if missing:
         raise BundleError(
@@ -337,13 +559,34 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     (:mod:`gmpanalysis.schema`); an older version is returned upgraded."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
+        raw = _read_bytes(p, limit=META_MAX_BYTES)
+    except NotFoundError:
         raise BundleError(f"{p}: missing; every bundle needs meta.json (is this a bundle directory?)") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise BundleError(
+            f"{p} line {line} (byte {e.start}): not UTF-8 ({e.reason}); meta.json is UTF-8 JSON as the "
+            "collector wrote it: restore that file or fix the byte"
+        ) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors add
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as e:
         raise BundleError(f"{p} line {e.lineno} column {e.colno}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise BundleError(
+            f"{p}: JSON nested too deeply to read; meta.json is an object of the fields in "
+            "gmpanalysis.schema, a few levels deep: restore the collector's file"
+        ) from None
+    except ValueError as e:  # an integer with more digits than Python converts (4300)
+        m = re.search(r"\d{4000,}", text)
+        where = f" line {text.count(chr(10), 0, m.start()) + 1}" if m else ""
+        raise BundleError(
+            f"{p}{where}: a number with {len(m.group()) if m else 'too many'} digits ({str(e)[:80]}); "
+            "no meta.json field needs more than 19: fix that value"
+        ) from None
     if not isinstance(meta, dict):
         raise BundleError(f"{p}: expected a JSON object at the top level")
     schema = meta.get("schema")
@@ -357,6 +600,103 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _empty(columns: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+def _check_clock(samples: pd.DataFrame, meta: dict[str, Any], d: Path) -> None:
+    """The samples lie inside the collection meta.json records (within 5 s)."""
+    t = samples["t_ns"].to_numpy()
+    if not len(t):
+        return
+    sampler = meta.get("sampler") or {}
+    start = meta.get("mono_start_ns")
+    end = meta.get("mono_end_ns")
+    if end is None:  # an unfinished collection: the sampler's own summary may know it
+        end = sampler.get("mono_end_ns")
+    slack = 5_000_000_000
+    first, last = int(np.argmin(t)), int(np.argmax(t))
+    if isinstance(start, int) and t[first] < start - slack:
+        raise BundleError(
+            f"{d / 'cpu_stat.csv'} line {first + 2}: t_ns {t[first]} is {(start - t[first]) / 1e9:.1f}s before "
+            f"meta.json mono_start_ns {start}; samples and meta come from different runs or clocks"
+        )
+    if isinstance(end, int) and t[last] > end + slack:
+        raise BundleError(
+            f"{d / 'cpu_stat.csv'} line {last + 2}: t_ns {t[last]} is {(t[last] - end) / 1e9:.3g}s after meta.json "
+            f"mono_end_ns {end}; samples and meta come from different runs or clocks"
+        )
+
+
+def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[str]:
+    """What the cumulative counters of each sampled cgroup say about the file; returns notes.
+
+    The kernel counts every throttled period in nr_periods too, so nr_throttled never runs
+    ahead of nr_periods, from the cgroup's creation or between any two reads (by more than
+    one: a read can print nr_periods just before the timer bumps both): a file where it does
+    is corrupt, and raises :class:`BundleError` naming the line. A counter that falls is read
+    as a recreated cgroup (a restart: every counter starts again, usage included) and the
+    analysis starts a new segment there (:func:`gmpanalysis.periods.split_segments`); one that
+    falls while usage_us does not has no such evidence, and gets a note naming the line.
+    """
+    notes: list[str] = []
+    groups = [samples] if "cgroup" not in samples else [g for _, g in samples.groupby("cgroup", sort=False)]
+    for g in groups:
+        if len(g) < 2:
+            continue
+        line = g.index.to_numpy() + 2
+        per = g["nr_periods"].to_numpy()
+        thr = g["nr_throttled"].to_numpy()
+        usage = g["usage_us"].to_numpy()
+        fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
+        usage_fell = np.diff(usage) < 0
+        cut = usage_fell.copy()
+        for c, f in fell.items():
+            cut |= f
+            odd = np.flatnonzero(f & ~usage_fell)
+            if len(odd):
+                i = int(odd[0])
+                v = g[c].to_numpy()
+                notes.append(
+                    f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while usage_us did not fall "
+                    f"({len(odd)} such place(s)); a recreated cgroup restarts every counter, so this is no "
+                    "restart: the reads after it are analysed as a new segment. Check the file (two writers?)"
+                )
+        seg = np.r_[0, np.cumsum(cut)]  # segment number of every row
+        first = np.r_[0, np.flatnonzero(cut) + 1][seg]  # its first row
+        over = (thr > per + 1) | ((thr - thr[first]) > (per - per[first]) + 1)
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise BundleError(
+                f"{source} line {line[i]}: nr_throttled {thr[i]} has run ahead of nr_periods {per[i]} "
+                f"(since line {line[first[i]]}: +{thr[i] - thr[first[i]]} against +{per[i] - per[first[i]]}); "
+                "the kernel counts every throttled period in nr_periods, so the file is corrupt "
+                "(columns swapped, or rows of another cgroup mixed in)"
+            )
+    return notes
+
+
+def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
+    """Every request ends after it was scheduled and sent; rows written twice count once."""
+    notes: list[str] = []
+    if not len(requests):
+        return requests, notes
+    sched, start, end = (requests[c].to_numpy() for c in ("sched_ns", "start_ns", "end_ns"))
+    for bad, what in ((end < start, "end_ns before start_ns"), (end < sched, "end_ns before sched_ns")):
+        if bad.any():
+            line = int(np.flatnonzero(bad)[0]) + 2
+            raise BundleError(
+                f"{source} line {line}: {what}: a latency below zero; the file is corrupt (fix or remove that line)"
+            )
+    # two real requests never share all three times to the ns: a duplicate is a row written
+    # twice (a load generator's retry of its own write, files concatenated)
+    dup = requests.duplicated(keep="first").to_numpy()
+    if dup.any():
+        line = int(np.flatnonzero(dup)[0]) + 2
+        notes.append(
+            f"{source}: {int(dup.sum())} duplicate row(s) (all fields equal to an earlier row; the first at line "
+            f"{line}) counted once: a request is never written twice"
+        )
+        requests = requests[~dup]
+    return requests, notes
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
@@ -381,17 +721,19 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         warnings.simplefilter("always", GmpWarning)
         unfinished = meta.get("complete") is False
         csv = d / "cpu_stat.csv"
-        if unfinished and (not csv.exists() or csv.stat().st_size == 0):
+        if unfinished and (not os.path.lexists(csv) or check_regular(csv) == 0):
             # killed before the sampler wrote anything: what was collected (meta) is kept
             samples = _empty(CPU_STAT_COLUMNS)
             notes.append(f"{csv}: no samples: the collection stopped before the sampler's first read")
-        elif not csv.exists():
+        elif not os.path.lexists(csv):
             raise BundleError(f"{csv}: missing; a bundle without samples cannot be analysed")
         else:
             samples = read_cpu_stat(csv)
-        requests = read_requests(d / "requests.csv") if (d / "requests.csv").exists() else None
-        host_stat = read_host_stat(d / "host_stat.csv") if (d / "host_stat.csv").exists() else None
-        limits = read_limits(d / "limits.csv") if (d / "limits.csv").exists() else None
+        # an optional file that is there (even as a broken link) is read, so that what is
+        # wrong with it is said rather than the file silently skipped
+        requests = read_requests(d / "requests.csv") if os.path.lexists(d / "requests.csv") else None
+        host_stat = read_host_stat(d / "host_stat.csv") if os.path.lexists(d / "host_stat.csv") else None
+        limits = read_limits(d / "limits.csv") if os.path.lexists(d / "limits.csv") else None
     for w in caught:
         if issubclass(w.category, GmpWarning):
             notes.append(str(w.message))
@@ -405,32 +747,17 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             )
         if not any("no samples" in n for n in notes):
             notes.append(f"{d / 'cpu_stat.csv'}: no samples: the collection stopped before the sampler's first read")
-    start, end = meta.get("mono_start_ns"), meta.get("mono_end_ns")
-    t = samples["t_ns"].to_numpy()
-    if not len(t):
-        start = end = None  # nothing to compare with
-    slack = 5_000_000_000
-    if isinstance(start, int) and t[0] < start - slack:
-        raise BundleError(
-            f"{d / 'cpu_stat.csv'} line 2: t_ns {t[0]} is {(start - t[0]) / 1e9:.1f}s before meta.json "
-            f"mono_start_ns {start}; samples and meta come from different runs or clocks"
-        )
-    if isinstance(end, int) and t[-1] > end + slack:
-        raise BundleError(
-            f"{d / 'cpu_stat.csv'} line {len(t) + 1}: t_ns {t[-1]} is after meta.json mono_end_ns {end}; "
-            "samples and meta come from different runs or clocks"
-        )
-    if requests is not None and len(requests):
-        bad = requests["end_ns"].to_numpy() < requests["start_ns"].to_numpy()
-        if bad.any():
-            line = int(np.flatnonzero(bad)[0]) + 2
-            raise BundleError(f"{d / 'requests.csv'} line {line}: end_ns before start_ns; the file is corrupt")
+    _check_clock(samples, meta, d)
+    notes += check_counters(samples, str(csv))
+    if requests is not None:
+        requests, more = _check_requests(requests, str(d / "requests.csv"))
+        notes += more
 
-    trace = d / "trace.out"
-    if trace.exists() and trace.stat().st_size == 0:
-        notes.append("trace.out is empty: the trace capture produced no bytes")
+    trace: Path | None = d / "trace.out"
+    if not os.path.lexists(trace):
         trace = None
-    elif not trace.exists():
+    elif check_regular(trace) == 0:
+        notes.append("trace.out is empty: the trace capture produced no bytes")
         trace = None
     return Run(
         path=d,

@@ -41,6 +41,12 @@ TIMER_LATE_NS = 150_000
 # A phase that moved later must hold for this many brackets (periods) in a row to be a new
 # phase rather than late expiries.
 PERSIST_BRACKETS = 5
+# A hole in the reads is laid on the table period by period (its periods form an ambiguous
+# group, see gmpanalysis.credits), as long as it holds no more boundaries than the file has
+# reads (and at least this many): the table stays the size of the data. A longer one -- a
+# sampler stopped for hours, or a corrupt time that jumps by days -- ends the segment; the
+# reads after it start another, and the hole is listed in PeriodGrid.left_out.
+HOLE_BOUNDARIES_MIN = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,8 @@ class PeriodGrid:
 
     period_ns: int
     segments: tuple[GridSegment, ...]
+    # holes too long to lay on the table: (last row before, first row after, boundaries inside)
+    left_out: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def main(self) -> GridSegment:
@@ -185,7 +193,9 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
 
     ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
     it, select one first. Raises :class:`MissingDataError` when the samples cannot place
-    the grid (no limit, or reads sparser than a period).
+    the grid (no limit, or reads sparser than a period). A hole holding more boundaries
+    than the file has reads ends a segment (:data:`HOLE_BOUNDARIES_MIN`); such holes are
+    listed in ``left_out``.
     """
     if "cgroup" in samples and samples["cgroup"].nunique() > 1:
         raise MissingDataError(
@@ -205,7 +215,17 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     read_all = samples["read_ns"].to_numpy()
     per_all = samples["nr_periods"].to_numpy()
     segs = []
-    pending = split_segments(samples)
+    pending, left_out = [], []
+    cap = max(len(samples), HOLE_BOUNDARIES_MIN)
+    for a, b in split_segments(samples):
+        # boundaries inside each stretch between reads, at most (the phase is not known yet)
+        inside = np.diff(t_all[a : b + 1]) // period_ns + 1
+        first = a
+        for j in (first + np.flatnonzero(inside > cap)).tolist():
+            left_out.append((j, j + 1, int(inside[j - first])))
+            pending.append((a, j))
+            a = j + 1
+        pending.append((a, b))
     while pending:  # a few segments: resets and phase jumps are rare
         a, b = pending.pop(0)
         if b - a < 2:
@@ -221,8 +241,104 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
         segs.append(GridSegment(a, b, int(t_all[a]), int(t_all[b]), phase, unc, used, late))
     if not segs:
         raise MissingDataError(
-            "cannot place the CFS period grid: no segment of the samples has nr_periods rising between reads "
-            "closer than half a period (is there a CPU limit? was the group busy? were the reads at least "
-            "every 50 ms for 100 ms periods?)"
+            f"{samples.attrs.get('source', 'samples')}: cannot place the CFS period grid: no segment of the "
+            "samples has nr_periods rising between reads closer than half a period (is there a CPU limit? "
+            "was the group busy? were the reads at least every 50 ms for 100 ms periods?)"
         )
-    return PeriodGrid(period_ns, tuple(segs))
+    return PeriodGrid(period_ns, tuple(segs), tuple(left_out))
+
+
+def check_period(samples: pd.DataFrame, period_ns: int) -> tuple[str, str] | None:
+    """Do the samples of ONE cgroup agree with a CFS period of ``period_ns``? Returns None
+    when they do (or hold too few increments to tell), else ``("error", why)`` when the
+    period cannot be the timer's, or ``("note", why)`` when its boundaries drift against
+    the increments by more than the grid tolerates.
+
+    The timer fires once every period while it runs, and keeps running two periods after
+    the group goes idle, so nr_periods rises at most once per period and in runs of
+    consecutive periods: the increments lie a whole number of periods apart, never closer
+    than one, and many exactly one apart. Summed over a chain of increments, the misfit of
+    the right period stays within the reads' precision; a wrong one grows with every period.
+    """
+    t_all = samples["t_ns"].to_numpy(np.int64)
+    read_all = samples["read_ns"].to_numpy(np.int64)
+    per_all = samples["nr_periods"].to_numpy()
+    P = int(period_ns)
+    segments = split_segments(samples)
+    spacing = []  # time per increment between reads that saw one (consecutive periods: ~P)
+    rises = 0
+    for a, b in segments:
+        t, per = t_all[a : b + 1], per_all[a : b + 1]
+        rose = np.flatnonzero(np.diff(per) >= 1) + 1
+        rises += len(rose)
+        if len(rose) >= 2:
+            spacing.append(np.diff(t[rose]) / (per[rose[1:]] - per[rose[:-1]]))
+        span = int(t[-1] - t[0]) + int(read_all[a] + read_all[b])
+        if per[-1] - per[0] > span // P + 2:
+            return "error", (
+                f"nr_periods rose {int(per[-1] - per[0])} times in {span / 1e9:.3g} s, more than once per "
+                f"period{_estimate(spacing)}"
+            )
+    if rises < 8:
+        return None
+    est = _estimate(spacing)
+    low = np.concatenate(spacing) if spacing else np.zeros(0)
+    if len(low) >= 8 and float(np.percentile(low, 10)) > 1.5 * P:
+        return "error", f"nr_periods never rose in two consecutive periods ({rises} increments){est}"
+
+    # increments placed between the reads around them, where the reads are fine enough
+    gaps, tol, close, chains = [], [], 0, []
+    for a, b in segments:
+        t, read, per = t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1]
+        lo = t[:-1] - read[:-1] // 2
+        hi = t[1:] + read[1:] // 2
+        use = (np.diff(per) >= 1) & (hi - lo <= P // 4)
+        mid = ((lo + hi) // 2)[use]
+        half = ((hi - lo) // 2)[use]
+        if len(mid) < 2:
+            continue
+        dm = np.diff(mid).astype(np.float64)
+        h = (half[:-1] + half[1:] + TIMER_LATE_NS).astype(np.float64)
+        # two increments closer than a period, beyond what the reads leave open
+        close += int(np.sum(dm < P - h))
+        n = np.rint(dm / P)
+        ok = (n >= 1) & (n <= 20)  # a longer idle stretch could round to the wrong count
+        gaps.append(n[ok])
+        tol.append(h[ok])
+        chains.append((np.cumsum(n[ok]), np.cumsum((dm - n * P)[ok]), float(np.median(h[ok])) if ok.any() else 0.0))
+    n = np.concatenate(gaps) if gaps else np.zeros(0)
+    if len(n) < 8:
+        return None
+    h = np.concatenate(tol)
+    if close >= max(3, (len(n) + close) // 10):
+        return "error", f"{close} of {len(n) + close} nr_periods increments came less than one period apart{est}"
+    if not (n == 1).any():
+        return "error", f"nr_periods never rose in two consecutive periods ({len(n)} increments){est}"
+    e = np.concatenate([np.diff(np.r_[0.0, r]) for _, r, _ in chains])
+    misfit = int(np.sum(np.abs(e) > h))
+    if misfit >= max(3, len(n) // 4):
+        return "error", f"{misfit} of {len(n)} intervals between increments are no whole number of periods{est}"
+    # drift: the chained misfit against the number of periods (a line through the origin);
+    # a phase that jumped once leaves a step, not a line, and is the fit's business
+    for k, r, hw in chains:
+        if len(k) < 8:
+            continue
+        slope = float(np.dot(k, r) / np.dot(k, k))
+        drift = slope * k[-1]
+        rest = float(np.sqrt(np.mean((r - slope * k) ** 2)))
+        if abs(drift) > max(2 * hw, 1_000_000) and rest <= 2 * hw and abs(slope) >= 1000:
+            return "note", (
+                f"the boundaries drift {drift / 1e6:+.1f} ms over {int(k[-1])} periods against it: the timer's "
+                f"period is about {(P + slope) / 1e3:.0f} µs"
+            )
+    return None
+
+
+def _estimate(spacing: list[np.ndarray]) -> str:
+    """ "; the increments say about N µs": the median time per increment over the lowest
+    tenth of those times (the timer running through consecutive periods), for a message."""
+    x = np.concatenate(spacing) if spacing else np.zeros(0)
+    if len(x) < 4:
+        return ""
+    low = x[x <= 1.5 * np.percentile(x, 10)]
+    return f"; the increments say about {float(np.median(low)) / 1e6:.1f} ms"

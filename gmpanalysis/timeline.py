@@ -485,6 +485,7 @@ def _build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
         )
     parts, groups, cons = [], [], []
     next_group = 0
+    _note_left_out(run, grid)
     for i, seg in enumerate(grid.segments):
         ss = s.iloc[seg.first_row : seg.last_row + 1]
         t = ss["t_ns"].to_numpy()
@@ -520,6 +521,25 @@ def _build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
         conservation=pd.DataFrame(cons),
     )
     return out
+
+
+def _note_left_out(run: Run, grid: PeriodGrid) -> None:
+    """A note for every hole too long to lay on the table (:data:`gmpanalysis.periods.HOLE_BOUNDARIES_MIN`):
+    where it is, and what the counters say happened across it, so that no count vanishes
+    unsaid."""
+    s = run.samples
+    src = s.attrs.get("source", "cpu_stat.csv")
+    t = s["t_ns"].to_numpy()
+    for before, after, boundaries in grid.left_out:
+        rose = ", ".join(f"{c} {float(s[c].iloc[after] - s[c].iloc[before]):+g}" for c in CREDITED)
+        note = (
+            f"{src}: a {(t[after] - t[before]) / 1e9:.6g} s hole in the samples (t_ns {t[before]} to {t[after]}) "
+            f"holds up to {boundaries} period boundaries, more than the file has reads: its periods are not in the "
+            f"table, the reads after it start a new segment (across it: {rose}). A sampler stopped for that long, "
+            "or a corrupt t_ns?"
+        )
+        if note not in run.notes:
+            run.notes.append(note)
 
 
 @dataclasses.dataclass(eq=False)  # compared by identity: pandas compares attrs when merging

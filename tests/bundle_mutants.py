@@ -1,0 +1,477 @@
+"""Hostile copies of the shipped run bundles, and the pipeline every copy must survive.
+
+A mutant is a copy of one shipped run with one to three structure-aware changes: a meta.json
+field replaced by a value of the wrong type, a huge or odd number, odd unicode, or deleted;
+meta.json text cut, nested too deep, carrying bytes that are not UTF-8 or a 5,000-digit
+number; a CSV cell replaced by a hostile token; CSV lines cut, duplicated, swapped or
+removed; a time jump or a counter going backwards; a whole file replaced by a directory, a
+FIFO, a symlink loop, a symlink to /dev/zero, garbage or nothing; another run's trace.
+
+:func:`attack` runs a mutant through load_run -> df_periods -> compare_runs -> df_checks.
+The contract (issue 14): every outcome is a result or a :class:`~gmpanalysis.errors.GmpError`
+whose message names the file; no other exception, no hang. Used by
+tests/test_attack_bundles.py (a few hundred mutants) and benchmarks/attack_bundles.py (many).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = sorted(p for p in (REPO / "fixtures" / "runs").iterdir() if (p / "meta.json").exists())
+CSVS = ("cpu_stat.csv", "requests.csv", "host_stat.csv", "limits.csv")
+
+HOSTILE_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    999,
+    2**31,
+    2**63 - 1,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    10**40,
+    1.5,
+    1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "",
+    "x",
+    "١٢",
+    "²",
+    "\ud800",
+    "a/../b",
+    "$\\foo{x}$",
+    "100000",
+    "-5",
+    "go1.99.1",
+    "x" * 10_000,
+    [],
+    [1],
+    [None],
+    ["x"],
+    {},
+    {"a": 1},
+    {"level": 1},
+    {"level": "container", "quota_us": "x", "period_us": -1},
+]
+
+HOSTILE_CELLS: list[bytes] = [
+    b"",
+    b"x",
+    b"-1",
+    b"-0",
+    b"0",
+    b"nan",
+    b"NaN",
+    b"inf",
+    b"-inf",
+    b"1e400",
+    b"1e19",
+    b"1.5",
+    b"9223372036854775807",
+    b"9223372036854775808",
+    b"-9223372036854775809",
+    b"18446744073709551616",
+    b"1" * 40,
+    b"1" * 5000,
+    b"0x10",
+    b"1_0",
+    "١٢".encode(),
+    "²".encode(),
+    b"\xff\xfe",
+    b"\x00",
+    b" 5",
+    b"5 ",
+    b"--5",
+    b"+5",
+    b'"5"',
+    b"5,5",
+    b"container",
+    b"pod",
+]
+
+# a special file in place of a regular one
+SPECIALS = ("dir", "fifo", "loop", "devzero", "dangling", "missing", "empty", "garbage")
+
+
+@dataclasses.dataclass
+class Mutant:
+    base: Path
+    files: dict[str, bytes | str]  # name -> bytes, or the name of a special in SPECIALS
+    what: list[str]
+
+    def write(self, dst: Path) -> Path:
+        """Write the mutant bundle into the (new) directory ``dst``."""
+        dst.mkdir(parents=True)
+        for name, v in self.files.items():
+            p = dst / name
+            if isinstance(v, bytes):
+                p.write_bytes(v)
+            elif v == "dir":
+                p.mkdir()
+                (p / "x").write_text("x\n")
+            elif v == "fifo":
+                os.mkfifo(p)
+            elif v == "loop":
+                os.symlink(p.name + ".b", p)
+                os.symlink(p.name, dst / (p.name + ".b"))
+            elif v == "devzero":
+                os.symlink("/dev/zero", p)
+            elif v == "dangling":
+                os.symlink(dst / "nowhere", p)
+            elif v == "missing":
+                pass
+            else:
+                raise AssertionError(v)
+        return dst
+
+
+def _json_paths(x: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(x, dict):
+        for k, v in x.items():
+            out += _json_paths(v, (*prefix, k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x[:3]):
+            out += _json_paths(v, (*prefix, i))
+    return out
+
+
+def _set_path(x: Any, path: tuple, value: Any, delete: bool = False) -> None:
+    for k in path[:-1]:
+        x = x[k]
+    if delete:
+        del x[path[-1]]
+    else:
+        x[path[-1]] = value
+
+
+def _meta_op(rng: random.Random, files: dict[str, bytes | str], what: list[str]) -> None:
+    raw = files.get("meta.json")
+    if not isinstance(raw, bytes):
+        return
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):  # already broken by an earlier op: break it further
+        files["meta.json"] = raw[: rng.randrange(len(raw) + 1)]
+        what.append("meta.json cut")
+        return
+    op = rng.choice(("set", "set", "set", "set", "del", "big", "deep", "cut", "bytes", "clock", "period", "go"))
+    paths = _json_paths(meta)
+    if op == "set" and paths:
+        path = rng.choice(paths)
+        v = rng.choice(HOSTILE_VALUES)
+        _set_path(meta, path, v)
+        what.append(f"meta {'.'.join(map(str, path))} = {v!r:.40}")
+    elif op == "del" and paths:
+        path = rng.choice(paths)
+        _set_path(meta, path, None, delete=True)
+        what.append(f"meta {'.'.join(map(str, path))} deleted")
+    elif op == "big" and paths:
+        path = rng.choice([p for p in paths if len(p) == 1] or paths)
+        _set_path(meta, path, "__BIG__")
+        digits = "9" * rng.choice((20, 40, 400, 5000))
+        files["meta.json"] = json.dumps(meta).replace('"__BIG__"', digits).encode()
+        what.append(f"meta {'.'.join(map(str, path))} = {len(digits)} digits")
+        return
+    elif op == "deep":
+        n = rng.choice((100, 10_000, 200_000))
+        files["meta.json"] = raw.rstrip()[:-1] + b', "deep": ' + b"[" * n + b"]" * n + b"}"
+        what.append(f"meta nested {n} deep")
+        return
+    elif op == "cut":
+        files["meta.json"] = raw[: rng.randrange(len(raw) + 1)]
+        what.append("meta.json cut")
+        return
+    elif op == "bytes":
+        i = rng.randrange(len(raw))
+        files["meta.json"] = raw[:i] + rng.choice((b"\xff", b"\xc3(", b"\x00", b"\xef\xbb\xbf")) + raw[i:]
+        what.append(f"meta.json odd bytes at {i}")
+        return
+    elif op == "clock":
+        # the collection's clock moved away from the samples and the trace
+        shift = rng.choice((-(10**12), 10**12, 10**15, 2**62))
+        for k in ("mono_start_ns", "mono_end_ns"):
+            if isinstance(meta.get(k), int):
+                meta[k] += shift
+        what.append(f"meta clock shifted {shift}")
+    elif op == "period":
+        meta["period_us"] = rng.choice((1000, 50_000, 99_000, 100_001, 200_000, 1_000_000))
+        what.append(f"meta period_us = {meta['period_us']}")
+    elif op == "go":
+        meta["go_version"] = rng.choice(("go1.22.0", "go1.21.0", "devel", "go1.30", None))
+        what.append(f"meta go_version = {meta['go_version']}")
+    files["meta.json"] = json.dumps(meta, indent=1).encode()
+
+
+def _lines(raw: bytes) -> list[bytes]:
+    return raw.split(b"\n")
+
+
+def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: list[str]) -> None:
+    raw = files[name]
+    assert isinstance(raw, bytes)
+    lines = _lines(raw)
+    body = [i for i in range(1, len(lines)) if lines[i]]
+    header = lines[0].split(b",")
+    op = rng.choice(
+        (
+            "cell",
+            "cell",
+            "cell",
+            "cut",
+            "dupline",
+            "delline",
+            "swap",
+            "dupfile",
+            "append",
+            "noheader",
+            "headeronly",
+            "header",
+            "fields",
+            "crlf",
+            "tmax",
+            "jump",
+            "back",
+            "throttle",
+            "requests",
+        )
+    )
+    if op == "cell" and body:
+        i = rng.choice(body)
+        f = lines[i].split(b",")
+        j = rng.randrange(len(f))
+        f[j] = rng.choice(HOSTILE_CELLS)
+        lines[i] = b",".join(f)
+        what.append(f"{name} line {i + 1} field {j + 1} = {f[j][:20]!r}")
+    elif op == "cut":
+        k = rng.randrange(len(raw) + 1)
+        files[name] = raw[:k]
+        what.append(f"{name} cut at byte {k}")
+        return
+    elif op == "dupline" and body:
+        i = rng.choice(body)
+        lines.insert(i, lines[i])
+        what.append(f"{name} line {i + 1} doubled")
+    elif op == "delline" and body:
+        i = rng.choice(body)
+        del lines[i]
+        what.append(f"{name} line {i + 1} removed")
+    elif op == "swap" and len(body) > 1:
+        i, j = rng.sample(body, 2)
+        lines[i], lines[j] = lines[j], lines[i]
+        what.append(f"{name} lines {i + 1},{j + 1} swapped")
+    elif op == "dupfile":
+        files[name] = raw + raw
+        what.append(f"{name} written twice")
+        return
+    elif op == "append":
+        files[name] = raw + b"\n".join(lines[1:])
+        what.append(f"{name} rows appended again")
+        return
+    elif op == "noheader":
+        del lines[0]
+        what.append(f"{name} header removed")
+    elif op == "headeronly":
+        files[name] = lines[0] + b"\n"
+        what.append(f"{name} header only")
+        return
+    elif op == "header":
+        j = rng.randrange(len(header))
+        header[j] = rng.choice((b"x", header[(j + 1) % len(header)], b"", b"t_ns"))
+        lines[0] = b",".join(header)
+        what.append(f"{name} header field {j + 1} renamed")
+    elif op == "fields" and body:
+        i = rng.choice(body)
+        lines[i] = lines[i] + b",1" if rng.random() < 0.5 else lines[i].rsplit(b",", 1)[0]
+        what.append(f"{name} line {i + 1} field count changed")
+    elif op == "crlf":
+        files[name] = raw.replace(b"\n", b"\r\n")
+        what.append(f"{name} CRLF")
+        return
+    elif op in ("tmax", "jump", "back", "throttle") and body and b"t_ns" in header:
+        cols = {c.decode(errors="replace"): k for k, c in enumerate(header)}
+        rows = [lines[i].split(b",") for i in body]
+        at = rng.randrange(len(rows))
+        if op == "tmax":
+            v = rng.choice((2**63 - 1, 2**64, 2**62))
+            rows[-1][cols["t_ns"]] = str(v).encode()
+            what.append(f"{name} last t_ns = {v}")
+        elif op == "jump":
+            d = rng.choice((10**12, 10**15, 2**61))
+            for r in rows[at:]:
+                try:
+                    r[cols["t_ns"]] = str(int(r[cols["t_ns"]]) + d).encode()
+                except (ValueError, IndexError):  # a row an earlier mutation cut short
+                    pass
+            what.append(f"{name} t_ns jumps {d} at row {at}")
+        else:
+            counters = [c for c in ("nr_periods", "nr_throttled", "usage_us", "throttled_us") if c in cols]
+            c = rng.choice(counters or ["t_ns"])
+            if op == "throttle" and "nr_throttled" in cols:
+                c = "nr_throttled"
+            d = rng.choice((1, 5, 100, 10_000))
+            sign = 1 if op == "throttle" else -1
+            for r in rows[at:]:
+                try:
+                    v = r[cols[c]]
+                    r[cols[c]] = str(float(v) + sign * d if b"." in v else int(v) + sign * d).encode()
+                except (ValueError, IndexError):  # a row an earlier mutation cut short
+                    pass
+            what.append(f"{name} {c} {'+' if sign > 0 else '-'}{d} from row {at}")
+        for i, r in zip(body, rows, strict=True):
+            lines[i] = b",".join(r)
+    elif op == "requests" and name == "requests.csv" and body:
+        cols = {c.decode(errors="replace"): k for k, c in enumerate(header)}
+        i = rng.choice(body)
+        f = lines[i].split(b",")
+        try:
+            f[cols["sched_ns"]] = str(int(f[cols["end_ns"]]) + rng.choice((1, 10**9))).encode()
+        except (ValueError, KeyError, IndexError):
+            return
+        lines[i] = b",".join(f)
+        what.append(f"{name} line {i + 1} sched after end")
+    else:
+        return
+    files[name] = b"\n".join(lines)
+
+
+def _file_op(rng: random.Random, files: dict[str, bytes | str], what: list[str], others: list[Path]) -> None:
+    name = rng.choice(["meta.json", *CSVS, "trace.out", "trace.out"])
+    op = rng.choice(SPECIALS + ("foreign",))
+    if op == "foreign":
+        if name == "trace.out" or rng.random() < 0.5:
+            name = rng.choice(("trace.out", "requests.csv", "cpu_stat.csv"))
+        src = rng.choice(others) / name
+        if not src.exists():
+            return
+        files[name] = src.read_bytes()
+        what.append(f"{name} from {src.parent.name}")
+        return
+    if op == "missing" and name not in files:
+        return
+    if op == "empty":
+        files[name] = b""
+    elif op == "garbage":
+        files[name] = bytes(rng.randrange(256) for _ in range(rng.choice((1, 100, 4096))))
+    else:
+        files[name] = op
+    what.append(f"{name} -> {op}")
+
+
+def _trace_op(rng: random.Random, files: dict[str, bytes | str], what: list[str]) -> None:
+    raw = files.get("trace.out")
+    if not isinstance(raw, bytes) or not raw:
+        return
+    b = bytearray(raw)
+    if rng.random() < 0.5:
+        k = rng.randrange(len(b))
+        b = b[:k]
+        what.append(f"trace.out cut at {k}")
+    else:
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(b))
+            b[i] = rng.randrange(256)
+        what.append("trace.out bytes changed")
+    files["trace.out"] = bytes(b)
+
+
+def mutant(rng: random.Random, bases: list[Path] | None = None) -> Mutant:
+    """One random mutant of a random shipped run (of ``bases``, default all)."""
+    base = rng.choice(bases or RUNS)
+    files: dict[str, bytes | str] = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
+    others = [r for r in RUNS if r != base]
+    what: list[str] = []
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        kind = rng.random()
+        if kind < 0.3:
+            _meta_op(rng, files, what)
+        elif kind < 0.75:
+            names = [n for n in CSVS if isinstance(files.get(n), bytes)]
+            if names:
+                _csv_op(rng, files, rng.choice(names), what)
+        elif kind < 0.93:
+            _file_op(rng, files, what, others)
+        else:
+            _trace_op(rng, files, what)
+    return Mutant(base, files, what or ["unchanged"])
+
+
+class Hang(BaseException):
+    """The time budget of one mutant ran out (a BaseException: no handler of the library
+    under test can swallow it)."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise Hang
+
+
+@dataclasses.dataclass
+class Outcome:
+    kind: str  # "ok", "gmp" (a GmpError), "bad" (any other exception), "hang"
+    error: str = ""  # exception class name
+    message: str = ""
+    names_file: bool = True  # a GmpError's message names the bundle or one of its files
+    tb: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def pipeline(path: Path) -> list[str]:
+    """The user's path through a bundle; returns the run's notes."""
+    import gmpanalysis as gmp
+
+    run = gmp.load_run(path)
+    per = gmp.df_periods(run)
+    gmp.compare_runs([run])
+    gmp.df_checks(run)
+    lat = per[["latency_p50_ms", "latency_p99_ms"]].to_numpy()
+    if (lat < 0).any():
+        raise AssertionError(f"negative latency in the period table: {lat[lat < 0][:3]}")
+    return list(run.notes)
+
+
+def attack(path: Path, budget_s: int = 10) -> Outcome:
+    """Run one bundle through :func:`pipeline` under a time budget and classify the result."""
+    from gmpanalysis.errors import GmpError
+
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(budget_s)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            notes = pipeline(path)
+        signal.alarm(0)
+        return Outcome("ok", notes=notes)
+    except Hang:
+        return Outcome("hang", "Hang", f"more than {budget_s} s")
+    except GmpError as e:
+        signal.alarm(0)
+        msg = str(e)
+        return Outcome("gmp", type(e).__name__, msg, names_file=str(path) in msg, tb=traceback.format_exc())
+    except BaseException as e:  # noqa: BLE001 - classifying every outcome is the point
+        signal.alarm(0)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return Outcome("bad", type(e).__name__, str(e)[:300], tb=traceback.format_exc())
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def clean(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,359 @@
+"""Hostile bundles: every input gives a result or a GmpError naming the file, never another
+exception, never a hang, never a silent wrong result (issue 14).
+
+The named cases are the ones an attack on the shipped runs found; the seeded fuzz at the end
+keeps the rest held (benchmarks/attack_bundles.py runs thousands of the same mutants).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bundle_mutants import RUNS, attack, mutant
+
+import gmpanalysis as gmp
+from gmpanalysis import bundle
+from gmpanalysis.degrade import counter_reset
+from gmpanalysis.errors import BundleError, GmpError
+
+RUN = next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp2")
+NESTED = next(p for p in RUNS if p.name == "nested-0.5cpu-pod0.5-gmp2")
+
+
+def _copy(tmp_path: Path, src: Path = RUN) -> Path:
+    d = tmp_path / src.name
+    shutil.copytree(src, d)
+    return d
+
+
+def _meta(d: Path, **changes: object) -> None:
+    m = json.loads((d / "meta.json").read_text())
+    m.update(changes)
+    (d / "meta.json").write_text(json.dumps(m))
+
+
+def _csv(d: Path, name: str = "cpu_stat.csv") -> pd.DataFrame:
+    return pd.read_csv(d / name, dtype={"usage_us": str, "throttled_us": str, "burst_us": str})
+
+
+def _write(d: Path, df: pd.DataFrame, name: str = "cpu_stat.csv") -> None:
+    df.to_csv(d / name, index=False)
+
+
+def _pipeline(d: Path) -> gmp.Run:
+    run = gmp.load_run(d)
+    gmp.df_periods(run)
+    gmp.compare_runs([run])
+    gmp.df_checks(run)
+    return run
+
+
+def _refused(d: Path, *place: str, what: type[GmpError] = BundleError) -> str:
+    """The pipeline raises ``what`` (within 10 s), and its message names the bundle's file
+    and every ``place`` (a line, a key, ...)."""
+    out = attack(d)
+    assert out.kind == "gmp", f"{out.kind} {out.error}: {out.message}\n{out.tb}"
+    assert out.error == what.__name__, out.message
+    assert str(d) in out.message, out.message
+    for p in place:
+        assert p in out.message, out.message
+    return out.message
+
+
+# ---- meta.json ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, place",
+    [
+        (lambda b: b[:100] + b"\xc3(" + b[100:], "line 6 (byte 100): not UTF-8"),
+        (lambda b: b.rstrip()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (lambda b: b.rstrip()[:-1] + b', "x": ' + b"[" * 900 + b"]" * 900 + b"}", "nested more than 32 levels"),
+        (lambda b: b.replace(b'"quota_us": 50000', b'"quota_us": ' + b"9" * 5000), "5000 digits"),
+        (lambda b: b[: len(b) // 2], "invalid JSON"),
+        (lambda b: b"\xef\xbb\xbf" + b.replace(b'"period_us": 100000', b'"period_us": 1e400'), "period_us must be"),
+        (lambda b: b"[1, 2]", "a JSON object"),
+    ],
+    ids=["not-utf8", "deep", "deep-readable", "digits", "cut", "bom-and-inf", "array"],
+)
+def test_meta_text_that_is_no_meta(tmp_path, raw, place):
+    d = _copy(tmp_path)
+    (d / "meta.json").write_bytes(raw((d / "meta.json").read_bytes()))
+    _refused(d, "meta.json", place)
+
+
+@pytest.mark.parametrize(
+    "key, value, place",
+    [
+        ("gomaxprocs_effective", {"a": 1}, "gomaxprocs_effective must be integer or null"),
+        ("load", 1, "load must be object or null"),
+        ("mono_end_ns", 2**64, "mono_end_ns 18446744073709551616 is outside"),
+        ("mono_start_ns", 10**40, "mono_start_ns"),
+        ("ncpu", 2**63, "ncpu"),
+        ("name", "run\ud800", "lone surrogate"),
+        ("sampler", {"interval_ns": "1ms"}, "sampler.interval_ns must be"),
+        ("sampler", {"interval_ns": 0}, "sampler.interval_ns 0 is outside"),
+        ("levels", [{"level": "container", "quota_us": "x"}], "levels[0].quota_us must be"),
+        ("levels", [{"quota_us": 50_000}], "levels[0].level"),
+        ("mono_end_ns", 1, "mono_end_ns 1 is before mono_start_ns"),
+    ],
+)
+def test_meta_fields_of_the_wrong_type_or_size(tmp_path, key, value, place):
+    d = _copy(tmp_path)
+    _meta(d, **{key: value})
+    _refused(d, "meta.json", place)
+
+
+def test_a_byte_order_mark_is_tolerated(tmp_path):
+    d = _copy(tmp_path)
+    (d / "meta.json").write_bytes(b"\xef\xbb\xbf" + (d / "meta.json").read_bytes())
+    assert len(gmp.df_periods(gmp.load_run(d))) > 50
+
+
+# ---- files that are no files -----------------------------------------------------------------
+
+
+def _replace(p: Path, kind: str) -> None:
+    if p.exists() or p.is_symlink():
+        p.unlink()
+    if kind == "dir":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "devzero":
+        p.symlink_to("/dev/zero")
+    elif kind == "loop":
+        p.symlink_to(p.name + ".b")
+        p.with_name(p.name + ".b").symlink_to(p.name)
+    elif kind == "dangling":
+        p.symlink_to(p.parent / "nowhere")
+
+
+@pytest.mark.parametrize("name", ["meta.json", "cpu_stat.csv", "trace.out", "requests.csv", "limits.csv"])
+@pytest.mark.parametrize(
+    "kind, place",
+    [
+        ("dir", "is a directory"),
+        ("fifo", "is a FIFO"),
+        ("devzero", "is a character device"),
+        ("loop", "symlink loop"),
+        ("dangling", "which does not exist"),
+    ],
+)
+def test_a_file_replaced_by_something_else(tmp_path, name, kind, place):
+    d = _copy(tmp_path, NESTED)
+    _replace(d / name, kind)
+    t0 = time.monotonic()
+    _refused(d, name, place)
+    assert time.monotonic() - t0 < 5  # a FIFO is never opened for a blocking read
+
+
+def test_an_unreadable_file(tmp_path, monkeypatch):
+    """As root, chmod 000 changes nothing: the refusal of the kernel is simulated at the
+    open (and, where it has effect, done for real with chmod)."""
+    d = _copy(tmp_path)
+    target = str(d / "cpu_stat.csv")
+    real_open = os.open
+
+    def refusing_open(path, flags, *a, **kw):
+        if os.fspath(path) == target:
+            raise PermissionError(errno.EACCES, "Permission denied", target)
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(bundle.os, "open", refusing_open)
+    _refused(d, "cpu_stat.csv: permission denied")
+    monkeypatch.undo()
+    if os.geteuid() != 0:
+        os.chmod(d / "requests.csv", 0)
+        _refused(d, "requests.csv: permission denied")
+
+
+def test_reads_are_bounded_by_the_size_at_open(tmp_path):
+    d = _copy(tmp_path)
+    data = bundle._read_bytes(d / "cpu_stat.csv")
+    assert data == (d / "cpu_stat.csv").read_bytes()
+    with pytest.raises(BundleError, match="more than the 10 such a file"):
+        bundle._read_bytes(d / "cpu_stat.csv", limit=10)
+
+
+# ---- CSV cells ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "col, value, place",
+    [
+        ("nr_periods", "1" * 40, "nr_periods '1111"),
+        ("nr_periods", "1" * 5000, "is not a 64-bit integer"),
+        ("t_ns", str(2**64), "t_ns '18446744073709551616' is not a 64-bit integer"),
+        ("t_ns", str(2**63 - 1), "t_ns 9223372036854775807 is outside 1..2^62"),
+        ("usage_us", "inf", "usage_us inf is outside 0..2^53"),
+        ("usage_us", "1e400", "usage_us inf is outside"),
+        ("nr_throttled", "-1", "nr_throttled -1 is outside"),
+        ("read_ns", "0x10", "read_ns '0x10'"),
+    ],
+)
+def test_cells_that_are_no_counters(tmp_path, col, value, place):
+    d = _copy(tmp_path)
+    df = _csv(d)
+    df[col] = df[col].astype(object)
+    df.loc[100, col] = value
+    _write(d, df)
+    _refused(d, "cpu_stat.csv line 102", place)
+
+
+def test_a_nullable_integer_that_is_a_float(tmp_path):
+    d = _copy(tmp_path, NESTED)
+    text = (d / "limits.csv").read_text().splitlines()
+    f = text[2].split(",")
+    f[1] = "1e19"
+    text[2] = ",".join(f)
+    (d / "limits.csv").write_text("\n".join(text) + "\n")
+    _refused(d, "limits.csv line 3", "prev_ns '1e19' is not a 64-bit integer")
+
+
+# ---- time jumps follow the hole rules; the table stays the size of the data ---------------------
+
+
+@pytest.mark.parametrize("jump", [10**15, 2**61, "last"])
+def test_a_huge_time_jump_is_a_hole_not_a_huge_table(tmp_path, jump):
+    d = _copy(tmp_path)
+    _meta(d, mono_end_ns=None, complete=False, sampler={"interval_ns": 997_000})  # no recorded end
+    df = _csv(d)
+    if jump == "last":
+        df.loc[len(df) - 1, "t_ns"] = 2**62 - 1
+    else:
+        df.loc[len(df) // 2 :, "t_ns"] += jump
+    _write(d, df)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # a runaway grid fails fast
+    try:
+        t0 = time.monotonic()
+        run = gmp.load_run(d)
+        per = gmp.df_periods(run)
+        assert time.monotonic() - t0 < 10
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    assert 50 <= len(per) <= 70  # the periods around the reads, none of the hole's
+    assert any("hole in the samples" in n and "not in the" in n for n in run.notes), run.notes
+    # where the collection's end is recorded, samples beyond it are another run's
+    _meta(d, mono_end_ns=json.loads((RUN / "meta.json").read_text())["mono_end_ns"], complete=True)
+    _refused(d, "cpu_stat.csv line", "after meta.json mono_end_ns")
+
+
+# ---- silent wrong results: now errors or notes --------------------------------------------------
+
+
+def test_a_foreign_trace_is_refused(tmp_path):
+    d = _copy(tmp_path)
+    shutil.copy(NESTED / "trace.out", d / "trace.out")  # another run, hours apart
+    _refused(d, "trace.out: its clock spans", "another run")
+
+
+def test_a_trace_of_another_go_version_is_refused(tmp_path):
+    d = _copy(tmp_path)
+    _meta(d, go_version="go1.22.5")
+    _refused(d, "trace.out: written in the go 1.26 trace format", "go1.22.5")
+    _meta(d, go_version="go1.27.1")  # writes the 1.26 format
+    _pipeline(d)
+
+
+def test_duplicate_requests_count_once_and_are_noted(tmp_path):
+    d = _copy(tmp_path)
+    clean = gmp.compare_runs([gmp.load_run(d)])
+    raw = (d / "requests.csv").read_bytes()
+    (d / "requests.csv").write_bytes(raw + raw.split(b"\n", 1)[1])  # the rows appended again
+    run = gmp.load_run(d)
+    again = gmp.compare_runs([run])
+    assert again["throughput_rps"].iloc[0] == clean["throughput_rps"].iloc[0]
+    assert gmp.df_periods(run)["requests"].sum() == gmp.df_periods(gmp.load_run(RUN))["requests"].sum()
+    assert any("duplicate row(s)" in n and "requests.csv" in n for n in run.notes)
+
+
+def test_a_request_that_ends_before_it_was_scheduled(tmp_path):
+    d = _copy(tmp_path)
+    df = pd.read_csv(d / "requests.csv")
+    df.loc[10, "sched_ns"] = df.loc[10, "end_ns"] + 1
+    _write(d, df, "requests.csv")
+    _refused(d, "requests.csv line 12", "end_ns before sched_ns")
+
+
+def test_nr_throttled_never_runs_ahead_of_nr_periods(tmp_path):
+    d = _copy(tmp_path)
+    df = _csv(d)
+    df.loc[3000:, "nr_throttled"] += 5
+    _write(d, df)
+    _refused(d, "cpu_stat.csv line 3002", "nr_throttled", "run ahead of nr_periods")
+
+
+def test_a_counter_falling_without_usage_falling_is_noted(tmp_path):
+    d = _copy(tmp_path)
+    df = _csv(d)
+    df.loc[3000:, "nr_periods"] -= 3
+    _write(d, df)
+    run = _pipeline(d)
+    assert any("cpu_stat.csv line 3002: nr_periods fell" in n and "usage_us did not fall" in n for n in run.notes)
+    # a real restart (every counter, usage included, starts again) is no news
+    d2 = _copy(tmp_path / "reset")
+    s = pd.read_csv(d2 / "cpu_stat.csv")
+    _write(d2, counter_reset(s, int(s["t_ns"].iloc[len(s) // 2])))
+    run = gmp.load_run(d2)
+    assert not any("fell" in n for n in run.notes)
+    assert gmp.df_periods(run)["segment"].nunique() == 2
+
+
+@pytest.mark.parametrize("period_us", [1000, 50_000, 80_000, 99_000, 200_000, 1_000_000])
+def test_a_recorded_period_the_samples_contradict(tmp_path, period_us):
+    d = _copy(tmp_path)
+    _meta(d, period_us=period_us)
+    _refused(d, "meta.json: the CFS period is", "set period_us", "about 99.7 ms")
+
+
+def test_a_slightly_wrong_period_is_a_note_in_the_report(tmp_path):
+    d = _copy(tmp_path)
+    _meta(d, period_us=99_900)
+    run = gmp.load_run(d)
+    gmp.df_periods(run)
+    note = next(n for n in run.notes if "drift" in n)
+    assert "99900 µs" in note and "about 99994 µs" in note
+    out = gmp.to_report([run], tmp_path / "r.html")
+    assert "drift" in out.read_text()
+
+
+def test_the_shipped_runs_raise_no_doubt(tmp_path):
+    for p in RUNS:
+        run = gmp.load_run(p)
+        gmp.df_periods(run)
+        assert run.notes == [], (p.name, run.notes)
+
+
+# ---- the fuzz --------------------------------------------------------------------------------
+
+
+def test_mutants_of_the_shipped_runs(tmp_path):
+    """Seeded mutants of the shipped runs (the big trace of the alloc run left out, for
+    speed): each gives a result or a GmpError naming the file, within 10 s."""
+    rng = random.Random(14)
+    bases = [p for p in RUNS if not p.name.startswith("alloc")]
+    kinds: dict[str, int] = {}
+    failures = []
+    t0 = time.monotonic()
+    for i in range(250):
+        m = mutant(rng, bases)
+        d = m.write(tmp_path / f"m{i}")
+        out = attack(d)
+        kinds[out.kind] = kinds.get(out.kind, 0) + 1
+        if out.kind in ("bad", "hang") or not out.names_file:
+            failures.append(f"{m.base.name}: {'; '.join(m.what)}: {out.kind} {out.error}: {out.message}\n{out.tb}")
+        shutil.rmtree(d)
+    assert not failures, "\n".join(failures)
+    assert kinds.get("ok", 0) > 40 and kinds.get("gmp", 0) > 100, kinds  # both outcomes exercised
+    assert time.monotonic() - t0 < 60
