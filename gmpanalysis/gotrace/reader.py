@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -470,9 +471,20 @@ def read_trace(
         return parse_trace(bytes(path_or_bytes), progress=progress)
     p = Path(path_or_bytes)
     try:
-        data = p.read_bytes()
+        st = p.stat()
     except FileNotFoundError:
         raise NotFoundError(f"{p}: no such file; give the path of a Go execution trace (trace.out)") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{p}: is a directory; give the trace file in it (e.g. {p / 'trace.out'})") from None
+    except OSError as e:  # a symlink loop, a path through a file, no search permission...
+        raise TraceFormatError(f"{p}: cannot be opened ({e.strerror}); give the path of a trace file") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceFormatError(f"{p}: is a directory; give the trace file in it (e.g. {p / 'trace.out'})")
+    if not stat.S_ISREG(st.st_mode):
+        # opening a FIFO blocks until a writer comes; a device like /dev/zero never ends
+        raise TraceFormatError(
+            f"{p}: not a regular file (a FIFO, socket or device); save the trace to a file and give that"
+        )
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
     return parse_trace(data, source=str(p), progress=progress)
