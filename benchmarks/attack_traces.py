@@ -3,8 +3,9 @@ read_trace and the summaries; counts what is not a GmpError, hangs and broken in
 
     .venv/bin/python benchmarks/attack_traces.py [N] [SEED] [--budget S] [--one K]
 
-N mutants (default 25 000) of run SEED (default 1), each under a time budget of S seconds
-(default 10: the issue's bound for one small input). ``--one K`` redoes mutant K and prints
+N mutants (default 25 000) of run SEED (default 1), each under a budget of S CPU seconds
+(default 10: the issue's bound for one small input; CPU time, so a busy machine does not
+turn slow mutants into hangs). ``--one K`` redoes mutant K and prints
 what was done to it. The mutations are in tests/trace_mutants.py; tests/test_attack_traces.py
 runs a few thousand of them on every test run. Exit status 1 if anything failed.
 """
@@ -48,11 +49,16 @@ def main() -> int:
     kinds: collections.Counter[str] = collections.Counter()
     shown = 0
     t0 = time.monotonic()
+    slowest = (0.0, -1)
+    c0 = time.process_time()
     for k, outcome, detail, what in run(models, a.seed, a.n, a.budget):
+        c1 = time.process_time()
+        slowest = max(slowest, (c1 - c0, k))
+        c0 = c1
         counts[outcome] += 1
         if outcome in FAILURES:
             kinds[f"{outcome}: {detail.split(':')[0][:60]}"] += 1
-            if shown < 30:
+            if shown < 30 or outcome == "hang":
                 shown += 1
                 print(f"mutant {k} [{what}]: {outcome}: {detail[:300]}", flush=True)
         if (k + 1) % 5000 == 0:
@@ -63,6 +69,7 @@ def main() -> int:
         print(f"  {o:10s} {counts[o]}")
     for kd, c in kinds.most_common(20):
         print(f"    {c:6d}  {kd}")
+    print(f"slowest mutant: {slowest[1]}, {slowest[0]:.2f} s CPU (mutation and check)")
     print(
         f"non-GmpError {counts['other']}, hangs {counts['hang']}, invariant violations {counts['invariant']}, "
         f"messages without file/offset {counts['message']}"

@@ -418,7 +418,7 @@ def mutant(models: list[Model], seed: int, k: int) -> tuple[bytes, str]:
 
 
 class Hang(BaseException):
-    """The per-mutant time budget ran out (a BaseException: no handler may swallow it)."""
+    """The per-mutant CPU budget ran out (a BaseException: no handler may swallow it)."""
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -466,11 +466,15 @@ PLACE = re.compile(r"offsets? \d+")
 
 
 def attack(data: bytes, source: str, budget_s: float = 5.0) -> tuple[str, str]:
-    """Parse one mutant under a time budget. Returns (outcome, detail): outcome is "parsed",
-    "truncated" or "error" (a GmpError naming the source and an offset) when all is well,
-    else "other" (another exception), "hang", "invariant" or "message"."""
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, budget_s)
+    """Parse one mutant under a budget of CPU seconds. Returns (outcome, detail): outcome is
+    "parsed", "truncated" or "error" (a GmpError naming the source and an offset) when all
+    is well, else "other" (another exception), "hang", "invariant" or "message".
+
+    The budget counts this process's CPU time (ITIMER_PROF), not wall time: a decoder stuck
+    in a loop burns CPU, while a machine busy with other work only stretches the wall clock.
+    (Mutants are bytes in memory, so nothing here can block without spinning.)"""
+    old = signal.signal(signal.SIGPROF, _on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, budget_s)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -487,8 +491,8 @@ def attack(data: bytes, source: str, budget_s: float = 5.0) -> tuple[str, str]:
             except Exception as e:  # noqa: BLE001 - what the attack counts
                 return "other", f"{type(e).__name__}: {e}"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
     if bad:
         return "invariant", "; ".join(bad)
     return ("truncated" if tr.meta["truncated"] is not None else "parsed"), ""
