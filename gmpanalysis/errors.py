@@ -21,7 +21,7 @@ Warnings (the data was read, with something tolerated)::
     GmpWarning (a UserWarning)
     ├── TruncatedLineWarning    a CSV's unfinished last line was dropped
     ├── TruncatedTraceWarning   a trace cut inside a generation; the complete ones were read
-    ├── ClockWarning            the trace clock is not CLOCK_MONOTONIC
+    ├── ClockWarning            the trace clock is not CLOCK_MONOTONIC, or a thread's went back
     └── UnknownVersionWarning   a trace version newer than this reader knows
 """
 
@@ -102,7 +102,8 @@ class TruncatedTraceWarning(GmpWarning):
 
 
 class ClockWarning(GmpWarning):
-    """The trace clock is not Linux's nanotime/64: times are not CLOCK_MONOTONIC ns."""
+    """The trace clock is not Linux's nanotime/64 (times are not CLOCK_MONOTONIC ns), or a
+    thread's clock went back in a damaged trace (its events were held at its last time)."""
 
 
 class UnknownVersionWarning(GmpWarning):

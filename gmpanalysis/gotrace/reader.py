@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,18 +28,29 @@ from .wire import (
 from .wire import uvarint as _uvarint
 
 
-def uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+def uvarint(data: bytes, pos: int, end: int, source: str) -> tuple[int, int]:
     """A varint inside a batch: running out of bytes there means a corrupt batch."""
     try:
-        return _uvarint(data, pos, end)
+        return _uvarint(data, pos, end, source)
     except _Short:
-        raise TraceFormatError(f"offset {pos}: a value runs past the end of its batch; the trace is corrupt") from None
+        raise TraceFormatError(
+            f"{source} offset {pos}: a value runs past the end of its batch; the trace is corrupt"
+        ) from None
 
 
 # Generations are decoded in groups of about this many bytes: the token index costs 4 bytes
 # per token, so memory stays bounded whatever the file size.
 CHUNK_BYTES = 16 << 20
 TICKS_PER_S_LINUX = 15_625_000  # nanotime()/64: ticks * 64 are CLOCK_MONOTONIC ns
+# Every other runtime clock (Windows and other low-resolution-clock OSes: cputicks/256 with a
+# measured CPU frequency) ticks between these; a value outside is a corrupt field, and would
+# turn times into nonsense or overflow (0 divides by zero, 1 makes seconds of each tick).
+# (Go's own test traces use 10^9, a 1 ns tick.)
+FREQ_MIN = 100_000  # a 10 us tick
+FREQ_MAX = 1_000_000_000  # a 1 ns tick
+# Largest time accepted, in ns: 146 years of CLOCK_MONOTONIC (uptime). Anything later is a
+# corrupt field; staying under 2^62 keeps sums and differences of two times inside int64.
+MAX_NS = 1 << 62
 
 
 @dataclasses.dataclass
@@ -55,7 +67,8 @@ class GoTrace:
     ``heap``: t_ns, heap_alloc_bytes, heap_goal_bytes.
     ``logs``: t_ns, g, m, task, category, message — runtime/trace.Log calls.
     ``meta``: version, frequency, first_ns, last_ns, generations, clock_snapshots, events,
-    truncated (offset or None), source.
+    truncated (offset or None), clock_steps_back (batches whose thread clock went back and
+    were held, see :class:`ClockWarning`; 0 in an undamaged trace), source.
     """
 
     stw: pd.DataFrame
@@ -82,40 +95,49 @@ def _strings(data: bytes, b: Batch, out: dict[int, str], source: str) -> None:
     while p < end:
         if data[p] != spec.EV_STRING:
             raise TraceFormatError(f"{source} offset {p}: expected a string entry in the string table")
-        sid, p = uvarint(data, p + 1, end)
-        ln, p = uvarint(data, p, end)
+        sid, p = uvarint(data, p + 1, end, source)
+        ln, p = uvarint(data, p, end, source)
         if p + ln > end:
             raise TraceFormatError(f"{source} offset {p}: string runs past its batch")
         out[sid] = bytes(data[p : p + ln]).decode("utf-8", "replace")
         p += ln
 
 
-def _sync(data: bytes, b: Batch, source: str) -> tuple[int | None, list[tuple[int, int, int, int]]]:
-    """Frequency and clock snapshots from a Sync (1.25+) or lone Frequency batch."""
+def _sync(data: bytes, b: Batch, source: str) -> tuple[int | None, int, list[tuple[int, int, int, int, int]]]:
+    """Frequency, its offset, and clock snapshots (ticks, mono ns, wall s, wall ns, offset)
+    from a Sync (1.25+) or lone Frequency batch."""
     p, end = b.start, b.end
-    freq = None
+    freq, freq_at = None, -1
     snaps = []
     if data[p] == spec.EV_SYNC:
         p += 1
     while p < end:
         t = data[p]
+        at = p
         if t == spec.EV_FREQUENCY:
-            freq, p = uvarint(data, p + 1, end)
+            freq, p = uvarint(data, p + 1, end, source)
+            freq_at = at
+            if not FREQ_MIN <= freq <= FREQ_MAX:
+                raise TraceFormatError(
+                    f"{source} offset {at} (generation {b.gen}): trace clock frequency {freq} ticks/s is "
+                    f"impossible (Linux writes {TICKS_PER_S_LINUX}, a 64 ns tick; any runtime ticks between "
+                    f"{FREQ_MIN} and {FREQ_MAX}/s); the trace is corrupt: record or copy it again"
+                )
         elif t == spec.EV_CLOCK_SNAPSHOT:
-            dt, p = uvarint(data, p + 1, end)
-            mono, p = uvarint(data, p, end)
-            sec, p = uvarint(data, p, end)
-            nsec, p = uvarint(data, p, end)
-            snaps.append((b.ts + dt, mono, sec, nsec))
+            dt, p = uvarint(data, p + 1, end, source)
+            mono, p = uvarint(data, p, end, source)
+            sec, p = uvarint(data, p, end, source)
+            nsec, p = uvarint(data, p, end, source)
+            snaps.append((b.ts + dt, mono, sec, nsec, at))
         else:
             raise TraceFormatError(f"{source} offset {p}: unexpected byte 0x{t:02x} in a sync batch")
-    return freq, snaps
+    return freq, freq_at, snaps
 
 
-def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], dict[int, str], int | None, list]:
+def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], dict[int, str], int | None, int, list]:
     events: list[Batch] = []
     strings: dict[int, str] = {0: ""}
-    freq = None
+    freq, freq_at = None, -1
     snaps: list = []
     for b in gen.batches:
         if b.exp is not None or b.end == b.start:
@@ -126,12 +148,18 @@ def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], d
         elif first in (spec.EV_STACKS, spec.EV_CPU_SAMPLES):
             continue
         elif first in (spec.EV_SYNC, spec.EV_FREQUENCY):
-            f, s = _sync(data, b, source)
-            freq = f if f is not None else freq
+            f, f_at, s = _sync(data, b, source)
+            if f is not None:
+                if freq is not None and f != freq:
+                    raise TraceFormatError(
+                        f"{source} offset {f_at}: a second trace clock frequency ({f} ticks/s, after {freq}) "
+                        f"in generation {gen.gen}; the trace is corrupt"
+                    )
+                freq, freq_at = f, f_at
             snaps.extend(s)
         else:
             events.append(b)
-    return events, strings, freq, snaps
+    return events, strings, freq, freq_at, snaps
 
 
 def _chunks(gens: list[Generation]) -> list[list[Generation]]:
@@ -142,6 +170,112 @@ def _chunks(gens: list[Generation]) -> list[list[Generation]]:
         else:
             out.append([g])
     return out
+
+
+def _tick_limit(freq: int) -> int:
+    """The largest trace time, in ticks of this frequency, that is at most MAX_NS."""
+    return MAX_NS * freq // 1_000_000_000
+
+
+def _to_ns(t: np.ndarray, freq: np.ndarray | int) -> np.ndarray:
+    """Ticks -> ns. Linux ticks are nanotime()/64, so * 64 is exact CLOCK_MONOTONIC ns."""
+    if np.all(freq == TICKS_PER_S_LINUX):
+        return t * 64
+    return (t.astype(np.float64) * (1e9 / np.asarray(freq, dtype=np.float64))).astype(np.int64)
+
+
+def _check_times(
+    dt: np.ndarray,
+    b_ts: np.ndarray,
+    counts: np.ndarray,
+    lim: np.ndarray,  # uint64, per batch
+    batches: list[Batch],
+    where: tuple[int, np.ndarray, np.ndarray, np.ndarray],
+    source: str,
+) -> None:
+    """Every event time (batch base + running sum of dt, in ticks) must lie in [0, lim] of
+    its batch's generation (times past MAX_NS ns).
+
+    dt (uint64, batch-major) and b_ts (uint64) are unsigned on the wire, so times only grow
+    along a batch: bounding each term by lim (<= 2^62) keeps the first time past lim at or
+    below 2 * lim <= 2^63, where int64 still shows it (as > lim, or negative at exactly
+    2^63). Real traces pass on the cheap bound alone. ``where`` = (lo, starts, tok, batch)
+    places event k at file offset lo + starts[tok[k]], in batch batch[k].
+    """
+    lo, starts, tok, ev_batch = where
+    big = np.flatnonzero(b_ts > lim)
+    if big.size:
+        b = batches[int(big[0])]
+        raise TraceFormatError(
+            f"{source} offset {b.at}: batch start time {b.ts} ticks is beyond any CLOCK_MONOTONIC reading "
+            f"({MAX_NS} ns, 146 years of uptime); the trace is corrupt"
+        )
+    dmax = int(dt.max())
+    lmin = int(lim.min())
+    if dmax > lmin:
+        over = dt > (lim[ev_batch] if lmin != int(lim.max()) else lmin)
+        if over.any():
+            k = int(np.argmax(over))
+            raise TraceFormatError(
+                f"{source} offset {lo + int(starts[tok[k]])}: an event's time step of {int(dt[k])} ticks is "
+                f"beyond any CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); the trace is corrupt"
+            )
+    if int(b_ts.max()) + int(counts.max()) * dmax <= lmin:
+        return
+    dti = dt.view(np.int64)
+    t = np.cumsum(dti)
+    first = np.cumsum(counts) - counts
+    nz = counts > 0
+    base = np.zeros(len(counts), dtype=np.int64)
+    base[nz] = b_ts[nz].view(np.int64) - (t[first[nz]] - dti[first[nz]])
+    t += np.repeat(base, counts)
+    bad = np.flatnonzero((t < 0) | (t > np.repeat(lim.view(np.int64), counts)))
+    if bad.size:
+        k = int(bad[0])
+        raise TraceFormatError(
+            f"{source} offset {lo + int(starts[tok[k]])}: event time past {int(lim[ev_batch[k]])} ticks "
+            f"({MAX_NS} ns, 146 years of CLOCK_MONOTONIC); the trace is corrupt"
+        )
+
+
+def _hold_threads(
+    batches: list[Batch],
+    nonempty: np.ndarray,
+    ns_first: np.ndarray,
+    ns_last: np.ndarray,
+    m_last: dict[int, int],
+    info: dict[str, Any],
+) -> np.ndarray | None:
+    """A thread's clock never goes back (the runtime bumps each event past the thread's last
+    one), so a batch that starts before its thread's last time is corrupt or from a clock
+    that jumped. Like Go's reader, hold such events at the thread's last time: every
+    interval then ends at or after its start. Returns the per-batch floor (ns), or None
+    when nothing needs holding (real traces). Updates ``m_last`` (ns) and records each step
+    back in ``info["clock_steps_back"]``."""
+    floor = None
+    for i, tf, tl in zip(nonempty.tolist(), ns_first.tolist(), ns_last.tolist(), strict=True):
+        b = batches[i]
+        last = m_last.get(b.m, -1)
+        if tf < last:
+            if floor is None:
+                floor = np.full(len(batches), -1, dtype=np.int64)
+            floor[i] = last
+            info["clock_steps_back"].append((b.at, b.m, last - tf))
+        m_last[b.m] = max(last, tl)
+    return floor
+
+
+def _check_procs(a0: np.ndarray, typ: np.ndarray, where: tuple[int, np.ndarray, np.ndarray], source: str) -> None:
+    """GOMAXPROCS (ProcsChange's first argument) is at least 1 and, as the runtime's int32
+    P count, below 2^31."""
+    pc = np.flatnonzero(typ == spec.EV_PROCSCHANGE)
+    bad = pc[(a0[pc] < 1) | (a0[pc] >= 1 << 31)]
+    if bad.size:
+        lo, starts, tok = where
+        raise TraceFormatError(
+            f"{source} offset {lo + int(starts[tok[bad[0]]])}: GOMAXPROCS {a0[bad[0]]} in a ProcsChange event "
+            "(it is 1 to 2^31-1); the trace is corrupt"
+        )
 
 
 def _decode(
@@ -155,13 +289,22 @@ def _decode(
     """Decode every event of the generations into flat columns (file order)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("m", "gen", "ts", "type", "a0", "a1", "a2")}
     strings: dict[tuple[int, int], str] = {}
-    info: dict[str, Any] = {"frequency": None, "clock_snapshots": [], "events": 0, "first_ns": None, "last_ns": None}
+    info: dict[str, Any] = {
+        "frequency": None,
+        "clock_snapshots": [],
+        "events": 0,
+        "first_ns": None,
+        "last_ns": None,
+        "clock_steps_back": [],  # (offset of the batch, thread, ns back)
+    }
     keep_types = np.zeros(256, dtype=bool)
     keep_types[list(tables.USED_TYPES)] = True
     # decode only the arguments the tables use
     need_arg = np.zeros((3, 256), dtype=bool)
     for eid, idx in tables.ARGS_USED.items():
         need_arg[list(idx), eid] = True
+    # the last time (ns) of each thread so far: a thread's events never go back in time
+    m_last: dict[int, int] = {}
     for chunk in _chunks(gens):
         lo, hi = chunk[0].start, chunk[-1].end
         starts = tokenize(buf, lo, hi)
@@ -169,7 +312,7 @@ def _decode(
         b_gen: list[int] = []
         b_freq: list[int] = []
         for g in chunk:
-            events, strs, freq, snaps = _classify(data, g, source)
+            events, strs, freq, freq_at, snaps = _classify(data, g, source)
             if freq is None:
                 raise TraceFormatError(
                     f"{source} generation {g.gen} (offsets {g.start}-{g.end}): no frequency/sync batch; "
@@ -183,18 +326,25 @@ def _decode(
                     stacklevel=4,
                 )
             info["frequency"] = freq
+            lim = _tick_limit(freq)
             for sid, s in strs.items():
                 strings[(g.gen, sid)] = s
-            info["clock_snapshots"].extend(
-                {
-                    "gen": g.gen,
-                    "trace_ns": int(t * 1_000_000_000 // freq),
-                    "mono_ns": mono,
-                    "wall_sec": sec,
-                    "wall_nsec": nsec,
-                }
-                for t, mono, sec, nsec in snaps
-            )
+            for t, mono, sec, nsec, at in snaps:
+                if t > lim or mono > MAX_NS:
+                    raise TraceFormatError(
+                        f"{source} offset {at} (generation {g.gen}): clock snapshot at {t} ticks / {mono} ns "
+                        f"is beyond any CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); "
+                        "the trace is corrupt"
+                    )
+                info["clock_snapshots"].append(
+                    {
+                        "gen": g.gen,
+                        "trace_ns": int(t * 1_000_000_000 // freq),
+                        "mono_ns": mono,
+                        "wall_sec": sec,
+                        "wall_nsec": nsec,
+                    }
+                )
             ev_batches.extend(events)
             b_gen.extend([g.gen] * len(events))
             b_freq.extend([freq] * len(events))
@@ -205,34 +355,36 @@ def _decode(
             continue
         exp = (w.first >= 128).astype(np.int32)
         # dt follows the type byte; an experimental type byte shares its token with dt
-        dt = token_values(buf, lo, starts, w.tok + 1 - exp, skip_first=exp).view(np.int64)
+        dt = token_values(buf, lo, starts, w.tok + 1 - exp, source, skip_first=exp)
         del exp
-        # event times are running sums of dt from each batch's base time; events are in
-        # batch order, so one cumulative sum serves every batch after a per-batch offset
-        cs = np.cumsum(dt)
         counts = np.bincount(w.batch, minlength=len(ev_batches))
         b_first = np.cumsum(counts) - counts
         nonempty = counts > 0
-        b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64).view(np.int64)
+        b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64)
+        freq_b = np.array(b_freq, dtype=np.int64)
+        lim_b = np.array([_tick_limit(f) for f in b_freq], dtype=np.uint64)
+        _check_times(dt, b_ts, counts, lim_b, ev_batches, (lo, starts, w.tok, w.batch), source)
+        dt = dt.view(np.int64)
+        # event times are running sums of dt from each batch's base time; events are in
+        # batch order, so one cumulative sum serves every batch after a per-batch offset
+        # (int64 wraps modulo 2^64, which cancels out: each batch's times are exact once
+        # _check_times has bounded them)
+        cs = np.cumsum(dt)
         offset = np.zeros(len(ev_batches), dtype=np.int64)
-        offset[nonempty] = cs[b_first[nonempty]] - dt[b_first[nonempty]] - b_ts[nonempty]
+        offset[nonempty] = cs[b_first[nonempty]] - dt[b_first[nonempty]] - b_ts[nonempty].view(np.int64)
         del dt
-        f0 = b_freq[0]
-        first_t = int((cs[b_first[nonempty]] - offset[nonempty]).min())
-        last_t = int((cs[(b_first + counts - 1)[nonempty]] - offset[nonempty]).max())
-        for key, v, pick in (("first_ns", first_t, min), ("last_ns", last_t, max)):
-            v = v * 64 if f0 == TICKS_PER_S_LINUX else int(v * 1e9 / f0)
+        f_ne = freq_b[nonempty]
+        ns_first = _to_ns(cs[b_first[nonempty]] - offset[nonempty], f_ne)
+        ns_last = _to_ns(cs[(b_first + counts - 1)[nonempty]] - offset[nonempty], f_ne)
+        for key, v, pick in (("first_ns", int(ns_first.min()), min), ("last_ns", int(ns_last.max()), max)):
             info[key] = v if info[key] is None else pick(info[key], v)
+        floor = _hold_threads(ev_batches, np.flatnonzero(nonempty), ns_first, ns_last, m_last, info)
         sel = np.flatnonzero(keep_types[w.first])
         bsel = w.batch[sel]
-        t = cs[sel] - offset[bsel]
+        ns = _to_ns(cs[sel] - offset[bsel], int(freq_b[0]) if (freq_b == freq_b[0]).all() else freq_b[bsel])
         del cs
-        freq_b = np.array(b_freq, dtype=np.int64)
-        if (freq_b == TICKS_PER_S_LINUX).all():
-            ns = t * 64  # nanotime()/64 ticks: exact CLOCK_MONOTONIC ns
-        else:
-            ns = (t.astype(np.float64) * (1e9 / freq_b[bsel])).astype(np.int64)
-        del t
+        if floor is not None:
+            ns = np.maximum(ns, floor[bsel])
         typ = w.first[sel]
         tok = w.tok[sel]
         del w, sel
@@ -240,7 +392,9 @@ def _decode(
             a = np.full(len(tok), -1, dtype=np.int64)
             has = np.flatnonzero(need_arg[j][typ])
             if has.size:
-                a[has] = token_values(buf, lo, starts, tok[has] + 2 + j).view(np.int64)
+                a[has] = token_values(buf, lo, starts, tok[has] + 2 + j, source).view(np.int64)
+            if j == 0:
+                _check_procs(a, typ, (lo, starts, tok), source)
             cols[f"a{j}"].append(a)
         cols["m"].append(np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)[bsel])
         cols["gen"].append(np.array(b_gen, dtype=np.int32)[bsel])
@@ -272,6 +426,16 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
         )
     buf = np.frombuffer(data, dtype=np.uint8)
     cols, strings, info = _decode(data, buf, gens, version, source, progress)
+    back = info["clock_steps_back"]
+    if back:
+        at, m, ns_back = back[0]
+        warnings.warn(
+            f"{source}: a thread's clock goes back at {len(back)} batch start(s), first at offset {at} "
+            f"(thread {m}, by {ns_back} ns); those events were held at the thread's last time. "
+            "The runtime never writes this: the trace is damaged there",
+            ClockWarning,
+            stacklevel=3,
+        )
     first_ns, last_ns = info["first_ns"] or 0, info["last_ns"] or 0
     built = tables.build(cols, strings, last_ns)
     meta = {
@@ -286,6 +450,7 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
         "first_generation": gens[0].gen if gens else None,
         "clock_snapshots": info["clock_snapshots"],
         "truncated": truncated_at,
+        "clock_steps_back": len(back),
         "bytes": len(data),
     }
     return GoTrace(meta=meta, **built)
@@ -306,9 +471,20 @@ def read_trace(
         return parse_trace(bytes(path_or_bytes), progress=progress)
     p = Path(path_or_bytes)
     try:
-        data = p.read_bytes()
+        st = p.stat()
     except FileNotFoundError:
         raise NotFoundError(f"{p}: no such file; give the path of a Go execution trace (trace.out)") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{p}: is a directory; give the trace file in it (e.g. {p / 'trace.out'})") from None
+    except OSError as e:  # a symlink loop, a path through a file, no search permission...
+        raise TraceFormatError(f"{p}: cannot be opened ({e.strerror}); give the path of a trace file") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceFormatError(f"{p}: is a directory; give the trace file in it (e.g. {p / 'trace.out'})")
+    if not stat.S_ISREG(st.st_mode):
+        # opening a FIFO blocks until a writer comes; a device like /dev/zero never ends
+        raise TraceFormatError(
+            f"{p}: not a regular file (a FIFO, socket or device); save the trace to a file and give that"
+        )
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
     return parse_trace(data, source=str(p), progress=progress)

@@ -16,6 +16,9 @@ from ..errors import TraceFormatError, UnknownVersionWarning
 from . import spec
 
 HEADER_LEN = 16
+# Generations start at 1 and the runtime starts a new one every second: 2^31 - 1 of them
+# is 68 years of tracing, and the decoded columns keep the number as int32.
+MAX_GENERATION = (1 << 31) - 1
 
 
 @dataclasses.dataclass
@@ -26,6 +29,7 @@ class Batch:
     start: int  # payload offset in the file
     end: int  # payload end (exclusive)
     exp: int | None = None  # experiment id of an experimental batch
+    at: int = -1  # file offset of the batch header (its type byte)
 
 
 @dataclasses.dataclass
@@ -50,7 +54,9 @@ def parse_header(data: bytes | memoryview, source: str) -> int:
         raise TraceFormatError(f"{source} offset 0: malformed trace header {head!r}")
     minor = int(digits)
     if len(data) < HEADER_LEN:
-        raise TraceFormatError(f"{source}: only {len(data)} bytes, shorter than the 16-byte header; file truncated")
+        raise TraceFormatError(
+            f"{source} offset {len(data)}: the file ends inside the 16-byte header; it was cut off, copy it again"
+        )
     if minor <= 21:
         raise TraceFormatError(
             f"{source} offset 0: Go 1.{minor} trace format (the pre-1.22 format, with TSC timestamps that cannot "
@@ -70,8 +76,11 @@ class _Short(Exception):
     """Ran out of bytes: the file is truncated here."""
 
 
-def uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    """Decode one unsigned LEB128 varint at pos; padded (non-minimal) forms are accepted."""
+def uvarint(data: bytes | memoryview, pos: int, end: int, source: str) -> tuple[int, int]:
+    """Decode one unsigned LEB128 varint at pos; padded (non-minimal) forms are accepted.
+
+    Go's binary.Uvarint limits: at most 10 bytes, and the 10th may only hold the 64th bit.
+    """
     v = 0
     shift = 0
     for i in range(pos, min(end, pos + 10)):
@@ -79,12 +88,12 @@ def uvarint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
         v |= (b & 0x7F) << shift
         if b < 0x80:
             if v >> 64:
-                raise TraceFormatError(f"offset {pos}: varint overflows 64 bits; the trace is corrupt")
+                raise TraceFormatError(f"{source} offset {pos}: varint overflows 64 bits; the trace is corrupt")
             return v, i + 1
         shift += 7
     if end - pos < 10:
         raise _Short
-    raise TraceFormatError(f"offset {pos}: varint longer than 10 bytes; the trace is corrupt")
+    raise TraceFormatError(f"{source} offset {pos}: varint longer than 10 bytes; the trace is corrupt")
 
 
 def split_generations(data: bytes | memoryview, version: int, source: str) -> tuple[list[Generation], int | None]:
@@ -99,13 +108,15 @@ def split_generations(data: bytes | memoryview, version: int, source: str) -> tu
     gens: list[Generation] = []
     cur: list[Batch] = []
     cur_gen: int | None = None
+    prev_gen = 0  # generations only count up: a second trace.Start continues the numbering
     cur_start = pos
     has_eog = version >= 26
 
     def close(end: int) -> None:
-        nonlocal cur, cur_gen
+        nonlocal cur, cur_gen, prev_gen
         if cur:
             gens.append(Generation(cur_gen or 0, cur, cur_start, end))
+            prev_gen = cur_gen or 0
         cur, cur_gen = [], None
 
     while pos < n:
@@ -130,10 +141,10 @@ def split_generations(data: bytes | memoryview, version: int, source: str) -> tu
                     f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is corrupt "
                     "or was written by an unsupported tracer"
                 )
-            gen, p = uvarint(data, p, n)
-            m, p = uvarint(data, p, n)
-            ts, p = uvarint(data, p, n)
-            length, p = uvarint(data, p, n)
+            gen, p = uvarint(data, p, n, source)
+            m, p = uvarint(data, p, n, source)
+            ts, p = uvarint(data, p, n, source)
+            length, p = uvarint(data, p, n, source)
         except _Short:
             return gens, batch_at
         if length > 1 << 20:
@@ -151,10 +162,19 @@ def split_generations(data: bytes | memoryview, version: int, source: str) -> tu
                 )
             close(batch_at)
             cur_start = batch_at
-        if gen == 0:
-            raise TraceFormatError(f"{source} offset {batch_at}: generation 0 does not exist; the trace is corrupt")
+        if gen == 0 or gen > MAX_GENERATION:
+            raise TraceFormatError(
+                f"{source} offset {batch_at}: generation {gen} does not exist (they count from 1, one a second); "
+                "the trace is corrupt"
+            )
+        if cur_gen is None and gen <= prev_gen:
+            # Go's reader refuses this too; reading on would mix two generations' string tables
+            raise TraceFormatError(
+                f"{source} offset {batch_at}: generation {gen} after generation {prev_gen}; generations only "
+                "count up, so the trace is corrupt or pieced together from several files"
+            )
         cur_gen = gen
-        cur.append(Batch(gen, m, ts, p, p + length, exp))
+        cur.append(Batch(gen, m, ts, p, p + length, exp, batch_at))
         pos = p + length
     if has_eog and cur:
         # Go >= 1.26 ends every generation with the marker: one without it was cut off
@@ -254,12 +274,18 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
 
 
 def token_values(
-    buf: np.ndarray, lo: int, starts: np.ndarray, tok: np.ndarray, skip_first: np.ndarray | None = None
+    buf: np.ndarray,
+    lo: int,
+    starts: np.ndarray,
+    tok: np.ndarray,
+    source: str,
+    skip_first: np.ndarray | None = None,
 ) -> np.ndarray:
     """Decode the uvarints that start at the given tokens (vectorised; returns uint64).
 
     ``skip_first`` marks tokens whose first byte is an experimental type byte merged with
-    the varint that follows it.
+    the varint that follows it. Varints past Go's limits (more than 10 bytes, or a 10th
+    byte holding more than the 64th bit) raise TraceFormatError naming the offset.
     """
     s = starts[tok].astype(np.int64) + lo
     L = starts[tok + 1].astype(np.int64) + lo - s
@@ -270,9 +296,13 @@ def token_values(
     idx = np.flatnonzero(L > 1)
     k = 1
     while idx.size:
+        if k == 9:
+            over = idx[(L[idx] > 10) | (buf[s[idx] + 9] > 1)]
+            if over.size:
+                off = int(s[over[0]])
+                what = "longer than 10 bytes" if L[over[0]] > 10 else "overflows 64 bits"
+                raise TraceFormatError(f"{source} offset {off}: varint {what}; the trace is corrupt")
         out[idx] |= (buf[s[idx] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         k += 1
         idx = idx[L[idx] > k]
-        if k > 10:
-            raise TraceFormatError("varint longer than 10 bytes; the trace is corrupt")
     return out
