@@ -132,7 +132,8 @@ def test_report_shows_uncertain_periods_as_uncertain(tmp_path):
 def test_hostile_run_names(tmp_path, capsys):
     """Run names are data: a mathtext-looking name is drawn as literal text (matplotlib
     would try to parse it), a lone surrogate (an undecodable byte in a directory name) or an
-    escape sequence neither breaks the HTML, the JSON export nor the summary on stdout."""
+    escape sequence neither breaks the HTML nor the JSON export; in a bundle's meta.json a lone
+    surrogate is not text, and the summary refuses it in one line."""
     runs = [gmp.load_run(p) for p in RUNS[:2]]
     runs[0].meta["name"] = r"$\foo{x}$ 100$"
     runs[1].meta["name"] = "bad \udcff name \x1b[31m"
@@ -147,8 +148,10 @@ def test_hostile_run_names(tmp_path, capsys):
     meta = json.loads((bundle / "meta.json").read_text())
     meta["name"] = "bad \udcff"
     (bundle / "meta.json").write_text(json.dumps(meta))  # ASCII JSON: the surrogate as \udcff
-    assert main(["summary", str(bundle)]) == 0
-    assert "bad \\udcff" in capsys.readouterr().out
+    # not text: the bundle's schema refuses it, with one line naming the file and the place
+    assert main(["summary", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert "meta.json" in err and "lone surrogate" in err and "Traceback" not in err
 
 
 def test_plain_text_keeps_names_literal():
