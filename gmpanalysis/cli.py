@@ -176,10 +176,12 @@ def _gomaxprocs_values(text: str) -> list[int | None]:
 
 def _cgroup_parent(text: str) -> str:
     """--cgroup-parent: a path below the cgroup mount; it may not climb out of it."""
-    parts = text.split("/")
-    if text.startswith("/") or ".." in parts or any(c in text for c in "\0\n"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a path relative to --cgroup-root, without '..'")
-    return text
+    from .lab.cgroups import check_cgroup_parent
+
+    try:
+        return check_cgroup_parent(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _existing_dir(text: str) -> str:

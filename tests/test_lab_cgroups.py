@@ -147,3 +147,40 @@ def test_parse_cpu_limit():
 
 def test_default_rate_is_80_percent_of_capacity():
     assert LabConfig(cpu_limit=0.5, work_ms=25).effective_rate() == 16.0
+
+
+@pytest.mark.parametrize(
+    "parent",
+    ["../..", "..", "a/../../b", "a/..", "/etc", "/", ".", "a/./b", "a//b", "a\0b", "a\nb", "a\rb", "x" * 4097],
+    ids=lambda p: repr(p)[:16],
+)
+def test_cgroup_parent_outside_the_mount_is_refused_everywhere(tmp_path, parent):
+    """--cgroup-parent is checked by the library, not only by the command line: the lab
+    creates and removes cgroups below it as root."""
+    from gmpanalysis.lab.cgroups import check_cgroup_parent
+
+    root = v2_root(tmp_path)
+    with pytest.raises(UsageError, match="cgroup parent"):
+        check_cgroup_parent(parent)
+    with pytest.raises(UsageError, match="cgroup parent"):
+        LabCgroup("gmp-lab-x", root=root, parent=parent)
+    with pytest.raises(UsageError, match="cgroup parent"):
+        preflight(LabConfig(cgroup_root=str(root), cgroup_parent=parent))
+    assert sorted(p.name for p in root.iterdir()) == ["cgroup.controllers", "cgroup.subtree_control"]
+
+
+@pytest.mark.parametrize("parent", ["", "lab.slice", "user.slice/gmp", "a/b/", "gmp-lab"])
+def test_cgroup_parent_inside_the_mount_is_kept(tmp_path, parent):
+    from gmpanalysis.lab.cgroups import check_cgroup_parent
+
+    assert check_cgroup_parent(parent) == parent.rstrip("/")
+    cg = LabCgroup("gmp-lab-x", root=v2_root(tmp_path), parent=parent)
+    assert cg.rel == f"{parent.rstrip('/')}/gmp-lab-x".lstrip("/")
+
+
+def test_cgroup_parent_symlink_out_of_the_mount_is_refused(tmp_path):
+    (tmp_path / "mnt").mkdir()
+    root = v2_root(tmp_path / "mnt")
+    (root / "out").symlink_to(tmp_path)
+    with pytest.raises(UsageError, match="outside the cgroup mount"):
+        LabCgroup("gmp-lab-x", root=root, parent="out")

@@ -22,6 +22,34 @@ V1_SHARES_MAX = 262144
 V2_WEIGHT_MAX = 10000
 
 
+def check_cgroup_parent(parent: str) -> str:
+    """``parent`` (``--cgroup-parent``) if it is a path relative to the cgroup mount that stays
+    inside it, with one trailing '/' dropped; else UsageError. Refused: an absolute path,
+    '..' or '.' or empty components (``a//b``), NUL, newline or other control characters,
+    more than 4096 bytes. The lab creates and removes cgroups below it as root, so it may not
+    name anything outside the cpu hierarchy, nor a second line in a file it is written to."""
+    if not isinstance(parent, str):
+        raise UsageError(f"cgroup parent {parent!r}: give a path relative to the cgroup mount, e.g. 'lab.slice'")
+    text = parent[:-1] if parent.endswith("/") and parent != "/" else parent
+    if text == "":
+        return ""
+    why = None
+    if text.startswith("/"):
+        why = "an absolute path"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in text):
+        why = "a control character (NUL, newline, ...)"
+    elif len(text.encode("utf-8", "surrogatepass")) > 4096:
+        why = "longer than 4096 bytes"
+    elif any(part in ("", ".", "..") for part in text.split("/")):
+        why = "a '..', '.' or empty component"
+    if why is not None:
+        raise UsageError(
+            f"cgroup parent {parent!r} is {why}: give a path relative to the cgroup mount that stays "
+            "inside it, e.g. 'lab.slice' or 'user.slice/gmp' (--cgroup-parent)"
+        )
+    return text
+
+
 class LabCgroup:
     """A cgroup with a CFS bandwidth limit, for one lab run.
 
@@ -43,12 +71,18 @@ class LabCgroup:
                 f"{self.root}: no cgroup cpu controller found (neither a v1 cpu hierarchy nor a v2 "
                 "mount listing 'cpu' in cgroup.controllers); the lab needs CFS bandwidth control"
             )
-        self.rel = f"{parent.strip('/')}/{name}".strip("/")
+        parent = check_cgroup_parent(parent)
+        self.rel = f"{parent}/{name}".strip("/")
         if self.version == 1:
             cpu, acct = v1_dirs(self.root, self.rel)
             self.dirs = [cpu] if cpu == acct else [cpu, acct]
         else:
             self.dirs = [self.root / self.rel]
+        top = self.root.resolve()
+        for d in self.dirs:
+            # a symlink on the way (not something cgroupfs has) may not lead out of the mount
+            if not d.resolve().is_relative_to(top):
+                raise UsageError(f"{d} leads to {d.resolve()}, outside the cgroup mount {top}: choose another parent")
         self.created: list[Path] = []
 
     @property

@@ -33,7 +33,7 @@ from ..cgroup import sampler_error
 from ..errors import GmpError, LabError
 from ..schema import new_meta
 from .binaries import ensure_binaries
-from .cgroups import PREFIX, LabCgroup
+from .cgroups import PREFIX, LabCgroup, check_cgroup_parent
 from .levels import Levels, Resizer
 
 APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
@@ -88,6 +88,7 @@ def _quiet(_: str) -> None:
 def preflight(cfg: LabConfig) -> None:
     """Fail early, with what is needed, where the lab cannot run: the configuration first
     (a mistake in it is worth knowing before finding a machine to run on), then the machine."""
+    check_cgroup_parent(cfg.cgroup_parent)
     if cfg.workload not in ("cpu", "alloc"):
         raise LabError(f"workload must be 'cpu' or 'alloc', not {cfg.workload!r}")
     if cfg.mode not in ("open", "closed"):
