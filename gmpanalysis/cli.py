@@ -455,7 +455,8 @@ def cmd_collect(a: argparse.Namespace) -> int:
         context=a.context,
         sampler_namespace=a.sampler_namespace,
     )
-    for p in collect(cfg, log=_progress):
+    # progress names pods as the API server sent them: escape what does not print
+    for p in collect(cfg, log=lambda m: _progress(_one_line(m))):
         print(p)
     return 0
 

@@ -164,3 +164,29 @@ def test_a_pod_named_dotdot_is_refused_and_writes_nothing(fake_api, tmp_path, mo
     with pytest.raises(CollectError, match=r"\.\."):
         kcollect.collect(cfg, lambda m: None)
     assert not out.exists()
+
+
+def test_a_hostile_node_name_does_not_reach_the_field_selector(fake_api, tmp_path, monkeypatch):
+    _FakeApi.target = _pod("demo", "default", "app", node="node0,metadata.name!=x")
+    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a: (0, "", None))
+    cfg = CollectConfig(
+        namespace="default", pod="demo", out=tmp_path / "out", kubeconfig=str(fake_api), pprof_port=None, duration_s=1
+    )
+    with pytest.raises(CollectError, match="node name 'node0,metadata.name!=x'.*not a valid Kubernetes name"):
+        kcollect.collect(cfg, lambda m: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_prints_a_hostile_name_escaped(fake_api, tmp_path, monkeypatch, capsys):
+    from gmpanalysis import cli
+
+    _FakeApi.target = _pod("../x\x1b[2J\nforged line", "default", "app")
+    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a: (0, "", None))
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["collect", "--kubeconfig", str(fake_api), "-n", "default", "-l", "app=x", "--out", str(out)]
+    assert cli.main([*argv, "--pprof-port", "0", "--duration", "1"]) == 0
+    cap = capsys.readouterr()
+    assert "\x1b" not in cap.err and "\nforged line" not in cap.err and "\\x1b" in cap.err
+    (d,) = out.iterdir()
+    assert cap.out.strip() == str(d)

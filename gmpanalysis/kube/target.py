@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import CollectError
 from .api import _call
-from .config import CollectConfig
+from .config import _NAME, CollectConfig
 
 
 def _cpu_milli(q: str | None) -> int | None:
@@ -58,6 +58,10 @@ def describe(pod: Any, container: str | None) -> dict[str, Any]:
 
 
 def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
+    # the node name comes from the API server and goes into a field selector: a name with
+    # ',' or '=' (which no real node has) could add terms to it
+    if not isinstance(node, str) or not _NAME.match(node):
+        raise CollectError(f"node name {node!r} (the target's spec.nodeName) is not a valid Kubernetes name")
     pods = _call(
         core.list_namespaced_pod,
         "list",
