@@ -170,3 +170,20 @@ def test_cli_report_shows_every_note(tmp_path, capsys):
     assert "collection did not finish" in notes
     err = capsys.readouterr().err
     assert "note: collection did not finish" in err and "last line was incomplete" in err
+
+
+def test_two_lab_runs_cannot_share_an_output_directory(tmp_path):
+    """The output directory is claimed atomically: the second claim is refused, and so is a
+    directory that holds anything else."""
+    from gmpanalysis.lab.run import lock_output
+
+    out = tmp_path / "bundle"
+    out.mkdir()
+    lock = lock_output(out)
+    with pytest.raises(gmp.LabError, match="another lab run writes there"):
+        lock_output(out)
+    lock.unlink()
+    (out / "meta.json").write_text("{}")
+    with pytest.raises(gmp.LabError, match="not empty"):
+        lock_output(out)
+    assert not lock.exists()

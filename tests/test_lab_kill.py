@@ -82,3 +82,39 @@ def test_killed_lab_run_leaves_a_loadable_bundle_and_nothing_running(bins, tmp_p
         removed = reap_stale_cgroups()
         assert any(r.endswith("/" + cg) for r in removed)
         assert not any(Path(r).exists() for r in removed)
+
+
+def test_sampler_killed_mid_run_fails_the_run(bins, tmp_path):
+    """Only the sampler dies (SIGKILL) while the load runs: the run must fail, say so, mark
+    the bundle incomplete with the reason, keep the samples written so far, and stop the
+    app and the load generator (before, it ended with exit 0 and `complete: true`)."""
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "gmpanalysis.cli", "lab", "run", "--cpu-limit", "500m", "--gomaxprocs", "2",
+        "--duration", "4", "--trace-seconds", "0", "--work-ms", "5", "--rate", "40", "-o", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, GMP_BIN_DIR=str(Path(bins["gmp-sampler"]).parent))
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    seen, pid = [], None
+    try:
+        for line in p.stderr:
+            seen.append(line)
+            if "sampler pid" in line:
+                pid = int(line.split("sampler pid", 1)[1].split()[0])
+            if "load:" in line:
+                time.sleep(1.0)
+                os.kill(pid, signal.SIGKILL)
+                break
+        rest = p.stderr.read()
+        p.wait(60)
+    finally:
+        p.kill()
+        p.wait(30)
+    assert pid is not None, "".join(seen)
+    assert p.returncode != 0
+    assert f"gmp-sampler (pid {pid}) exited" in rest and "incomplete" in rest and "Traceback" not in rest, rest
+    run = gmp.load_run(out)
+    assert run.meta["complete"] is False and "gmp-sampler" in run.meta["error"]
+    assert len(run.samples) > 500  # about a second at 997 µs, flushed as it went
+    time.sleep(0.5)
+    assert _ours(str(out)) == [], "processes left running"

@@ -407,6 +407,58 @@ def run_lab(
     if out.exists() and any(out.iterdir()):
         raise LabError(f"{out} exists and is not empty; bundles are never overwritten: choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
+    lock = lock_output(out)
+    try:
+        return _run(cfg, out, progress, bins)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+LOCK = ".gmp-lab.lock"
+
+
+def lock_output(out: Path) -> Path:
+    """Claim the output directory for one run: a lock file made with O_EXCL (atomic: of two
+    runs given the same directory, one gets it), then the directory must hold nothing else.
+    A run killed outright leaves the lock beside its bundle, which is then not empty either."""
+    lock = out / LOCK
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise LabError(
+            f"{out}: another lab run writes there ({lock} exists; left by a killed run, the bundle "
+            "beside it is that run's): choose a new directory"
+        ) from None
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    if any(p.name != LOCK for p in out.iterdir()):
+        lock.unlink()
+        raise LabError(f"{out} is not empty; bundles are never overwritten: choose a new directory")
+    return lock
+
+
+def _failed(meta: dict[str, Any], out: Path, err: GmpError) -> GmpError:
+    """Record in meta.json why the run ends early (``complete`` stays false); returns ``err``."""
+    meta["complete"] = False
+    meta["error"] = str(err)
+    to_meta(out / "meta.json", meta)
+    return err
+
+
+def _sampler_died(sampler: subprocess.Popen, out: Path) -> GmpError:
+    """The sampler ended before it was asked to: its own JSON error if it wrote one."""
+    facts = _read_json(out / ".sampler.json") or {}
+    if isinstance(facts.get("error"), dict):
+        return _sampler_failed(facts["error"])
+    err = (sampler.stderr.read() if sampler.stderr else "").strip()
+    return LabError(
+        f"gmp-sampler (pid {sampler.pid}) exited with code {sampler.returncode} before the run ended"
+        + (f": {err[-300:]}" if err else "")
+        + f"; the samples it wrote are in {out / 'cpu_stat.csv'} and the bundle is marked incomplete: run again"
+    )
+
+
+def _run(cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path]) -> Path:
     ipm = cfg.iters_per_ms or calibrate(bins)
 
     quota_us = _quota(cfg.cpu_limit, cfg.period_us)
@@ -475,6 +527,8 @@ def run_lab(
             tthread.start()
             progress(f"trace: {cfg.trace_s}s window from t+{cfg.trace_start_s}s")
         while loadgen.poll() is None:
+            if sampler.poll() is not None:
+                raise _failed(meta, out, _sampler_died(sampler, out))
             time.sleep(0.25)
             el = time.monotonic() - load_t0
             progress(f"\r  {min(el, cfg.duration_s):5.1f}/{cfg.duration_s:.1f}s")
@@ -486,6 +540,8 @@ def run_lab(
             tthread.join(cfg.trace_s + 60)
         # A short tail so the last periods' credits are in the samples.
         time.sleep(0.3)
+        if sampler.poll() is not None:
+            raise _failed(meta, out, _sampler_died(sampler, out))
         _stop(sampler, signal.SIGTERM)
         sampler_err = sampler.stderr.read() if sampler.stderr else ""
         _stop(app, signal.SIGTERM)
