@@ -110,7 +110,9 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     Columns: ``name``; ``gomaxprocs`` (effective at the start: recorded, else from the
     trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`); ``cpu_limit``; ``quota_us``;
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
-    ``latency_p99_ms`` (from the scheduled start); every key of :func:`period_summary`;
+    ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
+    sampled span); ``requests_unsampled`` (requests begun before the first or after the last
+    sample, left out of those; absent for runs without requests); every key of :func:`period_summary`;
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
     ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + mark
     assists while on a P, as % of goroutine running time in the trace window);
@@ -139,6 +141,13 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
             "load": desc,
         }
         r = run.requests
+        if r is not None and len(r) and len(run.samples):
+            # a request begun outside the sampled span ran in periods nobody measured (a
+            # sampler that died early): it is counted apart, not in throughput or latency
+            t = run.samples["t_ns"]
+            inside = (r["start_ns"] >= t.min()) & (r["start_ns"] <= t.max())
+            row["requests_unsampled"] = int((~inside).sum())
+            r = r[inside]
         if r is not None and len(r):
             ok = r[r["status"] // 100 == 2]
             lat = (ok["end_ns"] - ok["sched_ns"]) / 1e6
