@@ -124,3 +124,21 @@ def test_the_heatmap_cap_never_comes_from_the_analysts_machine():
     off = gmp.df_period_offsets(run)
     assert off.attrs["cpus_max"] == 1 and off["cpus"].max() <= 1 + 1e-9
     assert (gmp.df_periods(run)["gomaxprocs"] == 1).all()  # the per-period column agrees
+
+
+def test_requests_after_the_samples_end_are_not_counted():
+    """A sampler that died early leaves requests in periods nobody measured: throughput and
+    latency count only those begun inside the sampled span, and the rest are counted apart."""
+    run = gmp.load_run(next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp2"))
+    before = gmp.compare_runs([run]).iloc[0]
+    assert before["requests_unsampled"] == 0  # a whole run: the sampler outlived the load
+    t = run.samples["t_ns"]
+    cut = int(t.quantile(0.5))
+    r = run.requests
+    after = int((r["start_ns"] > cut).sum())
+    run.samples = run.samples[t <= cut].reset_index(drop=True)
+    row = gmp.compare_runs([run]).iloc[0]
+    assert row["requests_unsampled"] == after > 0
+    ok = r[(r["start_ns"] <= cut) & (r["start_ns"] >= t.min()) & (r["status"] // 100 == 2)]
+    span = (ok["end_ns"].max() - ok["start_ns"].min()) / 1e9
+    assert abs(row["throughput_rps"] - len(ok) / span) < 0.05 * row["throughput_rps"]

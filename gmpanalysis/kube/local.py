@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LabError
+from ..lab.cgroups import V1_SHARES_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "scripts" / "cluster"
@@ -212,7 +213,7 @@ def measurement_priority() -> Iterator[None]:
     old = shares.read_text().strip()
     budget = grant_sampler_rt_budget()
     try:
-        shares.write_text("262144")
+        shares.write_text(str(V1_SHARES_MAX))
         yield
     finally:
         shares.write_text(old)
