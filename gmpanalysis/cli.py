@@ -287,6 +287,16 @@ def cmd_lab_sweep(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lab_clean(a: argparse.Namespace) -> int:
+    from .lab.run import reap_stale_cgroups
+
+    removed = reap_stale_cgroups(a.cgroup_root, a.cgroup_parent)
+    for d in removed:
+        print(d)
+    _progress(f"removed {len(removed)} cgroup(s) left by killed lab runs")
+    return 0
+
+
 def cmd_summary(a: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -531,6 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ls.add_argument("-o", "--out", default="runs", help="directory for the bundles (default: runs)")
     ls.set_defaults(func=cmd_lab_sweep)
+    lc = labsub.add_parser("clean", help="remove the cgroups left by lab runs that were killed")
+    lc.add_argument("--cgroup-root", type=_existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
+    lc.add_argument("--cgroup-parent", type=_cgroup_parent, default="", help="parent cgroup the runs used")
+    lc.set_defaults(func=cmd_lab_clean)
     return ap
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 import gmpanalysis as gmp
-from gmpanalysis.lab.run import reap_stale_cgroups
+import gmpanalysis.lab
 
 pytestmark = pytest.mark.lab
 
@@ -75,13 +75,45 @@ def test_killed_lab_run_leaves_a_loadable_bundle_and_nothing_running(bins, tmp_p
     # the sampler, the app and the load generator died with the runner
     time.sleep(1.0)
     assert _ours(str(out)) == [], "processes left running"
-    # the cgroup outlives a runner killed outright; the next run (or this call) removes it
+    # the cgroups go too: the run's watcher removes them once the runner is gone
     cg = run.meta.get("cgroup")
     if cg:
         assert not _ours(f"--cgroup {cg} ")
-        removed = reap_stale_cgroups()
-        assert any(r.endswith("/" + cg) for r in removed)
-        assert not any(Path(r).exists() for r in removed)
+        left = _lab_cgroup_dirs(cg)
+        deadline = time.monotonic() + 15
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = _lab_cgroup_dirs(cg)
+        assert left == [], "cgroups left behind"
+
+
+def _lab_cgroup_dirs(name: str) -> list[Path]:
+    """Directories named ``name`` (a lab run's cgroup) in any cgroup hierarchy."""
+    root = Path("/sys/fs/cgroup")
+    return [d for h in [root, *root.iterdir()] if h.is_dir() for d in h.rglob(name) if d.is_dir()]
+
+
+def test_lab_clean_removes_cgroups_of_dead_runs(tmp_path):
+    """When the watcher cannot run (killed with its runner), `lab clean` (and every next run)
+    finds the cgroups named after a runner PID that is gone and removes them; a cgroup of a
+    live runner stays."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a PID that no process has now
+    stale = gmp.lab.LabCgroup(f"gmp-lab-{dead.pid}-stale", parent="")
+    live = gmp.lab.LabCgroup(f"gmp-lab-{os.getpid()}-live", parent="")
+    stale.create(quota_us=50_000)
+    live.create(quota_us=50_000)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "gmpanalysis.cli", "lab", "clean"], capture_output=True, text=True, cwd=REPO
+        )
+        assert r.returncode == 0, r.stderr
+        assert sorted(r.stdout.split()) == sorted(stale.paths)
+        assert not any(Path(p).exists() for p in stale.paths)
+        assert all(Path(p).exists() for p in live.paths)
+    finally:
+        stale.remove()
+        live.remove()
 
 
 def test_sampler_killed_mid_run_fails_the_run(bins, tmp_path):

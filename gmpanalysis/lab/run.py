@@ -35,6 +35,7 @@ from ..schema import new_meta
 from .binaries import ensure_binaries
 from .cgroups import PREFIX, LabCgroup, check_cgroup_parent
 from .levels import Levels, Resizer
+from .reaper import CgroupReaper
 
 APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
 
@@ -479,6 +480,8 @@ def _run(cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path]) -
 
         old_term = signal.signal(signal.SIGTERM, _on_term)
     app_log = out / "app.log"
+    # removes the cgroups below if this process is killed outright (SIGKILL runs no finally)
+    reaper = CgroupReaper([d for c in (lv.app, lv.pod) if c is not None for d in c.paths])
     try:
         lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
         lim = cg.limits()
@@ -578,6 +581,7 @@ def _run(cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path]) -
         try:
             lv.remove()
         finally:
+            reaper.close()
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
 
