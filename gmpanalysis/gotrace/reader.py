@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import stat
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import ClockWarning, NotFoundError, TraceFormatError, TruncatedTraceWarning
-from . import spec, tables
+from ..errors import ClockWarning, NotFoundError, TraceFormatError, TruncatedTraceWarning, UsageError
+from . import spec
+from . import tables as _tables
 from .wire import (
     Batch,
     Generation,
+    GenerationSplitter,
     _Short,
     parse_header,
-    split_generations,
     token_values,
     tokenize,
     walk_events,
@@ -162,16 +164,6 @@ def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], d
     return events, strings, freq, freq_at, snaps
 
 
-def _chunks(gens: list[Generation]) -> list[list[Generation]]:
-    out: list[list[Generation]] = []
-    for g in gens:
-        if out and g.end - out[-1][0].start <= CHUNK_BYTES:
-            out[-1].append(g)
-        else:
-            out.append([g])
-    return out
-
-
 def _tick_limit(freq: int) -> int:
     """The largest trace time, in ticks of this frequency, that is at most MAX_NS."""
     return MAX_NS * freq // 1_000_000_000
@@ -278,154 +270,272 @@ def _check_procs(a0: np.ndarray, typ: np.ndarray, where: tuple[int, np.ndarray, 
         )
 
 
-def _decode(
-    data: bytes,
-    buf: np.ndarray,
-    gens: list[Generation],
-    version: int,
-    source: str,
-    progress: Callable[[int], None] | None,
-) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str], dict]:
-    """Decode every event of the generations into flat columns (file order)."""
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("m", "gen", "ts", "type", "a0", "a1", "a2")}
-    strings: dict[tuple[int, int], str] = {}
-    info: dict[str, Any] = {
+def _new_info() -> dict[str, Any]:
+    return {
         "frequency": None,
         "clock_snapshots": [],
         "events": 0,
         "first_ns": None,
         "last_ns": None,
         "clock_steps_back": [],  # (offset of the batch, thread, ns back)
+        "m_last": {},  # the last time (ns) of each thread so far: its events never go back
+        "generations_seen": 0,
+        "first_generation": None,
     }
-    keep_types = np.zeros(256, dtype=bool)
-    keep_types[list(tables.USED_TYPES)] = True
-    # decode only the arguments the tables use
-    need_arg = np.zeros((3, 256), dtype=bool)
-    for eid, idx in tables.ARGS_USED.items():
-        need_arg[list(idx), eid] = True
-    # the last time (ns) of each thread so far: a thread's events never go back in time
-    m_last: dict[int, int] = {}
-    for chunk in _chunks(gens):
-        lo, hi = chunk[0].start, chunk[-1].end
-        starts = tokenize(buf, lo, hi)
-        ev_batches: list[Batch] = []
-        b_gen: list[int] = []
-        b_freq: list[int] = []
-        for g in chunk:
-            events, strs, freq, freq_at, snaps = _classify(data, g, source)
-            if freq is None:
+
+
+def _decode_chunk(
+    data: bytes,
+    buf: np.ndarray,
+    chunk: list[Generation],
+    version: int,
+    source: str,
+    info: dict[str, Any],
+    keep: np.ndarray,
+    need: np.ndarray,
+) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str]] | None:
+    """Decode every event of a group of whole generations into flat columns (file order):
+    m, gen, ts (ns), type, a0..a2 (-1 where unused). None when they hold no event."""
+    m_last = info["m_last"]
+    strings: dict[tuple[int, int], str] = {}
+    lo, hi = chunk[0].start, chunk[-1].end
+    starts = tokenize(buf, lo, hi)
+    ev_batches: list[Batch] = []
+    b_gen: list[int] = []
+    b_freq: list[int] = []
+    for g in chunk:
+        events, strs, freq, freq_at, snaps = _classify(data, g, source)
+        if freq is None:
+            raise TraceFormatError(
+                f"{source} generation {g.gen} (offsets {g.start}-{g.end}): no frequency/sync batch; "
+                "the generation is incomplete (truncated trace?)"
+            )
+        if freq != TICKS_PER_S_LINUX and info["frequency"] in (None, TICKS_PER_S_LINUX):
+            warnings.warn(
+                f"{source}: trace clock runs at {freq} ticks/s, not the Linux 15625000: "
+                "times are converted by the frequency but are not CLOCK_MONOTONIC",
+                ClockWarning,
+                stacklevel=5,
+            )
+        info["frequency"] = freq
+        lim = _tick_limit(freq)
+        for sid, st in strs.items():
+            strings[(g.gen, sid)] = st
+        for t, mono, sec, nsec, at in snaps:
+            if t > lim or mono > MAX_NS:
                 raise TraceFormatError(
-                    f"{source} generation {g.gen} (offsets {g.start}-{g.end}): no frequency/sync batch; "
-                    "the generation is incomplete (truncated trace?)"
+                    f"{source} offset {at} (generation {g.gen}): clock snapshot at {t} ticks / {mono} ns "
+                    f"is beyond any CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); "
+                    "the trace is corrupt"
                 )
-            if freq != TICKS_PER_S_LINUX and info["frequency"] in (None, TICKS_PER_S_LINUX):
-                warnings.warn(
-                    f"{source}: trace clock runs at {freq} ticks/s, not the Linux 15625000: "
-                    "times are converted by the frequency but are not CLOCK_MONOTONIC",
-                    ClockWarning,
-                    stacklevel=4,
-                )
-            info["frequency"] = freq
-            lim = _tick_limit(freq)
-            for sid, s in strs.items():
-                strings[(g.gen, sid)] = s
-            for t, mono, sec, nsec, at in snaps:
-                if t > lim or mono > MAX_NS:
-                    raise TraceFormatError(
-                        f"{source} offset {at} (generation {g.gen}): clock snapshot at {t} ticks / {mono} ns "
-                        f"is beyond any CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); "
-                        "the trace is corrupt"
-                    )
-                info["clock_snapshots"].append(
-                    {
-                        "gen": g.gen,
-                        "trace_ns": int(t * 1_000_000_000 // freq),
-                        "mono_ns": mono,
-                        "wall_sec": sec,
-                        "wall_nsec": nsec,
-                    }
-                )
-            ev_batches.extend(events)
-            b_gen.extend([g.gen] * len(events))
-            b_freq.extend([freq] * len(events))
-        w = walk_events(buf, lo, starts, ev_batches, version, source)
-        n_ev = len(w.tok)
-        info["events"] += n_ev
-        if not n_ev:
-            continue
-        exp = (w.first >= 128).astype(np.int32)
-        # dt follows the type byte; an experimental type byte shares its token with dt
-        dt = token_values(buf, lo, starts, w.tok + 1 - exp, source, skip_first=exp)
-        del exp
-        counts = np.bincount(w.batch, minlength=len(ev_batches))
-        b_first = np.cumsum(counts) - counts
-        nonempty = counts > 0
-        b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64)
-        freq_b = np.array(b_freq, dtype=np.int64)
-        lim_b = np.array([_tick_limit(f) for f in b_freq], dtype=np.uint64)
-        _check_times(dt, b_ts, counts, lim_b, ev_batches, (lo, starts, w.tok, w.batch), source)
-        dt = dt.view(np.int64)
-        # event times are running sums of dt from each batch's base time; events are in
-        # batch order, so one cumulative sum serves every batch after a per-batch offset
-        # (int64 wraps modulo 2^64, which cancels out: each batch's times are exact once
-        # _check_times has bounded them)
-        cs = np.cumsum(dt)
-        offset = np.zeros(len(ev_batches), dtype=np.int64)
-        offset[nonempty] = cs[b_first[nonempty]] - dt[b_first[nonempty]] - b_ts[nonempty].view(np.int64)
-        del dt
-        f_ne = freq_b[nonempty]
-        ns_first = _to_ns(cs[b_first[nonempty]] - offset[nonempty], f_ne)
-        ns_last = _to_ns(cs[(b_first + counts - 1)[nonempty]] - offset[nonempty], f_ne)
-        for key, v, pick in (("first_ns", int(ns_first.min()), min), ("last_ns", int(ns_last.max()), max)):
-            info[key] = v if info[key] is None else pick(info[key], v)
-        floor = _hold_threads(ev_batches, np.flatnonzero(nonempty), ns_first, ns_last, m_last, info)
-        sel = np.flatnonzero(keep_types[w.first])
-        bsel = w.batch[sel]
-        ns = _to_ns(cs[sel] - offset[bsel], int(freq_b[0]) if (freq_b == freq_b[0]).all() else freq_b[bsel])
-        del cs
-        if floor is not None:
-            ns = np.maximum(ns, floor[bsel])
-        typ = w.first[sel]
-        tok = w.tok[sel]
-        del w, sel
-        for j in range(3):
-            a = np.full(len(tok), -1, dtype=np.int64)
-            has = np.flatnonzero(need_arg[j][typ])
-            if has.size:
-                a[has] = token_values(buf, lo, starts, tok[has] + 2 + j, source).view(np.int64)
-            if j == 0:
-                _check_procs(a, typ, (lo, starts, tok), source)
-            cols[f"a{j}"].append(a)
-        cols["m"].append(np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)[bsel])
-        cols["gen"].append(np.array(b_gen, dtype=np.int32)[bsel])
-        cols["ts"].append(ns)
-        cols["type"].append(typ)
-        del tok, bsel, starts
-        if progress is not None:
-            progress(hi)
-    # one column at a time, releasing its pieces: all columns at once would hold the decoded
-    # events twice
-    flat: dict[str, np.ndarray] = {}
-    for k in list(cols):
-        parts = cols.pop(k)
-        flat[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8 if k == "type" else np.int64)
-        del parts
-    return flat, strings, info
+            info["clock_snapshots"].append(
+                {
+                    "gen": g.gen,
+                    "trace_ns": int(t * 1_000_000_000 // freq),
+                    "mono_ns": mono,
+                    "wall_sec": sec,
+                    "wall_nsec": nsec,
+                }
+            )
+        ev_batches.extend(events)
+        b_gen.extend([g.gen] * len(events))
+        b_freq.extend([freq] * len(events))
+    w = walk_events(buf, lo, starts, ev_batches, version, source)
+    n_ev = len(w.tok)
+    info["events"] += n_ev
+    if not n_ev:
+        return None
+    exp = (w.first >= 128).astype(np.int32)
+    # dt follows the type byte; an experimental type byte shares its token with dt
+    dt = token_values(buf, lo, starts, w.tok + 1 - exp, source, skip_first=exp)
+    del exp
+    counts = np.bincount(w.batch, minlength=len(ev_batches))
+    b_first = np.cumsum(counts) - counts
+    nonempty = counts > 0
+    b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64)
+    freq_b = np.array(b_freq, dtype=np.int64)
+    lim_b = np.array([_tick_limit(f) for f in b_freq], dtype=np.uint64)
+    _check_times(dt, b_ts, counts, lim_b, ev_batches, (lo, starts, w.tok, w.batch), source)
+    dt = dt.view(np.int64)
+    # event times are running sums of dt from each batch's base time; events are in
+    # batch order, so one cumulative sum serves every batch after a per-batch offset
+    # (int64 wraps modulo 2^64, which cancels out: each batch's times are exact once
+    # _check_times has bounded them)
+    cs = np.cumsum(dt)
+    offset = np.zeros(len(ev_batches), dtype=np.int64)
+    offset[nonempty] = cs[b_first[nonempty]] - dt[b_first[nonempty]] - b_ts[nonempty].view(np.int64)
+    del dt
+    f_ne = freq_b[nonempty]
+    ns_first = _to_ns(cs[b_first[nonempty]] - offset[nonempty], f_ne)
+    ns_last = _to_ns(cs[(b_first + counts - 1)[nonempty]] - offset[nonempty], f_ne)
+    for key, v, pick in (("first_ns", int(ns_first.min()), min), ("last_ns", int(ns_last.max()), max)):
+        info[key] = v if info[key] is None else pick(info[key], v)
+    floor = _hold_threads(ev_batches, np.flatnonzero(nonempty), ns_first, ns_last, m_last, info)
+    sel = np.flatnonzero(keep[w.first])
+    bsel = w.batch[sel]
+    ns = _to_ns(cs[sel] - offset[bsel], int(freq_b[0]) if (freq_b == freq_b[0]).all() else freq_b[bsel])
+    del cs
+    if floor is not None:
+        ns = np.maximum(ns, floor[bsel])
+    typ = w.first[sel]
+    tok = w.tok[sel]
+    del w, sel
+    cols: dict[str, np.ndarray] = {}
+    for j in range(3):
+        a = np.full(len(tok), -1, dtype=np.int64)
+        has = np.flatnonzero(need[j][typ])
+        if has.size:
+            a[has] = token_values(buf, lo, starts, tok[has] + 2 + j, source).view(np.int64)
+        if j == 0:
+            _check_procs(a, typ, (lo, starts, tok), source)
+        cols[f"a{j}"] = a
+    cols["m"] = np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)[bsel]
+    cols["gen"] = np.array(b_gen, dtype=np.int32)[bsel]
+    cols["ts"] = ns
+    cols["type"] = typ
+    return cols, strings
 
 
-def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int], None] | None = None) -> GoTrace:
-    """Parse trace bytes; see :func:`read_trace`."""
+def _gen_start_ns(data: bytes, g: Generation, source: str) -> int:
+    """The earliest batch start of a generation, in ns (its events come at or after it; the
+    next generation's batches start after its last event)."""
+    freq = None
+    for b in g.batches:
+        if b.exp is None and b.end > b.start and data[b.start] in (spec.EV_SYNC, spec.EV_FREQUENCY):
+            freq = _sync(data, b, source)[0] or freq
+    if freq is None:
+        raise TraceFormatError(
+            f"{source} generation {g.gen} (offsets {g.start}-{g.end}): no frequency/sync batch; "
+            "the generation is incomplete (truncated trace?)"
+        )
+    ts = min((b.ts for b in g.batches if b.exp is None), default=0)
+    if ts > _tick_limit(freq):
+        raise TraceFormatError(
+            f"{source} offset {g.start} (generation {g.gen}): batch start time {ts} ticks is beyond any "
+            f"CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); the trace is corrupt"
+        )
+    return ts * 64 if freq == TICKS_PER_S_LINUX else ts * 1_000_000_000 // freq
+
+
+def _in_window(
+    gens: Iterable[Generation], window: tuple[int, int] | None, data: bytes, source: str, info: dict[str, Any]
+) -> Iterator[Generation]:
+    """The generations to decode: all, or those whose events can fall in ``window`` (ns):
+    a generation holds the events from its first batch start up to the next one's. Counts
+    every generation in ``info``."""
+    if window is None:
+        for g in gens:
+            info["generations_seen"] += 1
+            if info["first_generation"] is None:
+                info["first_generation"] = g.gen
+            yield g
+        return
+    t0, t1 = window
+    prev: Generation | None = None
+    prev_lo = 0
+    for g in gens:
+        info["generations_seen"] += 1
+        lo = _gen_start_ns(data, g, source)
+        if prev is not None and prev_lo <= t1 and lo >= t0:
+            if info["first_generation"] is None:
+                info["first_generation"] = prev.gen
+            yield prev
+        prev, prev_lo = g, lo
+    if prev is not None and prev_lo <= t1:
+        if info["first_generation"] is None:
+            info["first_generation"] = prev.gen
+        yield prev
+
+
+def _clip(built: dict[str, Any], window: tuple[int, int]) -> dict[str, Any]:
+    """Rows that overlap the window [t0, t1] (ns); the GOMAXPROCS value in force at t0 is
+    kept as a row at its own time."""
+    t0, t1 = window
+    out = dict(built)
+    for name in ("stw", "gc", "running", "assist", "sweep"):
+        df = built[name]
+        out[name] = df[(df.end_ns >= t0) & (df.start_ns <= t1)].reset_index(drop=True)
+    for name in ("heap", "logs"):
+        df = built[name]
+        out[name] = df[(df.t_ns >= t0) & (df.t_ns <= t1)].reset_index(drop=True)
+    gp = built["gomaxprocs"]
+    before = np.flatnonzero(gp.t_ns.to_numpy() < t0)
+    keep = (gp.t_ns >= t0) & (gp.t_ns <= t1)
+    if before.size:
+        keep.iloc[before[-1]] = True
+    out["gomaxprocs"] = gp[keep].reset_index(drop=True)
+    return out
+
+
+def _chunked(gens: Iterable[Generation]) -> Iterator[list[Generation]]:
+    """Whole generations in groups of about CHUNK_BYTES, in file order."""
+    cur: list[Generation] = []
+    for g in gens:
+        if cur and g.end - cur[0].start > CHUNK_BYTES:
+            yield cur
+            cur = []
+        cur.append(g)
+    if cur:
+        yield cur
+
+
+TABLES = ("stw", "gc", "gomaxprocs", "running", "assist", "sweep", "heap", "logs")
+
+
+def _want(tables_: Iterable[str] | None) -> frozenset[str]:
+    if tables_ is None:
+        return frozenset(TABLES)
+    if isinstance(tables_, str):
+        tables_ = (tables_,)
+    want = frozenset(tables_)
+    unknown = sorted(want - set(TABLES))
+    if unknown:
+        raise UsageError(f"read_trace(tables=...): unknown table(s) {unknown}; choose from {list(TABLES)}")
+    return want
+
+
+def parse_trace(
+    data: bytes,
+    *,
+    source: str = "<bytes>",
+    progress: Callable[[int], None] | None = None,
+    tables: Iterable[str] | None = None,
+    window: tuple[int, int] | None = None,
+    release: Callable[[int], None] | None = None,
+) -> GoTrace:
+    """Parse trace bytes; see :func:`read_trace`. ``release(offset)`` is told when
+    nothing before ``offset`` will be read again (the file reader drops those pages)."""
+    want = _want(tables)
     version = parse_header(data, source)
-    gens, truncated_at = split_generations(data, version, source)
+    splitter = GenerationSplitter(data, version, source)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    info = _new_info()
+    builder = _tables.Builder(want)
+    keep, need = _decode_masks(builder)
+    gens = chosen = 0
+    first_gen = None
+    for chunk in _chunked(_in_window(splitter, window, data, source, info)):
+        for g in chunk:
+            first_gen = g.gen if first_gen is None else first_gen
+        chosen += len(chunk)
+        decoded = _decode_chunk(data, buf, chunk, version, source, info, keep, need)
+        if decoded is not None:
+            builder.feed(*decoded)
+        del decoded
+        if progress is not None:
+            progress(chunk[-1].end)
+        if release is not None:
+            release(chunk[-1].end)
+    gens = info["generations_seen"]
+    del buf
+    truncated_at = splitter.truncated_at
     if truncated_at is not None:
         warnings.warn(
             f"{source}: trace ends inside a generation at offset {truncated_at} (of {len(data)} bytes); "
-            f"the {len(gens)} complete generation(s) before it were read",
+            f"the {gens} complete generation(s) before it were read",
             TruncatedTraceWarning,
             stacklevel=3,
         )
-    buf = np.frombuffer(data, dtype=np.uint8)
-    cols, strings, info = _decode(data, buf, gens, version, source, progress)
     back = info["clock_steps_back"]
     if back:
         at, m, ns_back = back[0]
@@ -437,7 +547,9 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
             stacklevel=3,
         )
     first_ns, last_ns = info["first_ns"] or 0, info["last_ns"] or 0
-    built = tables.build(cols, strings, last_ns)
+    built = builder.finish(last_ns)
+    if window is not None:
+        built = _clip(built, window)
     meta = {
         "source": source,
         "version": version,
@@ -446,18 +558,39 @@ def parse_trace(data: bytes, *, source: str = "<bytes>", progress: Callable[[int
         "events": info["events"],
         "first_ns": first_ns,
         "last_ns": last_ns,
-        "generations": len(gens),
-        "first_generation": gens[0].gen if gens else None,
+        "generations": gens,
+        "first_generation": info["first_generation"],
+        "generations_decoded": chosen,
         "clock_snapshots": info["clock_snapshots"],
         "truncated": truncated_at,
         "clock_steps_back": len(back),
         "bytes": len(data),
+        "tables": tuple(t for t in TABLES if t in want),
+        "window": None if window is None else (int(window[0]), int(window[1])),
     }
     return GoTrace(meta=meta, **built)
 
 
+def _decode_masks(builder: _tables.Builder) -> tuple[np.ndarray, np.ndarray]:
+    """The event types to decode, and which of their arguments, for the tables asked for."""
+    types = set(_tables.GLOBAL)
+    if builder.threads:
+        types |= set(_tables.SCHED + _tables.ON_M)
+    keep = np.zeros(256, dtype=bool)
+    keep[sorted(types)] = True
+    need = np.zeros((3, 256), dtype=bool)
+    for eid, idx in _tables.ARGS_USED.items():
+        if eid in types:
+            need[list(idx), eid] = True
+    return keep, need
+
+
 def read_trace(
-    path_or_bytes: str | os.PathLike[str] | bytes, *, progress: Callable[[int], None] | None = None
+    path_or_bytes: str | os.PathLike[str] | bytes,
+    *,
+    progress: Callable[[int], None] | None = None,
+    tables: Iterable[str] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> GoTrace:
     """Read a Go execution trace (Go 1.22 - 1.27 formats) into :class:`GoTrace` tables.
 
@@ -466,10 +599,66 @@ def read_trace(
     A file cut inside a generation yields the complete generations before the cut, a
     :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset; a corrupt or
     unsupported file raises :class:`TraceFormatError` naming the offset.
+
+    The file is read a group of generations at a time (memory: one group's events plus the
+    tables), mapped rather than copied; it must not shrink while it is read.
+    ``tables`` names the tables to build (default: all of :data:`TABLES`); the others come
+    back empty and cost nothing to build (``stw``, ``assist`` and ``logs`` still follow
+    every thread's goroutine; ``gc``, ``gomaxprocs`` and ``heap`` alone do not).
+    ``window=(t0_ns, t1_ns)`` decodes only the generations that can hold events in it,
+    found from their batch headers, and keeps the rows that overlap it (and the GOMAXPROCS
+    value in force at t0); ``meta["generations_decoded"]`` says how many were decoded.
     """
+    if window is not None:
+        window = _check_window(window)
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return parse_trace(bytes(path_or_bytes), progress=progress)
-    p = Path(path_or_bytes)
+        return parse_trace(bytes(path_or_bytes), progress=progress, tables=tables, window=window)
+    p = _check_path(path_or_bytes)
+    try:
+        f = open(p, "rb")  # noqa: SIM115 (closed below, once mapped)
+    except OSError as e:
+        raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
+    with f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return parse_trace(b"", source=str(p), progress=progress, tables=tables, window=window)
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise TraceFormatError(f"{p}: cannot be mapped ({e.strerror}); copy it to a local disk") from None
+    released = 0
+
+    def release(offset: int) -> None:
+        # the pages before offset are done with: drop them from this process (they are the
+        # file's own, clean, and come back from the page cache if touched again)
+        nonlocal released
+        end = offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > released:
+            mm.madvise(mmap.MADV_DONTNEED, released, end - released)
+            released = end
+
+    try:
+        return parse_trace(mm, source=str(p), progress=progress, tables=tables, window=window, release=release)
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass  # an error's traceback still holds a view of it: unmapped when that goes
+
+
+def _check_window(window: object) -> tuple[int, int]:
+    try:
+        t0, t1 = window  # type: ignore[misc]
+        t0, t1 = int(t0), int(t1)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"read_trace(window=...): give (t0_ns, t1_ns), two integers, not {window!r}") from None
+    if t1 < t0:
+        raise UsageError(f"read_trace(window=({t0}, {t1})): the window ends before it starts")
+    return t0, t1
+
+
+def _check_path(path: str | os.PathLike[str]) -> Path:
+    """The trace file's path, if it names a regular file; else the error that says why not."""
+    p = Path(path)
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -483,8 +672,4 @@ def read_trace(
         raise TraceFormatError(
             f"{p}: not a regular file (a FIFO, socket or device); save the trace to a file and give that"
         )
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
-    return parse_trace(data, source=str(p), progress=progress)
+    return p

@@ -111,19 +111,20 @@ def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
     return lut[typ]
 
 
-def _carry(values: np.ndarray, setter: np.ndarray, mstart: np.ndarray, default: int = -1) -> np.ndarray:
-    """Value after each event: the value of the last setter at or before it on the same M."""
+def _carry(values: np.ndarray, setter: np.ndarray, mstart: np.ndarray, default: np.ndarray) -> np.ndarray:
+    """Value after each event: the value of the last setter at or before it on the same M,
+    else ``default`` (per event: the M's state carried in from earlier generations)."""
     idx = np.arange(len(values), dtype=np.int32)
     last = np.maximum.accumulate(np.where(setter, idx, np.int32(-1)))
     ok = last >= mstart
     return np.where(ok, values[np.maximum(last, 0)], default)
 
 
-def _before(after: np.ndarray, new_m: np.ndarray, default: int = -1) -> np.ndarray:
+def _before(after: np.ndarray, new_m: np.ndarray, default: np.ndarray) -> np.ndarray:
+    """Value before each event; at an M's first event, ``default`` (per event)."""
     out = np.empty_like(after)
-    out[0] = default
     out[1:] = after[:-1]
-    out[new_m] = default
+    out[new_m] = default[new_m]
     return out
 
 
@@ -162,13 +163,24 @@ def _streams(
     A2: np.ndarray,
     GEN: np.ndarray,
     strings: dict[tuple[int, int], str],
-    last_ns: int,
+    init: dict[int, tuple[int, int, int]],
+    running: bool = True,
 ) -> dict[str, object]:
-    """Running intervals, sweeps and the goroutine-scoped events of whole M streams (the
-    arrays are in M order, each M's events in emission order)."""
+    """Running intervals, sweeps and the goroutine-scoped events of whole M streams of one
+    chunk (the arrays are in M order, each M's events in emission order). ``init`` holds
+    each M's state after its events in earlier chunks: (goroutine bound to it, whether that
+    goroutine runs, its P). Intervals and sweeps whose end is not in these streams come
+    back with ``done`` False (the caller closes them later). With ``running`` False, only
+    what the goroutine-scoped events need (the goroutine on each M) is built."""
     n = len(M)
     new_m = np.r_[True, M[1:] != M[:-1]]
+    gstart = np.flatnonzero(new_m)  # first event of each M
     mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
+    m_ids = M[gstart]
+    gid = np.cumsum(new_m) - 1  # which M (0..) each event belongs to
+    st0 = np.array([init.get(int(m), (-1, 0, -1)) for m in m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
+    g0, run0, p0 = st0[gid, 0], st0[gid, 1].astype(np.int8), st0[gid, 2].astype(np.int32)
+    glast = np.r_[gstart[1:], n] - 1  # last event of each M
     is_: dict[int, np.ndarray] = {}
 
     def ev(k: int) -> np.ndarray:
@@ -192,8 +204,9 @@ def _streams(
 
     # the goroutine bound to the M (running or in a syscall), and whether it runs
     g_set = ev(s.EV_GOSTART) | switch | st_run | st_sys | ev(s.EV_GOCREATESYSCALL) | leave
-    g_before = _before(_carry(np.where(leave, -1, A0), g_set, mstart), new_m)
+    g_after = _carry(np.where(leave, -1, A0), g_set, mstart, g0)
     del g_set
+    g_before = _before(g_after, new_m, g0)
     run_set = (
         ev(s.EV_GOSTART)
         | switch
@@ -205,73 +218,112 @@ def _streams(
         | ev(s.EV_GOSYSCALLBEGIN)
     )
     run_val = (ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | st_run).astype(np.int8)
-    run_before = _before(_carry(run_val, run_set, mstart, 0), new_m, 0)
+    run_after = _carry(run_val, run_set, mstart, run0)
+    run_before = _before(run_after, new_m, run0)
     del run_set, run_val, st_sys, leave
     # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
     p_set = (
         ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
     )
-    p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart)
+    p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart, p0)
     del p_set
-
-    start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
-    del run_before
-    stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
-    si = np.flatnonzero(start)
-    nxt = _next_index(stop)[si]
-    del stop
-    closed = nxt < n
-    closed[closed] = M[nxt[closed]] == M[si[closed]]
-    end_t = np.where(closed, T[np.minimum(nxt, n - 1)], last_ns)
-    del nxt
     out: dict[str, object] = {
-        "g": np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si]),
-        "p": p_after[si],
-        "m": M[si],
-        "start": T[si],
-        "end": end_t,
-        "open": ~closed,
-        "gen": GEN[si],
+        "m_ids": m_ids,
+        "g_end": g_after[glast],
+        "run_end": run_after[glast],
+        "p_end": p_after[glast],
+    }
+    del run_after
+
+    if running:
+        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
+        stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
+        si = np.flatnonzero(start)
+        nxt_all = _next_index(stop)
+        # the first stop of each M: it ends what the M started in earlier chunks
+        first_stop = np.where(stop[gstart], gstart, nxt_all[gstart])
+        has = first_stop < n
+        has[has] = M[first_stop[has]] == m_ids[has]
+        out["first_stop_t"] = np.where(has, T[np.minimum(first_stop, n - 1)], -1)
+        del stop, first_stop, has
+        nxt = nxt_all[si]
+        del nxt_all
+        closed = nxt < n
+        closed[closed] = M[nxt[closed]] == M[si[closed]]
+        out["g"] = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
+        out["p"] = p_after[si]
+        out["m"] = M[si]
+        out["start"] = T[si]
+        out["end"] = np.where(closed, T[np.minimum(nxt, n - 1)], -1)
+        out["done"] = closed
+        out["gen"] = GEN[si]
         # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
         # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
-        "seq": np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1)),
-    }
-    # GC worker labels: a GoLabel names the goroutine the M started just before it
-    li = np.flatnonzero(ev(s.EV_GOLABEL))
-    out["label_pos"], out["label_names"] = np.zeros(0, dtype=np.int64), []
-    if li.size:
-        last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
-        ok = last_start >= mstart[li]
-        out["label_pos"] = np.searchsorted(si, last_start[ok])
-        out["label_names"] = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li[ok]], A0[li[ok]], strict=True)]
-    del start
+        out["seq"] = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
+        del nxt, closed
+        # the row of each M's last start (a GoLabel in a later chunk may still name it)
+        srow = np.full(len(m_ids), -1, dtype=np.int64)
+        if si.size:
+            srow[gid[si]] = np.arange(len(si))  # rows are in M order: the last write per M wins
+        out["last_start_row"] = srow
+        # GC worker labels: a GoLabel names the goroutine the M started just before it
+        li = np.flatnonzero(ev(s.EV_GOLABEL))
+        out["label_pos"], out["label_names"] = np.zeros(0, dtype=np.int64), []
+        out["orphan_labels"] = []
+        if li.size:
+            last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
+            ok = last_start >= mstart[li]
+            names = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li], A0[li], strict=True)]
+            out["label_pos"] = np.searchsorted(si, last_start[ok])
+            out["label_names"] = [x for x, k in zip(names, ok.tolist(), strict=True) if k]
+            # no start before it in this chunk: it names the M's last start of an earlier one
+            out["orphan_labels"] = [
+                (int(m), x) for m, x, k in zip(M[li].tolist(), names, ok.tolist(), strict=True) if not k
+            ]
+        del start
 
-    # sweeps: P-scoped, non-preemptible, so they end on the M they began on
-    bi = np.flatnonzero(ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE))
-    nx = _next_index(ev(s.EV_GCSWEEPEND))[bi]
-    ok = nx < n
-    ok[ok] = M[nx[ok]] == M[bi[ok]]
-    nxc = np.minimum(nx, n - 1)
-    out["sweep"] = {
-        "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
-        "m": M[bi],
-        "start_ns": T[bi],
-        "end_ns": np.where(ok, T[nxc], last_ns),
-        "swept_bytes": np.where(ok, A0[nxc], 0),
-        "reclaimed_bytes": np.where(ok, A1[nxc], 0),
-        "open": ~ok,
-    }
-    # goroutine-scoped events (few), paired across all Ms later
+        # sweeps: P-scoped, non-preemptible, so they end on the M they began on
+        sweep_end = ev(s.EV_GCSWEEPEND)
+        bi = np.flatnonzero(ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE))
+        nx_all = _next_index(sweep_end)
+        first_end = np.where(sweep_end[gstart], gstart, nx_all[gstart])
+        has = first_end < n
+        has[has] = M[first_end[has]] == m_ids[has]
+        fe = np.minimum(first_end, n - 1)
+        out["first_sweep_end"] = (np.where(has, T[fe], -1), A0[fe], A1[fe])
+        nx = nx_all[bi]
+        ok = nx < n
+        ok[ok] = M[nx[ok]] == M[bi[ok]]
+        nxc = np.minimum(nx, n - 1)
+        out["sweep"] = {
+            "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
+            "m": M[bi],
+            "start_ns": T[bi],
+            "end_ns": np.where(ok, T[nxc], -1),
+            "swept_bytes": np.where(ok, A0[nxc], 0),
+            "reclaimed_bytes": np.where(ok, A1[nxc], 0),
+            "done": ok,
+        }
+    # goroutine-scoped events (few), paired across all Ms and chunks at the end; the strings
+    # they name are looked up now, while this chunk's string tables are at hand
     fi = np.flatnonzero(_isin(TY, FEW))
+    fty, fgen = TY[fi], GEN[fi]
+
+    def name(mask: np.ndarray, arg: np.ndarray) -> list[str]:
+        return [
+            strings.get((int(g), int(a)), "") if k else ""
+            for k, g, a in zip(mask.tolist(), fgen.tolist(), arg[fi].tolist(), strict=True)
+        ]
+
     out["few"] = {
         "T": T[fi],
         "G": g_before[fi],
-        "GEN": GEN[fi],
         "A0": A0[fi],
-        "A1": A1[fi],
-        "A2": A2[fi],
-        "TY": TY[fi],
+        "TY": fty,
         "M": M[fi],
+        "kind": name(fty == s.EV_STWBEGIN, A0),
+        "category": name(fty == s.EV_USERLOG, A1),
+        "message": name(fty == s.EV_USERLOG, A2),
     }
     return out
 
@@ -280,134 +332,259 @@ def _cat(parts: list[dict], key: str) -> np.ndarray:
     return np.concatenate([p[key] for p in parts])
 
 
-def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
-    """Build every table; ranges still open at the end of the trace close at ``last_ns``.
-    Consumes ``c`` (its columns are released as they are used)."""
+RUN_COLS = ("g", "p", "m", "start", "end", "done", "gen", "seq")
+SWEEP_COLS = ("p", "m", "start_ns", "end_ns", "swept_bytes", "reclaimed_bytes", "done")
+FEW_COLS = ("T", "G", "A0", "TY", "M", "kind", "category", "message")
 
-    # --- global events (few) --------------------------------------------------------------
-    gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
-    gsel = gsel[np.argsort(c["ts"][gsel], kind="stable")]
-    glob = (c["ts"][gsel], c["type"][gsel], c["a0"][gsel])
 
-    # --- per-M streams, in groups of whole streams ----------------------------------------
-    sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M))
-    order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
-    del sel
-    m_sorted = c["m"][order]
-    bounds = np.flatnonzero(np.r_[True, m_sorted[1:] != m_sorted[:-1]])  # first event of each M
-    del m_sorted
-    cuts = [0]
-    for b in bounds.tolist():  # one entry per thread: few
-        if b - cuts[-1] >= GROUP_EVENTS:
-            cuts.append(b)
-    cuts.append(len(order))
-    parts = []
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-        if b <= a:
-            continue
-        idx = order[a:b]
-        parts.append(
-            _streams(
-                c["m"][idx],
-                c["ts"][idx],
-                c["type"][idx],
-                c["a0"][idx],
-                c["a1"][idx],
-                c["a2"][idx],
-                c["gen"][idx],
-                strings,
-                last_ns,
+class Builder:
+    """The tables, built one chunk (whole generations, in file order) at a time.
+
+    Everything that crosses a generation boundary is carried here: each thread's state
+    (the goroutine bound to it, whether it runs, its P), the running intervals and sweeps
+    still open on each thread, and each thread's last start (which a GoLabel may name).
+    Memory is what one chunk decodes to plus the output rows. ``want`` names the tables to
+    build; without "running" and "sweep", only the threads' goroutines are followed (the
+    STW and assist tables name the goroutine).
+    """
+
+    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:
+        self.want = want
+        self.running = bool({"running", "sweep"} & want)
+        self.threads = bool({"running", "sweep", "stw", "assist", "logs"} & want)
+        self.m_state: dict[int, tuple[int, int, int]] = {}
+        self.pending_run: dict[int, list[tuple[int, int]]] = {}  # M -> [(part, row)]
+        self.pending_sweep: dict[int, list[tuple[int, int]]] = {}
+        self.last_start: dict[int, tuple[int, int]] = {}
+        self.run_parts: list[dict[str, np.ndarray]] = []
+        self.sweep_parts: list[dict[str, np.ndarray]] = []
+        self.few_parts: list[dict] = []
+        self.glob_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.names: dict[str, int] = {"": 0}  # label -> provisional id
+
+    def feed(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
+        """Take one chunk's decoded event columns (file order; released as used)."""
+        gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
+        self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
+        if not self.threads:
+            return
+        sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M))
+        order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
+        del sel
+        m_sorted = c["m"][order]
+        bounds = np.flatnonzero(np.r_[True, m_sorted[1:] != m_sorted[:-1]])  # first event of each M
+        del m_sorted
+        cuts = [0]
+        for b in bounds.tolist():  # one entry per thread: few
+            if b - cuts[-1] >= GROUP_EVENTS:
+                cuts.append(b)
+        cuts.append(len(order))
+        groups = []
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            if b <= a:
+                continue
+            idx = order[a:b]
+            groups.append(
+                _streams(
+                    *(c[k][idx] for k in ("m", "ts", "type", "a0", "a1", "a2", "gen")),
+                    strings,
+                    self.m_state,
+                    self.running,
+                )
             )
-        )
-    del order
-    for k in ("m", "ts", "type", "a0", "a1", "a2", "gen"):
-        c.pop(k, None)
-
-    out: dict[str, object] = {name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs")}
-    if parts:
-        sizes = [len(p["g"]) for p in parts]
-        offs = np.r_[0, np.cumsum(sizes)]
-        names = [x for p in parts for x in p["label_names"]]
-        categories = sorted(set(names) | {""})
-        lookup = {name: i for i, name in enumerate(categories)}
-        codes = np.zeros(int(offs[-1]), dtype=np.int16)
-        if names:
-            pos = np.concatenate([p["label_pos"] + o for p, o in zip(parts, offs[:-1], strict=True)])
-            codes[pos] = [lookup[x] for x in names]
-        g, start_t, end_t = _cat(parts, "g"), _cat(parts, "start"), _cat(parts, "end")
-        _resolve_overlaps(g, _cat(parts, "gen"), _cat(parts, "seq"), start_t, end_t)
-        m = _cat(parts, "m")
-        by_time = np.lexsort((m, start_t))
-        out["running"] = pd.DataFrame(
+        del order
+        for k in ("m", "ts", "type", "a0", "a1", "a2", "gen"):
+            c.pop(k, None)
+        if not groups:
+            return
+        self.few_parts.append(
             {
-                "g": g[by_time],
-                "p": _cat(parts, "p")[by_time],
-                "m": m[by_time],
-                "start_ns": start_t[by_time],
-                "end_ns": end_t[by_time],
-                "label": pd.Categorical.from_codes(codes[by_time], categories=categories),
-                "open": _cat(parts, "open")[by_time],
-            },
-            copy=False,
+                k: np.concatenate([p["few"][k] for p in groups])
+                if k in FEW_COLS[:5]
+                else [x for p in groups for x in p["few"][k]]
+                for k in FEW_COLS
+            }
         )
-        del g, start_t, end_t, m, by_time, codes
-        sw = {k: np.concatenate([p["sweep"][k] for p in parts]) for k in SCHEMAS["sweep"]}
-        out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values("start_ns", kind="stable", ignore_index=True)
-        few = {k: np.concatenate([p["few"][k] for p in parts]) for k in parts[0]["few"]}
-        T, G, GEN, A0, A1, A2, TY, M = (few[k] for k in ("T", "G", "GEN", "A0", "A1", "A2", "TY", "M"))
-        out["stw"] = _pair_by_g(
-            T, G, GEN, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, strings, last_ns, kind=True
-        )
-        out["assist"] = _pair_by_g(
-            T,
-            G,
-            GEN,
-            A0,
-            TY == s.EV_GCMARKASSISTBEGIN,
-            TY == s.EV_GCMARKASSISTEND,
-            TY == s.EV_GCMARKASSISTACTIVE,
-            strings,
-            last_ns,
-            kind=False,
-        )
-        lg = np.flatnonzero(TY == s.EV_USERLOG)
-        lg = lg[np.argsort(T[lg], kind="stable")]
-        out["logs"] = _frame(
-            {
-                "t_ns": T[lg],
-                "g": G[lg],
-                "m": M[lg],
-                "task": A0[lg],
-                "category": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A1[lg], strict=True)],
-                "message": [strings.get((int(g), int(a)), "") for g, a in zip(GEN[lg], A2[lg], strict=True)],
-            },
-            SCHEMAS["logs"],
-        )
+        for p in groups:
+            for m, g, r, pp in zip(
+                p["m_ids"].tolist(), p["g_end"].tolist(), p["run_end"].tolist(), p["p_end"].tolist(), strict=True
+            ):
+                self.m_state[m] = (g, r, pp)
+        if self.running:
+            self._feed_running(groups)
 
-    # --- global events -------------------------------------------------------------------
-    gt, gty, ga0 = glob
-    pc = gty == s.EV_PROCSCHANGE
-    procs_t, procs_v = gt[pc], ga0[pc]
-    keep = np.r_[True, procs_v[1:] != procs_v[:-1]] if len(procs_v) else np.zeros(0, dtype=bool)
-    out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
-    out["gc"] = _gc_cycles(gt, gty, ga0, last_ns)
-    hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
-    heap = pd.DataFrame(
-        {
-            "t_ns": gt[hm],
-            "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
-            "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
+    def _feed_running(self, groups: list[dict]) -> None:
+        part = len(self.run_parts)
+        sizes = [len(p["g"]) for p in groups]
+        offs = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+        rows = {k: _cat(groups, k) for k in RUN_COLS}
+        lab = np.zeros(int(offs[-1]), dtype=np.int32)
+        for p, o in zip(groups, offs[:-1].tolist(), strict=True):
+            if p["label_names"]:
+                lab[p["label_pos"] + o] = [self.names.setdefault(x, len(self.names)) for x in p["label_names"]]
+        # close what earlier chunks left open on these threads, at each thread's first stop
+        for p in groups:
+            for m, t in zip(p["m_ids"].tolist(), p["first_stop_t"].tolist(), strict=True):
+                if t >= 0 and m in self.pending_run:
+                    for q, r in self.pending_run.pop(m):
+                        self.run_parts[q]["end"][r] = t
+                        self.run_parts[q]["done"][r] = True
+            for m, x in p["orphan_labels"]:
+                if m in self.last_start:
+                    q, r = self.last_start[m]
+                    self.run_parts[q]["lab"][r] = self.names.setdefault(x, len(self.names))
+        # rows in time order (by start, then thread); the references below follow the sort
+        perm = np.lexsort((rows["m"], rows["start"]))
+        rows = {k: v[perm] for k, v in rows.items()}
+        rows["lab"] = lab[perm]
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(len(perm))
+        self.run_parts.append(rows)
+        for p, o in zip(groups, offs[:-1].tolist(), strict=True):
+            for m, r in zip(p["m_ids"].tolist(), p["last_start_row"].tolist(), strict=True):
+                if r >= 0:
+                    self.last_start[m] = (part, int(inv[r + o]))
+        for r in np.flatnonzero(~rows["done"]).tolist():
+            self.pending_run.setdefault(int(rows["m"][r]), []).append((part, r))
+        # sweeps the same way
+        spart = len(self.sweep_parts)
+        for p in groups:
+            t_end, a0, a1 = p["first_sweep_end"]
+            for m, t, sw, rc in zip(p["m_ids"].tolist(), t_end.tolist(), a0.tolist(), a1.tolist(), strict=True):
+                if t >= 0 and m in self.pending_sweep:
+                    for q, r in self.pending_sweep.pop(m):
+                        sp = self.sweep_parts[q]
+                        sp["end_ns"][r], sp["swept_bytes"][r], sp["reclaimed_bytes"][r] = t, sw, rc
+                        sp["done"][r] = True
+        sw = {k: np.concatenate([p["sweep"][k] for p in groups]) for k in SWEEP_COLS}
+        self.sweep_parts.append(sw)
+        for r in np.flatnonzero(~sw["done"]).tolist():
+            self.pending_sweep.setdefault(int(sw["m"][r]), []).append((spart, r))
+
+    def finish(self, last_ns: int) -> dict[str, object]:
+        """The tables; ranges still open close at ``last_ns`` (flagged ``open``)."""
+        out: dict[str, object] = {
+            name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs")
         }
-    )
-    out["heap"] = heap.ffill()
-    return out
+        if self.run_parts:
+            parts, self.run_parts = self.run_parts, []
+            cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in (*RUN_COLS, "lab")}
+            del parts
+            done = cols.pop("done")
+            end = cols["end"]
+            end[~done] = last_ns
+            categories = sorted(self.names)
+            remap = np.zeros(len(self.names), dtype=np.int16)
+            for name, i in self.names.items():
+                remap[i] = categories.index(name)
+            start = cols["start"]
+            moved = _resolve_overlaps(cols["g"], cols["gen"], cols["seq"], start, end)
+            m = cols["m"]
+            # each chunk's rows are in time order; chunks follow one another unless a thread's
+            # clock overlapped the next generation's, or an overlap moved a start
+            in_order = len(start) < 2 or bool(
+                np.all((start[1:] > start[:-1]) | ((start[1:] == start[:-1]) & (m[1:] >= m[:-1])))
+            )
+            by_time = None if (in_order and not moved) else np.lexsort((m, start))
+
+            def pick(a: np.ndarray) -> np.ndarray:
+                return a if by_time is None else a[by_time]
+
+            out["running"] = pd.DataFrame(
+                {
+                    "g": pick(cols["g"]),
+                    "p": pick(cols["p"]),
+                    "m": pick(m),
+                    "start_ns": pick(start),
+                    "end_ns": pick(end),
+                    "label": pd.Categorical.from_codes(pick(remap[cols["lab"]]), categories=categories),
+                    "open": pick(~done),
+                },
+                copy=False,
+            )
+            del cols, done, start, end, m
+            sw = {k: np.concatenate([p[k] for p in self.sweep_parts]) for k in SWEEP_COLS}
+            self.sweep_parts = []
+            sdone = sw.pop("done")
+            sw["end_ns"][~sdone] = last_ns
+            sw["open"] = ~sdone
+            out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values("start_ns", kind="stable", ignore_index=True)
+        if self.few_parts:
+            few = {
+                k: np.concatenate([p[k] for p in self.few_parts])
+                if k in FEW_COLS[:5]
+                else np.array([x for p in self.few_parts for x in p[k]], dtype=object)
+                for k in FEW_COLS
+            }
+            self.few_parts = []
+            T, G, A0, TY, M = (few[k] for k in ("T", "G", "A0", "TY", "M"))
+            out["stw"] = _pair_by_g(
+                T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, kind=True
+            )
+            out["assist"] = _pair_by_g(
+                T,
+                G,
+                A0,
+                TY == s.EV_GCMARKASSISTBEGIN,
+                TY == s.EV_GCMARKASSISTEND,
+                TY == s.EV_GCMARKASSISTACTIVE,
+                few["kind"],
+                last_ns,
+                kind=False,
+            )
+            lg = np.flatnonzero(TY == s.EV_USERLOG)
+            lg = lg[np.argsort(T[lg], kind="stable")]
+            out["logs"] = _frame(
+                {
+                    "t_ns": T[lg],
+                    "g": G[lg],
+                    "m": M[lg],
+                    "task": A0[lg],
+                    "category": few["category"][lg],
+                    "message": few["message"][lg],
+                },
+                SCHEMAS["logs"],
+            )
+
+        # --- global events -------------------------------------------------------------------
+        glob = self.glob_parts or [(np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64))]
+        gt, gty, ga0 = (np.concatenate([p[i] for p in glob]) for i in range(3))
+        self.glob_parts = []
+        order = np.argsort(gt, kind="stable")
+        gt, gty, ga0 = gt[order], gty[order], ga0[order]
+        pc = gty == s.EV_PROCSCHANGE
+        procs_t, procs_v = gt[pc], ga0[pc]
+        keep = np.r_[True, procs_v[1:] != procs_v[:-1]] if len(procs_v) else np.zeros(0, dtype=bool)
+        out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
+        out["gc"] = _gc_cycles(gt, gty, ga0, last_ns)
+        hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
+        heap = pd.DataFrame(
+            {
+                "t_ns": gt[hm],
+                "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
+                "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
+            }
+        )
+        out["heap"] = heap.ffill()
+        for name in out:
+            if name not in self.want:  # not asked for: an empty table of the same columns
+                out[name] = out[name].iloc[0:0].reset_index(drop=True)
+        return out
 
 
-def _resolve_overlaps(g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
+    """Build every table from one block of decoded columns (see :class:`Builder`)."""
+    b = Builder()
+    b.feed(c, strings)
+    return b.finish(last_ns)
+
+
+def _resolve_overlaps(g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
     """A goroutine runs on one M at a time; when two of its intervals overlap, the clocks of
     two threads disagreed with the order of events. Go's reader orders such events by the
     goroutine's sequence number and moves the later one's time forward; do the same: the
-    interval that comes second may not start before the first one ends. In place."""
+    interval that comes second may not start before the first one ends. In place; True if
+    a start moved."""
     order = np.lexsort((start, g))
     gs, st, en = g[order], start[order], end[order]
     clash = np.flatnonzero((gs[1:] == gs[:-1]) & (st[1:] < en[:-1])) + 1
@@ -417,17 +594,17 @@ def _resolve_overlaps(g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np
             a, b = b, a  # the sequence says b's interval came first
         start[b] = max(start[b], end[a])
         end[b] = max(end[b], start[b])
+    return bool(clash.size)
 
 
 def _pair_by_g(
     T: np.ndarray,
     G: np.ndarray,
-    GEN: np.ndarray,
     A0: np.ndarray,
     begin: np.ndarray,
     end: np.ndarray,
     active: np.ndarray | None,
-    strings: dict[tuple[int, int], str],
+    names: np.ndarray,
     last_ns: int,
     *,
     kind: bool,
@@ -440,7 +617,7 @@ def _pair_by_g(
     for i in idx.tolist():
         if begin[i]:
             g = int(G[i])
-            opened[g] = (int(T[i]), strings.get((int(GEN[i]), int(A0[i])), "") if kind else "")
+            opened[g] = (int(T[i]), str(names[i]) if kind else "")
         elif active is not None and active[i]:
             g = int(A0[i])  # GCMarkAssistActive names its goroutine
             opened.setdefault(g, (int(T[i]), ""))
@@ -451,10 +628,10 @@ def _pair_by_g(
                 rows.append((t0, int(T[i]), k, g, False))
     rows.extend((t0, last_ns, k, g, True) for g, (t0, k) in opened.items())
     rows.sort()
-    names = ("start_ns", "end_ns", "kind", "g", "open")
+    cols = ("start_ns", "end_ns", "kind", "g", "open")
     if kind:
-        return _rows_frame(rows, names, "stw")
-    return _rows_frame(rows, names, "assist")
+        return _rows_frame(rows, cols, "stw")
+    return _rows_frame(rows, cols, "assist")
 
 
 def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> pd.DataFrame:

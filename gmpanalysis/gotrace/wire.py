@@ -98,89 +98,104 @@ def uvarint(data: bytes | memoryview, pos: int, end: int, source: str) -> tuple[
 
 def split_generations(data: bytes | memoryview, version: int, source: str) -> tuple[list[Generation], int | None]:
     """Frame the file into generations. Returns (complete generations, truncation offset or None).
+    See :class:`GenerationSplitter`, which yields them one at a time."""
+    sp = GenerationSplitter(data, version, source)
+    gens = list(sp)
+    return gens, sp.truncated_at
+
+
+class GenerationSplitter:
+    """Iterate over the complete generations of a trace, in file order, reading only batch
+    headers; after the iteration, ``truncated_at`` is the offset of a cut, or None.
 
     A generation is complete when the next one begins (a batch of another generation, or the
     EndOfGeneration byte of Go >= 1.26), or, before 1.26, when the file ends cleanly after it.
     A cut anywhere else drops the generation it falls in and reports where.
     """
-    n = len(data)
-    pos = HEADER_LEN
-    gens: list[Generation] = []
-    cur: list[Batch] = []
-    cur_gen: int | None = None
-    prev_gen = 0  # generations only count up: a second trace.Start continues the numbering
-    cur_start = pos
-    has_eog = version >= 26
 
-    def close(end: int) -> None:
-        nonlocal cur, cur_gen, prev_gen
+    def __init__(self, data: bytes | memoryview, version: int, source: str) -> None:
+        self.data, self.version, self.source = data, version, source
+        self.truncated_at: int | None = None
+
+    def __iter__(self):  # noqa: ANN204 (a generator of Generation)
+        data, version, source = self.data, self.version, self.source
+        n = len(data)
+        pos = HEADER_LEN
+        cur: list[Batch] = []
+        cur_gen: int | None = None
+        prev_gen = 0  # generations only count up: a second trace.Start continues the numbering
+        cur_start = pos
+        has_eog = version >= 26
+        while pos < n:
+            b = data[pos]
+            if b == spec.EV_END_OF_GENERATION and has_eog:
+                if cur:
+                    yield Generation(cur_gen or 0, cur, cur_start, pos)
+                    prev_gen = cur_gen or 0
+                cur, cur_gen = [], None
+                pos += 1
+                cur_start = pos
+                continue
+            batch_at = pos
+            try:
+                if b == spec.EV_EVENT_BATCH:
+                    exp = None
+                    p = pos + 1
+                elif b == spec.EV_EXPERIMENTAL_BATCH:
+                    if pos + 1 >= n:
+                        raise _Short
+                    exp = data[pos + 1]
+                    p = pos + 2
+                else:
+                    raise TraceFormatError(
+                        f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is "
+                        "corrupt or was written by an unsupported tracer"
+                    )
+                gen, p = uvarint(data, p, n, source)
+                m, p = uvarint(data, p, n, source)
+                ts, p = uvarint(data, p, n, source)
+                length, p = uvarint(data, p, n, source)
+            except _Short:
+                self.truncated_at = batch_at
+                return
+            if length > 1 << 20:
+                raise TraceFormatError(
+                    f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
+                    "at most 64 KiB); the trace is corrupt"
+                )
+            if p + length > n:
+                self.truncated_at = batch_at
+                return
+            if cur_gen is not None and gen != cur_gen:
+                if has_eog:
+                    raise TraceFormatError(
+                        f"{source} offset {batch_at}: batch of generation {gen} inside generation {cur_gen} "
+                        "without an end-of-generation marker; the trace is corrupt"
+                    )
+                yield Generation(cur_gen, cur, cur_start, batch_at)
+                prev_gen = cur_gen
+                cur, cur_gen = [], None
+                cur_start = batch_at
+            if gen == 0 or gen > MAX_GENERATION:
+                raise TraceFormatError(
+                    f"{source} offset {batch_at}: generation {gen} does not exist (they count from 1, one a "
+                    "second); the trace is corrupt"
+                )
+            if cur_gen is None and gen <= prev_gen:
+                # Go's reader refuses this too; reading on would mix two generations' string tables
+                raise TraceFormatError(
+                    f"{source} offset {batch_at}: generation {gen} after generation {prev_gen}; generations "
+                    "only count up, so the trace is corrupt or pieced together from several files"
+                )
+            cur_gen = gen
+            cur.append(Batch(gen, m, ts, p, p + length, exp, batch_at))
+            pos = p + length
+        if has_eog and cur:
+            # Go >= 1.26 ends every generation with the marker: one without it was cut off
+            self.truncated_at = cur[-1].end
+            return
         if cur:
-            gens.append(Generation(cur_gen or 0, cur, cur_start, end))
-            prev_gen = cur_gen or 0
-        cur, cur_gen = [], None
-
-    while pos < n:
-        b = data[pos]
-        if b == spec.EV_END_OF_GENERATION and has_eog:
-            close(pos)
-            pos += 1
-            cur_start = pos
-            continue
-        batch_at = pos
-        try:
-            if b == spec.EV_EVENT_BATCH:
-                exp = None
-                p = pos + 1
-            elif b == spec.EV_EXPERIMENTAL_BATCH:
-                if pos + 1 >= n:
-                    raise _Short
-                exp = data[pos + 1]
-                p = pos + 2
-            else:
-                raise TraceFormatError(
-                    f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is corrupt "
-                    "or was written by an unsupported tracer"
-                )
-            gen, p = uvarint(data, p, n, source)
-            m, p = uvarint(data, p, n, source)
-            ts, p = uvarint(data, p, n, source)
-            length, p = uvarint(data, p, n, source)
-        except _Short:
-            return gens, batch_at
-        if length > 1 << 20:
-            raise TraceFormatError(
-                f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
-                "at most 64 KiB); the trace is corrupt"
-            )
-        if p + length > n:
-            return gens, batch_at
-        if cur_gen is not None and gen != cur_gen:
-            if has_eog:
-                raise TraceFormatError(
-                    f"{source} offset {batch_at}: batch of generation {gen} inside generation {cur_gen} "
-                    "without an end-of-generation marker; the trace is corrupt"
-                )
-            close(batch_at)
-            cur_start = batch_at
-        if gen == 0 or gen > MAX_GENERATION:
-            raise TraceFormatError(
-                f"{source} offset {batch_at}: generation {gen} does not exist (they count from 1, one a second); "
-                "the trace is corrupt"
-            )
-        if cur_gen is None and gen <= prev_gen:
-            # Go's reader refuses this too; reading on would mix two generations' string tables
-            raise TraceFormatError(
-                f"{source} offset {batch_at}: generation {gen} after generation {prev_gen}; generations only "
-                "count up, so the trace is corrupt or pieced together from several files"
-            )
-        cur_gen = gen
-        cur.append(Batch(gen, m, ts, p, p + length, exp, batch_at))
-        pos = p + length
-    if has_eog and cur:
-        # Go >= 1.26 ends every generation with the marker: one without it was cut off
-        return gens, cur[-1].end
-    close(pos)
-    return gens, None
+            yield Generation(cur_gen or 0, cur, cur_start, pos)
 
 
 @dataclasses.dataclass
