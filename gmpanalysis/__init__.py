@@ -28,7 +28,7 @@ from .errors import (
 from .examples import example_dir, example_run, example_runs
 from .export import to_chrome_trace
 from .gomaxprocs import df_gomaxprocs
-from .gotrace import GoTrace, read_trace
+from .gotrace import GoTrace, iter_generations, read_trace
 from .levels import df_freezes, df_levels
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
@@ -89,6 +89,7 @@ __all__ = [
     "read_limits",
     "read_requests",
     "read_trace",
+    "iter_generations",
     "sampling_summary",
     "to_chrome_trace",
     "to_report",

@@ -8,6 +8,7 @@ import random
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import FIXTURES, RUNS
 from oracle import assert_matches, oracle
@@ -188,19 +189,114 @@ def test_bytes_and_path_agree():
     assert a.meta["events"] == b.meta["events"] and np.array_equal(a.running.start_ns, b.running.start_ns)
 
 
-@pytest.mark.parametrize("name", ["go1.23.trace", "alloc-0.5cpu-gmp8"])
-def test_tables_do_not_depend_on_stream_grouping(monkeypatch, name):
-    """Threads' streams are processed in groups to bound memory; tiny groups must give the
-    very same tables as one big group."""
-    from gmpanalysis.gotrace import tables
+TABLE_NAMES = ("running", "sweep", "stw", "assist", "logs", "gc", "gomaxprocs", "heap")
 
-    path = next(p for p in TRACES if name in (p.name, p.parent.name))
-    whole = read_trace(path)
-    monkeypatch.setattr(tables, "GROUP_EVENTS", 500)
-    grouped = read_trace(path)
-    for t in ("running", "sweep", "stw", "assist", "logs", "gc", "gomaxprocs", "heap"):
-        a, b = getattr(whole, t), getattr(grouped, t)
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_streaming_gives_the_tables_of_a_whole_file_read(monkeypatch, path):
+    """The reader decodes groups of generations and carries each thread's state across
+    them: one generation per group, and tiny groups of threads, give the very same tables
+    as reading the file in one group."""
+    from gmpanalysis.gotrace import reader, tables
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 1 << 40)
+        whole = read_trace(path)
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(tables, "GROUP_EVENTS", 500)
+        streamed = read_trace(path)
+    assert whole.meta["generations"] >= 2  # there is a boundary to cross
+    for t in TABLE_NAMES:
+        a, b = getattr(whole, t), getattr(streamed, t)
         assert a.equals(b), t
+
+
+def _same_rows(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """The same rows, whatever their order."""
+    if len(a) != len(b) or list(a.columns) != list(b.columns):
+        return False
+    key = [c for c in a.columns if a[c].dtype != "category"]
+    sa = a.sort_values(key, kind="stable").reset_index(drop=True)
+    sb = b.sort_values(key, kind="stable").reset_index(drop=True)
+    return all(sa[c].astype(object).fillna(-1).equals(sb[c].astype(object).fillna(-1)) for c in a.columns)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_iter_generations_yields_every_row_once(path):
+    """Rows come in the generation where they end; together they are read_trace's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = read_trace(path)
+        parts = list(gmp.iter_generations(path))
+    assert len(parts) == whole.meta["generations"]
+    assert sum(p.meta["events"] for p in parts) == whole.meta["events"]
+    assert [p.meta["generation"] for p in parts] == sorted({p.meta["generation"] for p in parts})
+    for t in TABLE_NAMES:
+        got = pd.concat([getattr(p, t) for p in parts], ignore_index=True)
+        assert _same_rows(getattr(whole, t), got), t
+    # a row comes in the generation where it ends: never before its end
+    for p in parts[:-1]:
+        assert (p.running.end_ns <= p.meta["last_ns"]).all()
+        assert not p.running.open.any()
+
+
+def test_intervals_gc_and_stw_across_generation_boundaries():
+    """On real traces: intervals that cross a generation boundary come out whole (one row,
+    its true start) both when streaming and per generation; so does a GC mark phase that
+    spans one."""
+    crossed = {"running": 0, "gc": 0}
+    for path in TRACES:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parts = list(gmp.iter_generations(path))
+        for i, p in enumerate(parts[1:], start=1):
+            lo = parts[i - 1].meta["last_ns"]  # the previous generation's last event
+            crossed["running"] += int((p.running.start_ns < lo).sum())
+            crossed["gc"] += int((p.gc.start_ns < lo).sum())
+    assert crossed["running"] > 0 and crossed["gc"] > 0, crossed
+
+
+def test_tables_builds_only_what_is_asked():
+    path = FIXTURES / "traces" / "go1.25.trace"
+    full = read_trace(path)
+    some = read_trace(path, tables=("stw", "gc", "gomaxprocs"))
+    assert some.meta["tables"] == ("stw", "gc", "gomaxprocs")
+    for t in TABLE_NAMES:
+        if t in some.meta["tables"]:
+            assert getattr(some, t).equals(getattr(full, t)), t
+        else:
+            assert len(getattr(some, t)) == 0 and list(getattr(some, t).columns) == list(getattr(full, t).columns)
+    only_global = read_trace(path, tables="gc")
+    assert only_global.gc.equals(full.gc) and len(only_global.stw) == 0
+    with pytest.raises(gmp.UsageError, match="unknown table"):
+        read_trace(path, tables=("stw", "runing"))
+
+
+@pytest.mark.parametrize("name", ["alloc-0.5cpu-gmp8", "cpu-0.5cpu-gmp8"])
+def test_window_decodes_only_the_generations_it_overlaps(name):
+    path = next(p for p in TRACES if p.parent.name == name)
+    full = read_trace(path)
+    parts = list(gmp.iter_generations(path))
+    assert len(parts) >= 3
+    # a window inside the second generation's events
+    lo, hi = parts[1].meta["first_ns"], parts[1].meta["last_ns"]
+    t0, t1 = lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3
+    w = read_trace(path, window=(t0, t1))
+    assert w.meta["generations_decoded"] < full.meta["generations"]
+    assert w.meta["window"] == (t0, t1)
+    for t in ("running", "stw", "gc", "assist", "sweep"):
+        df = getattr(w, t)
+        assert ((df.end_ns >= t0) & (df.start_ns <= t1)).all(), t
+        f = getattr(full, t)
+        want = f[(f.end_ns >= t0) & (f.start_ns <= t1)]
+        # what began before the first decoded generation starts there (its status restated)
+        first = w.meta["first_ns"]
+        assert _same_rows(want[want.start_ns >= first].reset_index(drop=True), df[df.start_ns >= first]), t
+        assert len(df) == len(want), t
+    assert len(w.gomaxprocs) >= 1 and w.gomaxprocs.procs.iloc[-1] == full.gomaxprocs.procs.iloc[-1]
+    with pytest.raises(gmp.UsageError, match="ends before it starts"):
+        read_trace(path, window=(t1, t0))
 
 
 # --- GC work on Ps (gcwork.py) -----------------------------------------------------------

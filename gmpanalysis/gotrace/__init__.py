@@ -1,6 +1,15 @@
 """Go execution trace reader (formats of Go 1.22 - 1.27), pure Python with numpy."""
 
-from .reader import ClockWarning, GoTrace, TruncatedTraceWarning, parse_trace, read_trace
+from .reader import TABLES, ClockWarning, GoTrace, TruncatedTraceWarning, iter_generations, parse_trace, read_trace
 from .wire import UnknownVersionWarning
 
-__all__ = ["ClockWarning", "GoTrace", "TruncatedTraceWarning", "UnknownVersionWarning", "parse_trace", "read_trace"]
+__all__ = [
+    "TABLES",
+    "ClockWarning",
+    "GoTrace",
+    "TruncatedTraceWarning",
+    "UnknownVersionWarning",
+    "iter_generations",
+    "parse_trace",
+    "read_trace",
+]

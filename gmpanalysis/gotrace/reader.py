@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import os
@@ -280,6 +281,7 @@ def _new_info() -> dict[str, Any]:
         "clock_steps_back": [],  # (offset of the batch, thread, ns back)
         "m_last": {},  # the last time (ns) of each thread so far: its events never go back
         "generations_seen": 0,
+        "generations_decoded": 0,
         "first_generation": None,
     }
 
@@ -368,6 +370,7 @@ def _decode_chunk(
     f_ne = freq_b[nonempty]
     ns_first = _to_ns(cs[b_first[nonempty]] - offset[nonempty], f_ne)
     ns_last = _to_ns(cs[(b_first + counts - 1)[nonempty]] - offset[nonempty], f_ne)
+    info["chunk_first_ns"], info["chunk_last_ns"] = int(ns_first.min()), int(ns_last.max())
     for key, v, pick in (("first_ns", int(ns_first.min()), min), ("last_ns", int(ns_last.max()), max)):
         info[key] = v if info[key] is None else pick(info[key], v)
     floor = _hold_threads(ev_batches, np.flatnonzero(nonempty), ns_first, ns_last, m_last, info)
@@ -546,29 +549,108 @@ def parse_trace(
             ClockWarning,
             stacklevel=3,
         )
-    first_ns, last_ns = info["first_ns"] or 0, info["last_ns"] or 0
-    built = builder.finish(last_ns)
+    built = builder.finish(info["last_ns"] or 0)
     if window is not None:
         built = _clip(built, window)
-    meta = {
+    info["generations_decoded"] = chosen
+    meta = _meta(info, version, source, len(data), want, window)
+    meta["truncated"] = truncated_at
+    return GoTrace(meta=meta, **built)
+
+
+def iter_generations(
+    path_or_bytes: str | os.PathLike[str] | bytes, *, tables: Iterable[str] | None = None
+) -> Iterator[GoTrace]:
+    """Read a trace one generation at a time (about a second of it each), for aggregating
+    as you go: memory holds one generation's events and what is still open.
+
+    Yields a :class:`GoTrace` per generation with the rows that ended in it: an interval
+    (or STW, assist, sweep, GC cycle) that crosses a generation boundary comes once, with
+    its true start, in the generation where it ends; what is still open when the trace
+    ends comes with the last one, flagged ``open``. So the rows of all the yielded tables
+    together are those of :func:`read_trace` (up to row order; two intervals of one
+    goroutine that overlap on disagreeing thread clocks are put in order only within one
+    generation's rows). ``meta`` holds the generation's number (``generation``), its
+    event count and the times of its first and last event (``first_ns``, ``last_ns``).
+    """
+    want = _want(tables)
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        yield from _iter_generations(bytes(path_or_bytes), "<bytes>", want, None)
+        return
+    p = _check_path(path_or_bytes)
+    with _mapped(p) as (data, release):
+        yield from _iter_generations(data, str(p), want, release)
+
+
+def _iter_generations(
+    data: bytes | mmap.mmap, source: str, want: frozenset[str], release: Callable[[int], None] | None
+) -> Iterator[GoTrace]:
+    version = parse_header(data, source)
+    splitter = GenerationSplitter(data, version, source)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    info = _new_info()
+    builder = _tables.Builder(want)
+    keep, need = _decode_masks(builder)
+    held: GoTrace | None = None
+    for g in splitter:
+        info["generations_seen"] += 1
+        events = info["events"]
+        decoded = _decode_chunk(data, buf, [g], version, source, info, keep, need)
+        if decoded is not None:
+            builder.feed(*decoded)
+        del decoded
+        if release is not None:
+            release(g.end)
+        got = builder.take(info["last_ns"] or 0)
+        meta = _meta(info, version, source, len(data), want, None)
+        meta.update(
+            generation=g.gen,
+            events=info["events"] - events,
+            first_ns=info["chunk_first_ns"] if info["events"] > events else None,
+            last_ns=info["chunk_last_ns"] if info["events"] > events else None,
+        )
+        if held is not None:
+            yield held
+        held = GoTrace(meta=meta, **got)
+    del buf
+    if splitter.truncated_at is not None:
+        warnings.warn(
+            f"{source}: trace ends inside a generation at offset {splitter.truncated_at} (of {len(data)} bytes); "
+            f"the {info['generations_seen']} complete generation(s) before it were read",
+            TruncatedTraceWarning,
+            stacklevel=3,
+        )
+    if held is not None:
+        rest = builder.take(info["last_ns"] or 0, final=True)
+        for name, df in rest.items():
+            if len(df):
+                mine = getattr(held, name)
+                setattr(held, name, pd.concat([mine, df], ignore_index=True) if len(mine) else df)
+        held.meta["truncated"] = splitter.truncated_at
+        yield held
+
+
+def _meta(
+    info: dict[str, Any], version: int, source: str, size: int, want: frozenset[str], window: tuple[int, int] | None
+) -> dict[str, Any]:
+    return {
         "source": source,
         "version": version,
         "header": f"go 1.{version} trace",
         "frequency": info["frequency"],
         "events": info["events"],
-        "first_ns": first_ns,
-        "last_ns": last_ns,
-        "generations": gens,
+        "first_ns": info["first_ns"] or 0,
+        "last_ns": info["last_ns"] or 0,
+        "generations": info["generations_seen"],
         "first_generation": info["first_generation"],
-        "generations_decoded": chosen,
+        "generations_decoded": info["generations_decoded"],
         "clock_snapshots": info["clock_snapshots"],
-        "truncated": truncated_at,
-        "clock_steps_back": len(back),
-        "bytes": len(data),
+        "truncated": None,
+        "clock_steps_back": len(info["clock_steps_back"]),
+        "bytes": size,
         "tables": tuple(t for t in TABLES if t in want),
         "window": None if window is None else (int(window[0]), int(window[1])),
     }
-    return GoTrace(meta=meta, **built)
 
 
 def _decode_masks(builder: _tables.Builder) -> tuple[np.ndarray, np.ndarray]:
@@ -614,13 +696,22 @@ def read_trace(
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return parse_trace(bytes(path_or_bytes), progress=progress, tables=tables, window=window)
     p = _check_path(path_or_bytes)
+    with _mapped(p) as (data, release):
+        return parse_trace(data, source=str(p), progress=progress, tables=tables, window=window, release=release)
+
+
+@contextlib.contextmanager
+def _mapped(p: Path) -> Iterator[tuple[bytes | mmap.mmap, Callable[[int], None] | None]]:
+    """The file's bytes, mapped (an empty file: b""), and a function that drops the pages
+    before an offset from this process once they are read."""
     try:
         f = open(p, "rb")  # noqa: SIM115 (closed below, once mapped)
     except OSError as e:
         raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
     with f:
         if os.fstat(f.fileno()).st_size == 0:
-            return parse_trace(b"", source=str(p), progress=progress, tables=tables, window=window)
+            yield b"", None
+            return
         try:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
@@ -628,8 +719,8 @@ def read_trace(
     released = 0
 
     def release(offset: int) -> None:
-        # the pages before offset are done with: drop them from this process (they are the
-        # file's own, clean, and come back from the page cache if touched again)
+        # the pages are the file's own and clean: dropped, they come back from the page
+        # cache if touched again
         nonlocal released
         end = offset // mmap.PAGESIZE * mmap.PAGESIZE
         if end > released:
@@ -637,7 +728,7 @@ def read_trace(
             released = end
 
     try:
-        return parse_trace(mm, source=str(p), progress=progress, tables=tables, window=window, release=release)
+        yield mm, release
     finally:
         try:
             mm.close()

@@ -361,6 +361,8 @@ class Builder:
         self.few_parts: list[dict] = []
         self.glob_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.names: dict[str, int] = {"": 0}  # label -> provisional id
+        self.last_procs = -1  # GOMAXPROCS and heap values in force after the rows taken so far
+        self.last_heap = {"heap_alloc_bytes": np.nan, "heap_goal_bytes": np.nan}
 
     def feed(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
         """Take one chunk's decoded event columns (file order; released as used)."""
@@ -463,13 +465,20 @@ class Builder:
 
     def finish(self, last_ns: int) -> dict[str, object]:
         """The tables; ranges still open close at ``last_ns`` (flagged ``open``)."""
+        return self.take(last_ns, final=True)
+
+    def take(self, last_ns: int, *, final: bool = False) -> dict[str, object]:
+        """The rows complete so far, removed from the builder; what is still open (intervals,
+        sweeps, STWs, assists, a GC cycle) stays for the chunks to come. With ``final``, the
+        open ones close at ``last_ns`` and come too, flagged ``open``.
+
+        Overlapping intervals of one goroutine (see :func:`_resolve_overlaps`) are resolved
+        among the rows taken together."""
         out: dict[str, object] = {
             name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs")
         }
         if self.run_parts:
-            parts, self.run_parts = self.run_parts, []
-            cols = {k: np.concatenate([p.pop(k) for p in parts]) for k in (*RUN_COLS, "lab")}
-            del parts
+            cols = self._take_parts("run_parts", "pending_run", (*RUN_COLS, "lab"), final)
             done = cols.pop("done")
             end = cols["end"]
             end[~done] = last_ns
@@ -503,8 +512,8 @@ class Builder:
                 copy=False,
             )
             del cols, done, start, end, m
-            sw = {k: np.concatenate([p[k] for p in self.sweep_parts]) for k in SWEEP_COLS}
-            self.sweep_parts = []
+        if self.sweep_parts:
+            sw = self._take_parts("sweep_parts", "pending_sweep", SWEEP_COLS, final)
             sdone = sw.pop("done")
             sw["end_ns"][~sdone] = last_ns
             sw["open"] = ~sdone
@@ -516,12 +525,11 @@ class Builder:
                 else np.array([x for p in self.few_parts for x in p[k]], dtype=object)
                 for k in FEW_COLS
             }
-            self.few_parts = []
             T, G, A0, TY, M = (few[k] for k in ("T", "G", "A0", "TY", "M"))
-            out["stw"] = _pair_by_g(
-                T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, kind=True
+            out["stw"], open_stw = _pair_by_g(
+                T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, final, kind=True
             )
-            out["assist"] = _pair_by_g(
+            out["assist"], open_assist = _pair_by_g(
                 T,
                 G,
                 A0,
@@ -530,6 +538,7 @@ class Builder:
                 TY == s.EV_GCMARKASSISTACTIVE,
                 few["kind"],
                 last_ns,
+                final,
                 kind=False,
             )
             lg = np.flatnonzero(TY == s.EV_USERLOG)
@@ -545,6 +554,8 @@ class Builder:
                 },
                 SCHEMAS["logs"],
             )
+            keep = np.sort(np.r_[open_stw, open_assist]).astype(np.int64)
+            self.few_parts = [] if final or not keep.size else [{k: v[keep] for k, v in few.items()}]
 
         # --- global events -------------------------------------------------------------------
         glob = self.glob_parts or [(np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64))]
@@ -554,9 +565,14 @@ class Builder:
         gt, gty, ga0 = gt[order], gty[order], ga0[order]
         pc = gty == s.EV_PROCSCHANGE
         procs_t, procs_v = gt[pc], ga0[pc]
-        keep = np.r_[True, procs_v[1:] != procs_v[:-1]] if len(procs_v) else np.zeros(0, dtype=bool)
+        prev = np.r_[self.last_procs, procs_v[:-1]]
+        keep = procs_v != prev
+        if len(procs_v):
+            self.last_procs = int(procs_v[-1])
         out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
-        out["gc"] = _gc_cycles(gt, gty, ga0, last_ns)
+        out["gc"], open_gc = _gc_cycles(gt, gty, ga0, last_ns, final)
+        if not final and open_gc is not None:
+            self.glob_parts = [(gt[[open_gc]], gty[[open_gc]], ga0[[open_gc]])]
         hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
         heap = pd.DataFrame(
             {
@@ -565,11 +581,44 @@ class Builder:
                 "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
             }
         )
-        out["heap"] = heap.ffill()
+        if len(heap):
+            # the values in force before these rows: carried from the rows taken earlier
+            for k, v in self.last_heap.items():
+                if np.isnan(heap.at[0, k]):
+                    heap.at[0, k] = v
+            heap = heap.ffill()
+            self.last_heap = {k: heap[k].iloc[-1] for k in ("heap_alloc_bytes", "heap_goal_bytes")}
+        out["heap"] = heap
         for name in out:
             if name not in self.want:  # not asked for: an empty table of the same columns
                 out[name] = out[name].iloc[0:0].reset_index(drop=True)
         return out
+
+    def _take_parts(self, parts_attr: str, pending_attr: str, keys: tuple[str, ...], final: bool) -> dict:
+        """Concatenate the rows of ``self.<parts_attr>`` that are done (all, if ``final``);
+        the rest stay, compacted, with the references to them renumbered."""
+        parts = getattr(self, parts_attr)
+        if final:
+            setattr(self, parts_attr, [])
+            return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        taken: list[dict] = []
+        kept: list[dict] = []
+        where: dict[tuple[int, int], tuple[int, int]] = {}
+        for q, part in enumerate(parts):
+            d = part["done"]
+            taken.append({k: part[k][d] for k in keys})
+            rest = np.flatnonzero(~d)
+            if rest.size:
+                where.update({(q, int(r)): (len(kept), i) for i, r in enumerate(rest.tolist())})
+                kept.append({k: v[rest] for k, v in part.items()})
+        setattr(self, parts_attr, kept)
+        pending = getattr(self, pending_attr)
+        for m in list(pending):
+            pending[m] = [where[x] for x in pending[m]]
+        if parts_attr == "run_parts":
+            # a GoLabel can only name a start still held here
+            self.last_start = {m: where[x] for m, x in self.last_start.items() if x in where}
+        return {k: np.concatenate([p[k] for p in taken]) for k in keys}
 
 
 def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
@@ -606,50 +655,61 @@ def _pair_by_g(
     active: np.ndarray | None,
     names: np.ndarray,
     last_ns: int,
+    final: bool = True,
     *,
     kind: bool,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Ranges begun and ended by one goroutine, in time order. Those still open close at
+    ``last_ns`` if ``final``; else they are left out and the indices of the events that
+    opened them come back, to be paired with later events."""
     mask = begin | end | (active if active is not None else False)
     idx = np.flatnonzero(mask)
     idx = idx[np.argsort(T[idx], kind="stable")]
-    opened: dict[int, tuple[int, str]] = {}
+    opened: dict[int, tuple[int, str, int]] = {}
     rows = []
     for i in idx.tolist():
         if begin[i]:
             g = int(G[i])
-            opened[g] = (int(T[i]), str(names[i]) if kind else "")
+            opened[g] = (int(T[i]), str(names[i]) if kind else "", i)
         elif active is not None and active[i]:
             g = int(A0[i])  # GCMarkAssistActive names its goroutine
-            opened.setdefault(g, (int(T[i]), ""))
+            opened.setdefault(g, (int(T[i]), "", i))
         else:
             g = int(G[i])
             if g in opened:
-                t0, k = opened.pop(g)
+                t0, k, _ = opened.pop(g)
                 rows.append((t0, int(T[i]), k, g, False))
-    rows.extend((t0, last_ns, k, g, True) for g, (t0, k) in opened.items())
+    if final:
+        rows.extend((t0, last_ns, k, g, True) for g, (t0, k, _) in opened.items())
+    still = np.array([i for _, _, i in opened.values()], dtype=np.int64)
     rows.sort()
     cols = ("start_ns", "end_ns", "kind", "g", "open")
     if kind:
-        return _rows_frame(rows, cols, "stw")
-    return _rows_frame(rows, cols, "assist")
+        return _rows_frame(rows, cols, "stw"), still
+    return _rows_frame(rows, cols, "assist"), still
 
 
-def _gc_cycles(t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int) -> pd.DataFrame:
+def _gc_cycles(
+    t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int, final: bool = True
+) -> tuple[pd.DataFrame, int | None]:
     """GC mark phases: GCBegin .. GCEnd, or GCActive (already running when the generation
-    began) .. GCEnd. gc_seq is one global counter, so cycles pair in time order."""
+    began) .. GCEnd. gc_seq is one global counter, so cycles pair in time order. A cycle
+    still open closes at ``last_ns`` if ``final``; else the index of the event that opened
+    it comes back."""
     rows = []
     cur: tuple[int, int] | None = None
+    cur_i: int | None = None
     sel = np.flatnonzero((ty == s.EV_GCBEGIN) | (ty == s.EV_GCEND) | (ty == s.EV_GCACTIVE))
     for i in sel.tolist():
         k = int(ty[i])
         if k == s.EV_GCBEGIN:
-            cur = (int(a0[i]), int(t[i]))
+            cur, cur_i = (int(a0[i]), int(t[i])), i
         elif k == s.EV_GCACTIVE:
             if cur is None:
-                cur = (int(a0[i]), int(t[i]))
+                cur, cur_i = (int(a0[i]), int(t[i])), i
         elif cur is not None:
             rows.append((cur[0], cur[1], int(t[i]), False))
-            cur = None
-    if cur is not None:
+            cur = cur_i = None
+    if cur is not None and final:
         rows.append((cur[0], cur[1], last_ns, True))
-    return _rows_frame(rows, ("seq", "start_ns", "end_ns", "open"), "gc")
+    return _rows_frame(rows, ("seq", "start_ns", "end_ns", "open"), "gc"), cur_i
