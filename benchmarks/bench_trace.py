@@ -1,15 +1,33 @@
-"""Our Go trace reader against Go's own (x/exp/trace via gmp-tracedump), same file, same run.
+"""Our Go trace reader against a straightforward Go program, same file, same run.
 
-    .venv/bin/python benchmarks/bench_trace.py [TRACE] [REPEATS]
+    .venv/bin/python benchmarks/bench_trace.py [--rounds N] [TRACE] [BIG_TRACE]
 
-Both do the full extraction (STW, GC, GOMAXPROCS, per-goroutine running intervals).
-Prints CPU and wall time of each (median and spread of REPEATS runs), the ratio, and the
-peak memory of each reader in a fresh process against the file size. Not a test: numbers
-vary with what else the machine runs.
+The peer is gmp-tracepeer (collectors/cmd/gmp-tracepeer): what a competent Go user writes
+with golang.org/x/exp/trace to build the same tables in memory (typed maps, slices of
+structs, nothing formatted while reading). gmp-tracedump stays the correctness oracle.
+
+Three comparisons, each repeated in interleaved rounds (ours, Go, ours, Go, ...) so both
+see the same machine load; every figure is the median with its min and max:
+
+1. Full read (all tables) of TRACE (default benchmarks/data/http-server.trace, 25 MB from
+   make_big_trace.py). Cold: the first read in a fresh process, after imports. Warm: the
+   best of 3 reads in one process. Goals: CPU <= 0.8x and wall <= 1.0x the peer, cold and
+   warm; peak memory <= 4x the file.
+2. STW, GC and GOMAXPROCS only, of BIG_TRACE (default benchmarks/data/http-server-big.trace,
+   >= 500 MB: ``make_big_trace.py benchmarks/data/http-server-big.trace 380``), against the
+   peer building the same three tables (it still decodes every event: x/exp/trace cannot
+   skip). Goals: peak memory <= 300 MB, CPU <= 0.5x the peer.
+3. A 1 s window from the middle of BIG_TRACE against a full read of it (ours both):
+   decodes only the generations it overlaps (counted), goal >= 10x faster.
+
+Peak memory is VmHWM from /proc/self/status: for ours minus the post-import baseline (the
+interpreter, numpy and pandas), for Go the whole process. Not a test: numbers move with
+what else the machine runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -19,65 +37,147 @@ from pathlib import Path
 from gmpanalysis.lab import ensure_binaries
 
 ROOT = Path(__file__).resolve().parents[1]
+SELECTIVE = ("stw", "gc", "gomaxprocs")
 
-PY_ONE = """
-import resource, sys, time, gc
-import numpy, pandas, gmpanalysis.gotrace as g
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t0, c0 = time.perf_counter(), time.process_time()
-tr = g.read_trace(sys.argv[1])
-t1, c1 = time.perf_counter(), time.process_time()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(t1 - t0, c1 - c0, base, peak, tr.meta["events"], len(tr.running))
+PY = """
+import json, sys, time
+import numpy, pandas
+import gmpanalysis.gotrace as g
+
+def hwm():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+path, repeat, tables, window = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
+base = hwm()
+for i in range(repeat):
+    t0, c0 = time.perf_counter(), time.process_time()
+    tr = g.read_trace(path, tables=tables, window=window)
+    t1, c1 = time.perf_counter(), time.process_time()
+    print(json.dumps({"wall": t1 - t0, "cpu": c1 - c0, "peak_kib": hwm() - base, "events": tr.meta["events"],
+                      "running": len(tr.running), "stw": len(tr.stw), "gc": len(tr.gc),
+                      "generations": tr.meta["generations"], "decoded": tr.meta["generations_decoded"],
+                      "first_ns": tr.meta["first_ns"], "last_ns": tr.meta["last_ns"]}), flush=True)
+    del tr
 """
 
 
-def ours(path: Path) -> tuple[float, float, int, int, int, int]:
-    out = subprocess.run([sys.executable, "-c", PY_ONE, str(path)], capture_output=True, text=True, check=True)
-    w, c, base, peak, ev, iv = out.stdout.split()
-    return float(w), float(c), int(base), int(peak), int(ev), int(iv)
+def ours(path: Path, repeat: int = 1, tables: tuple[str, ...] | None = None, window=None) -> list[dict]:  # noqa: ANN001
+    cmd = [sys.executable, "-c", PY, str(path), str(repeat), json.dumps(tables), json.dumps(window)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return [json.loads(x) for x in out.stdout.splitlines()]
 
 
-def go(tracedump: Path, path: Path) -> tuple[float, float, int, int]:
-    out = subprocess.run([str(tracedump), "--intervals", str(path)], capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
-    return d["read_wall_ns"] / 1e9, d["read_cpu_ns"] / 1e9, d["peak_rss_kib"], d["events"]
+def go(peer: Path, path: Path, repeat: int = 1, tables: tuple[str, ...] | None = None) -> list[dict]:
+    cmd = [str(peer), "-repeat", str(repeat)]
+    if tables:
+        cmd += ["-tables", ",".join(tables)]
+    out = subprocess.run([*cmd, str(path)], capture_output=True, text=True, check=True)
+    rows = [json.loads(x) for x in out.stdout.splitlines()]
+    for r in rows:
+        r["wall"], r["cpu"] = r["wall_ns"] / 1e9, r["cpu_ns"] / 1e9
+    rows[-1]["peak_kib"] = rows[-1]["vm_hwm_kib"]
+    return rows
 
 
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.3f} s (min {min(xs):.3f}, max {max(xs):.3f})"
+def med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f} s [{min(xs):.3f}-{max(xs):.3f}]"
+
+
+def ratio(a: list[float], b: list[float]) -> str:
+    return f"{statistics.median(a) / statistics.median(b):.2f}x"
+
+
+def full_read(peer: Path, path: Path, rounds: int) -> None:
+    size = path.stat().st_size
+    cold_o, cold_g, warm_o, warm_g = [], [], [], []
+    peak_o = peak_g = 0
+    for _ in range(rounds):
+        a = ours(path)[0]
+        b = go(peer, path)[0]
+        cold_o.append(a)
+        cold_g.append(b)
+        peak_o, peak_g = max(peak_o, a["peak_kib"]), max(peak_g, b["peak_kib"])
+        wa = ours(path, 3)
+        wb = go(peer, path, 3)
+        warm_o.append(min(wa, key=lambda r: r["wall"]))
+        warm_g.append(min(wb, key=lambda r: r["wall"]))
+    ev = cold_o[0]
+    print(
+        f"== full read: {path.name}, {size / 1e6:.1f} MB, {ev['events']:,} events (x/exp: {cold_g[0]['events']:,}), "
+        f"{ev['running']:,} running intervals (peer: {cold_g[0]['running_intervals']:,}), {rounds} rounds"
+    )
+    for what, o, g in (("cold", cold_o, cold_g), ("warm", warm_o, warm_g)):
+        oc, ow = [r["cpu"] for r in o], [r["wall"] for r in o]
+        gc, gw = [r["cpu"] for r in g], [r["wall"] for r in g]
+        print(
+            f"  {what}: ours CPU {med(oc)} wall {med(ow)} | Go CPU {med(gc)} wall {med(gw)} "
+            f"| ours/Go CPU {ratio(oc, gc)} (goal <= 0.8x), wall {ratio(ow, gw)} (goal <= 1.0x)"
+        )
+    print(
+        f"  peak memory: ours +{peak_o / 1024:.0f} MiB = {peak_o * 1024 / size:.1f}x the file (goal <= 4x); "
+        f"Go {peak_g / 1024:.0f} MiB = {peak_g * 1024 / size:.1f}x"
+    )
+
+
+def selective(peer: Path, path: Path, rounds: int) -> dict:
+    size = path.stat().st_size
+    o, g = [], []
+    for _ in range(rounds):
+        o.append(ours(path, 1, SELECTIVE)[0])
+        g.append(go(peer, path, 1, SELECTIVE)[0])
+    oc, gc = [r["cpu"] for r in o], [r["cpu"] for r in g]
+    print(
+        f"== {'/'.join(SELECTIVE)} only: {path.name}, {size / 1e6:.0f} MB, {o[0]['generations']} generations, "
+        f"{o[0]['stw']} STW, {o[0]['gc']} GC cycles (peer: {g[0]['stw']}, {g[0]['gc']}), {rounds} rounds"
+    )
+    print(
+        f"  ours CPU {med(oc)} wall {med([r['wall'] for r in o])} | Go CPU {med(gc)} "
+        f"wall {med([r['wall'] for r in g])} | ours/Go CPU {ratio(oc, gc)} (goal <= 0.5x)"
+    )
+    print(
+        f"  peak memory: ours +{max(r['peak_kib'] for r in o) / 1024:.0f} MiB (goal <= 300 MB); "
+        f"Go {max(r['peak_kib'] for r in g) / 1024:.0f} MiB"
+    )
+    return o[0]
+
+
+def window(path: Path, info: dict, rounds: int) -> None:
+    mid = (info["first_ns"] + info["last_ns"]) // 2
+    win = (mid, mid + 1_000_000_000)
+    w, f = [], []
+    for _ in range(rounds):
+        w.append(ours(path, 1, None, win)[0])
+        f.append(ours(path, 1)[0])
+    span = (info["last_ns"] - info["first_ns"]) / 1e9
+    print(f"== 1 s window of {path.name} ({span:.0f} s, {info['generations']} generations), {rounds} rounds")
+    print(
+        f"  window: {med([r['wall'] for r in w])} wall, {w[0]['decoded']} generations decoded, "
+        f"{w[0]['running']:,} running intervals | full read: {med([r['wall'] for r in f])} wall, "
+        f"peak +{max(r['peak_kib'] for r in f) / 1024:.0f} MiB | "
+        f"{statistics.median([r['wall'] for r in f]) / statistics.median([r['wall'] for r in w]):.0f}x faster "
+        "(goal >= 10x)"
+    )
 
 
 def main() -> int:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "benchmarks" / "data" / "http-server.trace"
-    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    if not path.exists():
-        print(f"{path} missing: record one with benchmarks/make_big_trace.py", file=sys.stderr)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", nargs="?", default=ROOT / "benchmarks" / "data" / "http-server.trace", type=Path)
+    ap.add_argument("big", nargs="?", default=ROOT / "benchmarks" / "data" / "http-server-big.trace", type=Path)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    peer = ensure_binaries()["gmp-tracepeer"]
+    if not a.trace.exists():
+        print(f"{a.trace} missing: record it with benchmarks/make_big_trace.py", file=sys.stderr)
         return 2
-    size = path.stat().st_size
-    td = ensure_binaries()["gmp-tracedump"]
-    ow, oc, gw, gc = [], [], [], []
-    o_peak = g_peak = 0
-    for _ in range(reps):  # interleaved, so both see the same machine load
-        w, c, base, peak, ev, iv = ours(path)
-        ow.append(w)
-        oc.append(c)
-        o_peak = max(o_peak, peak - base)
-        w2, c2, rss, gev = go(td, path)
-        gw.append(w2)
-        gc.append(c2)
-        g_peak = max(g_peak, rss)
-    print(f"trace: {path.name}, {size / 1e6:.1f} MB, {ev:,} events (x/exp: {gev:,}), {iv:,} running intervals")
-    print(f"ours (Python+numpy) CPU  {spread(oc)}   wall {spread(ow)}   {size / 1e6 / statistics.median(oc):.0f} MB/s")
-    print(f"Go x/exp/trace      CPU  {spread(gc)}   wall {spread(gw)}   {size / 1e6 / statistics.median(gc):.0f} MB/s")
-    print(
-        f"ratio ours/Go: CPU {statistics.median(oc) / statistics.median(gc):.2f}x, "
-        f"wall {statistics.median(ow) / statistics.median(gw):.2f}x"
-    )
-    print(
-        f"peak memory: ours +{o_peak / 1024:.0f} MiB over the imported baseline = "
-        f"{o_peak * 1024 / size:.2f}x the file; Go {g_peak / 1024:.0f} MiB = {g_peak * 1024 / size:.2f}x"
-    )
+    full_read(peer, a.trace, a.rounds)
+    if not a.big.exists():
+        print(f"{a.big} missing: record it with benchmarks/make_big_trace.py {a.big} 380", file=sys.stderr)
+        return 0
+    info = selective(peer, a.big, a.rounds)
+    window(a.big, info, a.rounds)
     return 0
 
 

@@ -4,11 +4,14 @@
 
 Starts gmp-demoapp (no CPU limit) on loopback, drives it with gmp-loadgen in closed loop
 (16 clients, tiny requests: the scheduler-heavy mix of a real server), and saves
-/debug/pprof/trace?seconds=N. Default: benchmarks/data/http-server.trace, 9 s (≈30 MB here).
+/debug/pprof/trace?seconds=N, streamed to the file. Default: benchmarks/data/http-server.trace,
+18 s (≈25 MB here: the full-read benchmark). The selective and window benchmarks want a trace
+of 500 MB or more and 60 s or more: ``make_big_trace.py benchmarks/data/http-server-big.trace 380``.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "benchmarks" / "data" / "http-server.trace"
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 9.0
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 18.0
     out.parent.mkdir(parents=True, exist_ok=True)
     bins = ensure_binaries()
     app = subprocess.Popen(
@@ -52,8 +55,9 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1)
-        with urllib.request.urlopen(f"http://{addr}/debug/pprof/trace?seconds={seconds:g}", timeout=seconds + 30) as r:
-            out.write_bytes(r.read())
+        url = f"http://{addr}/debug/pprof/trace?seconds={seconds:g}"
+        with urllib.request.urlopen(url, timeout=seconds + 30) as r, open(out, "wb") as f:
+            shutil.copyfileobj(r, f, 1 << 20)
         print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     finally:
         _stop(load)

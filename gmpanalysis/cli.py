@@ -340,23 +340,7 @@ def cmd_trace(a: argparse.Namespace) -> int:
         # a FIFO would block the read, /dev/zero never end it
         raise UsageError(f"{path}: not a regular file; give a trace file (runtime/trace, /debug/pprof/trace)")
     size = path.stat().st_size if path.exists() else 0
-    bar = None
-    progress = None
-    if size > 8 << 20 and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=size, unit="B", unit_scale=True, desc=path.name, leave=False)
-        done = [0]
-
-        def progress(offset: int) -> None:
-            bar.update(offset - done[0])
-            done[0] = offset
-
-    try:
-        tr = read_trace(path, progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    tr = read_trace(path)
     m = tr.meta
     span = (m["last_ns"] - m["first_ns"]) / 1e9
     print(f"{path}: go 1.{m['version']} trace, {m['events']:,} events, {size:,} bytes, {m['generations']} generations")
@@ -572,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
+    if sys.stderr.isatty():
+        from .gotrace import reader
+
+        reader.PROGRESS_BAR_BYTES = 50 << 20  # a big trace takes seconds: show how far it is
     try:
         return a.func(a)
     except BrokenPipeError:

@@ -381,3 +381,49 @@ def test_gc_cpu_on_real_traces(parsed):
         assert d["worker_idle_ns"] + d["worker_unlabelled_ns"] <= d["worker_ns"] <= d["running_ns"], path
         assert d["worker_ns"] + d["assist_on_p_ns"] <= d["running_ns"], path
         assert 0 <= d["gc_cpu_pct"] <= 100 or d["running_ns"] == 0, path
+
+
+@pytest.mark.parametrize("block", [1, 2, 1 << 18])
+def test_overlapping_intervals_of_one_goroutine_are_put_in_order(monkeypatch, block):
+    """Two threads' clocks disagree: goroutine 7 seems to start on a second thread before
+    it left the first. The later interval starts when the first ends (by sequence number
+    within a generation, else by time), whatever the block the check works in."""
+    from gmpanalysis.gotrace import tables
+
+    monkeypatch.setattr(tables, "OVERLAP_BLOCK", block)
+    # rows in time order: g 7 on one thread 100-200, again on another from 150
+    g = np.array([5, 7, 9, 7, 5], dtype=np.int64)
+    start = np.array([90, 100, 120, 150, 300], dtype=np.int64)
+    end = np.array([110, 200, 130, 260, 310], dtype=np.int64)
+    gen = np.ones(5, dtype=np.int32)
+    seq = np.array([-1, 3, -1, 4, -1], dtype=np.int32)
+    for in_order in (True, False):
+        s, e = start.copy(), end.copy()
+        assert tables._resolve_overlaps(g, gen, seq, s, e, in_order)
+        assert list(s) == [90, 100, 120, 200, 300] and list(e) == [110, 200, 130, 260, 310]
+    # the sequence numbers say the later-looking interval came first
+    s, e = start.copy(), end.copy()
+    assert tables._resolve_overlaps(g, gen, np.array([-1, 4, -1, 3, -1], dtype=np.int32), s, e, True)
+    assert list(s) == [90, 260, 120, 150, 300] and list(e) == [110, 260, 130, 260, 310]
+    # no overlap: nothing moves
+    s, e = start.copy(), end.copy()
+    e[1] = 150
+    assert not tables._resolve_overlaps(g, gen, seq, s, e, True)
+    assert list(s) == list(start)
+
+
+def test_a_big_trace_is_read_behind_a_progress_bar(monkeypatch, capsys):
+    """The command line sets PROGRESS_BAR_BYTES on a terminal: traces that big show a tqdm
+    bar on stderr; smaller ones, and the library's default, show nothing."""
+    from gmpanalysis.gotrace import reader
+
+    path = FIXTURES / "traces" / "go1.25.trace"
+    read_trace(path)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(reader, "PROGRESS_BAR_BYTES", path.stat().st_size + 1)
+    read_trace(path)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(reader, "PROGRESS_BAR_BYTES", 1000)
+    read_trace(path)
+    err = capsys.readouterr().err
+    assert "go1.25.trace" in err and "100%" in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import mmap
 import os
@@ -41,9 +42,29 @@ def uvarint(data: bytes, pos: int, end: int, source: str) -> tuple[int, int]:
         ) from None
 
 
-# Generations are decoded in groups of about this many bytes: the token index costs 4 bytes
-# per token, so memory stays bounded whatever the file size.
+# Generations are decoded in groups of about this many bytes. Decoding a group holds about
+# 12 bytes per byte of it for a moment (token index, event columns); the walk over a group
+# costs a fixed overhead per step (events in its longest batch), so groups much smaller
+# than this spend more time on steps than on events.
 CHUNK_BYTES = 16 << 20
+
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc keeps freed memory for reuse rather than give it back, so one group's decoding
+    would stay in the process's resident size; malloc_trim(0) returns it (a no-op elsewhere)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: trim(0) and None
+
+
+_trim = _malloc_trim()
+
+# Traces of at least this many bytes are read behind a tqdm progress bar on stderr when no
+# ``progress`` is given; None (the library's default): never. The command line sets it when
+# stderr is a terminal.
+PROGRESS_BAR_BYTES: int | None = None
 TICKS_PER_S_LINUX = 15_625_000  # nanotime()/64: ticks * 64 are CLOCK_MONOTONIC ns
 # Every other runtime clock (Windows and other low-resolution-clock OSes: cputicks/256 with a
 # measured CPU frequency) ticks between these; a value outside is a corrupt field, and would
@@ -529,6 +550,7 @@ def parse_trace(
             progress(chunk[-1].end)
         if release is not None:
             release(chunk[-1].end)
+        _trim()
     gens = info["generations_seen"]
     del buf
     truncated_at = splitter.truncated_at
@@ -696,8 +718,26 @@ def read_trace(
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return parse_trace(bytes(path_or_bytes), progress=progress, tables=tables, window=window)
     p = _check_path(path_or_bytes)
-    with _mapped(p) as (data, release):
+    with _mapped(p) as (data, release), _bar(p, len(data), progress) as progress:
         return parse_trace(data, source=str(p), progress=progress, tables=tables, window=window, release=release)
+
+
+@contextlib.contextmanager
+def _bar(p: Path, size: int, progress: Callable[[int], None] | None) -> Iterator[Callable[[int], None] | None]:
+    """``progress``, or a tqdm bar's update for a big trace (see PROGRESS_BAR_BYTES)."""
+    if progress is not None or PROGRESS_BAR_BYTES is None or size < PROGRESS_BAR_BYTES:
+        yield progress
+        return
+    from tqdm import tqdm
+
+    done = [0]
+    with tqdm(total=size, unit="B", unit_scale=True, desc=p.name, leave=False) as bar:
+
+        def update(offset: int) -> None:
+            bar.update(offset - done[0])
+            done[0] = offset
+
+        yield update
 
 
 @contextlib.contextmanager

@@ -259,7 +259,9 @@ def _streams(
         out["gen"] = GEN[si]
         # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
         # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
-        out["seq"] = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
+        # (per generation, so int32 holds it; a corrupt larger one only loses its order)
+        seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
+        out["seq"] = np.clip(seq, -1, (1 << 31) - 1).astype(np.int32)
         del nxt, closed
         # the row of each M's last start (a GoLabel in a later chunk may still name it)
         srow = np.full(len(m_ids), -1, dtype=np.int64)
@@ -487,13 +489,13 @@ class Builder:
             for name, i in self.names.items():
                 remap[i] = categories.index(name)
             start = cols["start"]
-            moved = _resolve_overlaps(cols["g"], cols["gen"], cols["seq"], start, end)
             m = cols["m"]
             # each chunk's rows are in time order; chunks follow one another unless a thread's
-            # clock overlapped the next generation's, or an overlap moved a start
+            # clock overlapped the next generation's
             in_order = len(start) < 2 or bool(
                 np.all((start[1:] > start[:-1]) | ((start[1:] == start[:-1]) & (m[1:] >= m[:-1])))
             )
+            moved = _resolve_overlaps(cols["g"], cols["gen"], cols["seq"], start, end, in_order)
             by_time = None if (in_order and not moved) else np.lexsort((m, start))
 
             def pick(a: np.ndarray) -> np.ndarray:
@@ -600,7 +602,9 @@ class Builder:
         parts = getattr(self, parts_attr)
         if final:
             setattr(self, parts_attr, [])
-            return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+            # column by column, each part's copy released as it is used: the rows are held
+            # once, plus one column
+            return {k: np.concatenate([p.pop(k) for p in parts]) for k in keys}
         taken: list[dict] = []
         kept: list[dict] = []
         where: dict[tuple[int, int], tuple[int, int]] = {}
@@ -628,22 +632,32 @@ def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns
     return b.finish(last_ns)
 
 
-def _resolve_overlaps(g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
+def _resolve_overlaps(
+    g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray, in_order: bool = False
+) -> bool:
     """A goroutine runs on one M at a time; when two of its intervals overlap, the clocks of
     two threads disagreed with the order of events. Go's reader orders such events by the
     goroutine's sequence number and moves the later one's time forward; do the same: the
     interval that comes second may not start before the first one ends. In place; True if
-    a start moved."""
-    order = np.lexsort((start, g))
-    gs, st, en = g[order], start[order], end[order]
-    clash = np.flatnonzero((gs[1:] == gs[:-1]) & (st[1:] < en[:-1])) + 1
-    for k in clash.tolist():  # rare: none in the real traces seen so far
+    a start moved. ``in_order``: the rows are in time order already (a stable sort by
+    goroutine then keeps each goroutine's intervals in time order)."""
+    order = np.argsort(g, kind="stable") if in_order else np.lexsort((start, g))
+    clash: list[int] = []
+    n = len(order)
+    for a in range(0, n, OVERLAP_BLOCK):  # in blocks: gathering whole columns would double them
+        idx = order[a : a + OVERLAP_BLOCK + 1]
+        gs, st, en = g[idx], start[idx], end[idx]
+        clash.extend((np.flatnonzero((gs[1:] == gs[:-1]) & (st[1:] < en[:-1])) + 1 + a).tolist())
+    for k in clash:  # rare: none in the real traces seen so far
         a, b = order[k - 1], order[k]  # a starts first by time
         if gen[a] == gen[b] and seq[a] >= 0 and seq[b] >= 0 and seq[b] < seq[a]:
             a, b = b, a  # the sequence says b's interval came first
         start[b] = max(start[b], end[a])
         end[b] = max(end[b], start[b])
-    return bool(clash.size)
+    return bool(clash)
+
+
+OVERLAP_BLOCK = 1 << 18
 
 
 def _pair_by_g(

@@ -5,7 +5,7 @@
 // end, GC worker label), mark assists, sweeps with their byte counts, heap metrics and
 // user logs — as slices of structs and maps keyed by typed IDs, and formats nothing while
 // it reads. It prints one JSON line per read with the counts (so the work cannot be
-// optimised away) and the read's CPU and wall time; with -repeat N it reads N times in one
+// optimised away) and the read's CPU and wall time; -tables builds only the tables named; with -repeat N it reads N times in one
 // process (a warm run), and the last line holds the process's peak memory (VmHWM).
 //
 // gmp-tracedump stays the correctness oracle; this program is only timed.
@@ -92,7 +92,11 @@ type openSweep struct {
 	m     trace.ThreadID
 }
 
-func read(path string) (*tables, error) {
+// want names the tables to build; the others are skipped (every event is still decoded:
+// x/exp/trace has no way to skip a generation's events).
+type want map[string]bool
+
+func read(path string, w want) (*tables, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -125,6 +129,9 @@ func read(path string) (*tables, error) {
 		last = now
 		switch ev.Kind() {
 		case trace.EventStateTransition:
+			if !w["running"] {
+				continue
+			}
 			st := ev.StateTransition()
 			if st.Resource.Kind != trace.ResourceGoroutine {
 				continue
@@ -144,23 +151,26 @@ func read(path string) (*tables, error) {
 				running[id] = runningG{now, ev.Proc(), ev.Thread()}
 			}
 		case trace.EventLabel:
+			if !w["running"] {
+				continue
+			}
 			l := ev.Label()
 			labels[l.Resource.Goroutine()] = l.Label
 		case trace.EventRangeBegin, trace.EventRangeActive:
 			rg := ev.Range()
 			switch {
-			case strings.HasPrefix(rg.Name, "stop-the-world ("):
+			case strings.HasPrefix(rg.Name, "stop-the-world (") && w["stw"]:
 				kind := strings.TrimSuffix(strings.TrimPrefix(rg.Name, "stop-the-world ("), ")")
 				stwOpen[ev.Goroutine()] = stw{start: now, kind: kind, g: ev.Goroutine()}
-			case rg.Name == "GC concurrent mark phase":
+			case rg.Name == "GC concurrent mark phase" && w["gc"]:
 				if gcOpen < 0 {
 					gcOpen = now
 				}
-			case rg.Name == "GC mark assist":
+			case rg.Name == "GC mark assist" && w["assist"]:
 				if _, ok := assistOpen[rg.Scope.Goroutine()]; !ok {
 					assistOpen[rg.Scope.Goroutine()] = now
 				}
-			case rg.Name == "GC incremental sweep":
+			case rg.Name == "GC incremental sweep" && w["sweep"]:
 				sweepOpen[rg.Scope.Proc()] = openSweep{now, ev.Thread()}
 			}
 		case trace.EventRangeEnd:
@@ -201,18 +211,30 @@ func read(path string) (*tables, error) {
 			m := ev.Metric()
 			switch m.Name {
 			case "/sched/gomaxprocs:threads":
+				if !w["gomaxprocs"] {
+					continue
+				}
 				if v := m.Value.Uint64(); v != lastProcs {
 					t.gomaxprocs = append(t.gomaxprocs, procsChange{now, v})
 					lastProcs = v
 				}
 			case "/memory/classes/heap/objects:bytes":
+				if !w["heap"] {
+					continue
+				}
 				heap.t, heap.alloc = now, m.Value.Uint64()
 				t.heap = append(t.heap, heap)
 			case "/gc/heap/goal:bytes":
+				if !w["heap"] {
+					continue
+				}
 				heap.t, heap.goal = now, m.Value.Uint64()
 				t.heap = append(t.heap, heap)
 			}
 		case trace.EventLog:
+			if !w["logs"] {
+				continue
+			}
 			l := ev.Log()
 			t.logs = append(t.logs, logLine{now, ev.Goroutine(), ev.Thread(), l.Task, l.Category, l.Message})
 		}
@@ -280,7 +302,12 @@ type report struct {
 
 func main() {
 	repeat := flag.Int("repeat", 1, "read the trace this many times in one process")
+	tablesFlag := flag.String("tables", "stw,gc,gomaxprocs,running,assist,sweep,heap,logs", "tables to build, comma-separated")
 	flag.Parse()
+	w := want{}
+	for _, t := range strings.Split(*tablesFlag, ",") {
+		w[strings.TrimSpace(t)] = true
+	}
 	if flag.NArg() != 1 || *repeat < 1 {
 		fmt.Fprintln(os.Stderr, "usage: gmp-tracepeer [-repeat N] TRACE")
 		os.Exit(2)
@@ -288,7 +315,7 @@ func main() {
 	enc := json.NewEncoder(os.Stdout)
 	for i := 1; i <= *repeat; i++ {
 		c0, w0 := cpuNs(), time.Now()
-		t, err := read(flag.Arg(0))
+		t, err := read(flag.Arg(0), w)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "gmp-tracepeer:", err)
 			os.Exit(1)
