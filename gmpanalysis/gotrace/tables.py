@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import spec as s
+from .memory import trim
 
 SCHED = (
     s.EV_PROCSTART,
@@ -150,7 +151,7 @@ def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
 
 # M streams are processed in groups of about this many events: everything per-M is local
 # to an M's own stream, so groups of whole streams give the same result with a bounded peak.
-GROUP_EVENTS = 400_000
+GROUP_EVENTS = 100_000
 FEW = (s.EV_STWBEGIN, s.EV_STWEND, s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND, s.EV_GCMARKASSISTACTIVE, s.EV_USERLOG)
 
 
@@ -334,6 +335,11 @@ def _cat(parts: list[dict], key: str) -> np.ndarray:
     return np.concatenate([p[key] for p in parts])
 
 
+def _label_dtype(n_names: int) -> type:
+    """The narrowest type for label ids below ``n_names`` (GC worker labels: a handful)."""
+    return np.int16 if n_names <= np.iinfo(np.int16).max else np.int32
+
+
 RUN_COLS = ("g", "p", "m", "start", "end", "done", "gen", "seq")
 SWEEP_COLS = ("p", "m", "start_ns", "end_ns", "swept_bytes", "reclaimed_bytes", "done")
 FEW_COLS = ("T", "G", "A0", "TY", "M", "kind", "category", "message")
@@ -372,7 +378,7 @@ class Builder:
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
         if not self.threads:
             return
-        sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M))
+        sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M)).astype(np.int32)
         order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
         del sel
         m_sorted = c["m"][order]
@@ -421,11 +427,16 @@ class Builder:
         part = len(self.run_parts)
         sizes = [len(p["g"]) for p in groups]
         offs = np.r_[0, np.cumsum(sizes)].astype(np.int64)
-        rows = {k: _cat(groups, k) for k in RUN_COLS}
-        lab = np.zeros(int(offs[-1]), dtype=np.int32)
-        for p, o in zip(groups, offs[:-1].tolist(), strict=True):
-            if p["label_names"]:
-                lab[p["label_pos"] + o] = [self.names.setdefault(x, len(self.names)) for x in p["label_names"]]
+        # one column at a time, each group's copy released as it is used
+        rows = {k: np.concatenate([p.pop(k) for p in groups]) for k in RUN_COLS}
+        ids = [
+            (p["label_pos"] + o, [self.names.setdefault(x, len(self.names)) for x in p["label_names"]])
+            for p, o in zip(groups, offs[:-1].tolist(), strict=True)
+            if p["label_names"]
+        ]
+        lab = np.zeros(int(offs[-1]), dtype=_label_dtype(len(self.names)))
+        for pos, v in ids:
+            lab[pos] = v
         # close what earlier chunks left open on these threads, at each thread's first stop
         for p in groups:
             for m, t in zip(p["m_ids"].tolist(), p["first_stop_t"].tolist(), strict=True):
@@ -436,11 +447,17 @@ class Builder:
             for m, x in p["orphan_labels"]:
                 if m in self.last_start:
                     q, r = self.last_start[m]
-                    self.run_parts[q]["lab"][r] = self.names.setdefault(x, len(self.names))
+                    v = self.names.setdefault(x, len(self.names))
+                    held = self.run_parts[q]
+                    if held["lab"].dtype != _label_dtype(v + 1):
+                        held["lab"] = held["lab"].astype(_label_dtype(v + 1))
+                    held["lab"][r] = v
         # rows in time order (by start, then thread); the references below follow the sort
         perm = np.lexsort((rows["m"], rows["start"]))
-        rows = {k: v[perm] for k, v in rows.items()}
-        rows["lab"] = lab[perm]
+        rows["lab"] = lab
+        del lab
+        for k in list(rows):
+            rows[k] = rows[k][perm]
         inv = np.empty_like(perm)
         inv[perm] = np.arange(len(perm))
         self.run_parts.append(rows)
@@ -604,7 +621,11 @@ class Builder:
             setattr(self, parts_attr, [])
             # column by column, each part's copy released as it is used: the rows are held
             # once, plus one column
-            return {k: np.concatenate([p.pop(k) for p in parts]) for k in keys}
+            out = {}
+            for k in keys:
+                out[k] = np.concatenate([p.pop(k) for p in parts])
+                trim()  # hand the parts' copy back at once, before the next column is built
+            return out
         taken: list[dict] = []
         kept: list[dict] = []
         where: dict[tuple[int, int], tuple[int, int]] = {}

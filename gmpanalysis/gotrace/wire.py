@@ -226,6 +226,10 @@ def tokenize(buf: np.ndarray, lo: int, hi: int, piece: int = 1 << 20) -> np.ndar
     return starts
 
 
+# below this many unfinished batches, the walk goes on one event at a time in Python
+TAIL_BATCHES = 8
+
+
 def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batch], version: int, source: str) -> Walk:
     """Find every event of the given event batches, all batches advancing in lockstep.
 
@@ -253,30 +257,58 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
     firsts: list[np.ndarray] = []
     c = cur[active]
     e = end_tok[active]
-    while active.size:
+    # a byte that is no event type jumps far past any batch end: the batch then leaves the
+    # walk as one that ran over its end, and is told apart below
+    idx_t = np.int32 if len(starts) < 1 << 30 else np.int64  # c + the far jump must not wrap
+    jump32 = np.where(jump == 0, len(starts), jump).astype(idx_t)
+    c, e = c.astype(idx_t), e.astype(idx_t)
+    while active.size > TAIL_BATCHES:
         f = seg_first[starts[c]]
-        j = jump[f]
-        if not j.all():
-            k = int(np.flatnonzero(j == 0)[0])
-            off = lo + int(starts[c[k]])
-            raise TraceFormatError(
-                f"{source} offset {off}: byte 0x{int(f[k]):02x} is not an event type of trace version go 1.{version}; "
-                "the trace is corrupt"
-            )
         toks.append(c)
         bidx.append(active)
         firsts.append(f)
-        c = c + j.astype(np.int32)
-        over = c > e
-        if over.any():
-            k = int(np.flatnonzero(over)[0])
-            raise TraceFormatError(
-                f"{source} offset {batches[int(active[k])].end}: an event runs past the end of its batch "
-                f"(batch at offset {batches[int(active[k])].start}); the trace is corrupt"
-            )
+        c = c + jump32[f]
         keep = c < e
         if not keep.all():
+            gone = ~keep
+            if (c[gone] > e[gone]).any():
+                k = int(np.flatnonzero(gone & (c > e))[0])
+                t = int(toks[-1][k])
+                if jump[int(f[k])] == 0:
+                    raise TraceFormatError(
+                        f"{source} offset {lo + int(starts[t])}: byte 0x{int(f[k]):02x} is not an event type of "
+                        f"trace version go 1.{version}; the trace is corrupt"
+                    )
+                raise TraceFormatError(
+                    f"{source} offset {batches[int(active[k])].end}: an event runs past the end of its batch "
+                    f"(batch at offset {batches[int(active[k])].start}); the trace is corrupt"
+                )
             active, c, e = active[keep], c[keep], e[keep]
+    # The last few (long) batches: one numpy step per event would cost more in overhead than
+    # the events themselves; walk them one event at a time
+    jl = jump.tolist()
+    for b, c0, e0 in zip(active.tolist(), c.tolist(), e.tolist(), strict=True):
+        fb = seg_first[starts[c0:e0]].tolist()  # first byte of every token to the batch end
+        k, ks, fs = c0, [], []
+        while k < e0:
+            f = fb[k - c0]
+            j = jl[f]
+            if j == 0:
+                raise TraceFormatError(
+                    f"{source} offset {lo + int(starts[k])}: byte 0x{f:02x} is not an event type of trace version "
+                    f"go 1.{version}; the trace is corrupt"
+                )
+            ks.append(k)
+            fs.append(f)
+            k += j
+        if k > e0:
+            raise TraceFormatError(
+                f"{source} offset {batches[b].end}: an event runs past the end of its batch "
+                f"(batch at offset {batches[b].start}); the trace is corrupt"
+            )
+        toks.append(np.array(ks, dtype=np.int32))
+        bidx.append(np.full(len(ks), b, dtype=np.int32))
+        firsts.append(np.array(fs, dtype=np.uint8))
     tok = np.concatenate(toks)
     del toks
     bi = np.concatenate(bidx)
