@@ -431,3 +431,48 @@ def test_a_big_trace_is_read_behind_a_progress_bar(monkeypatch, capsys):
     read_trace(path, progress=seen.append)  # the offsets a bar is fed: up to the end
     assert seen == sorted(seen) and seen[-1] == path.stat().st_size
     assert capsys.readouterr().err == ""  # a progress function of one's own replaces the bar
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_compiled_loops_and_numpy_give_the_same_tables(monkeypatch, path):
+    """With numba installed ([fast] extra) the reader walks events and follows threads'
+    goroutines in compiled loops; without it, in numpy. Same tables, full and selective."""
+    from gmpanalysis.gotrace import kernels
+
+    if not kernels.AVAILABLE:
+        pytest.skip("numba is not installed here (the [fast] extra): only the numpy code can run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for tables in (None, ("stw", "gc", "gomaxprocs", "assist", "logs")):
+            monkeypatch.setattr(kernels, "ENABLED", True)
+            fast = read_trace(path, tables=tables)
+            monkeypatch.setattr(kernels, "ENABLED", False)
+            slow = read_trace(path, tables=tables)
+            for t in TABLE_NAMES:
+                assert _same_rows(getattr(fast, t), getattr(slow, t)), (tables, t)
+            assert fast.meta == slow.meta
+
+
+def test_numpy_walk_refuses_what_the_compiled_walk_refuses(monkeypatch):
+    """The same mutants through both walks: the same kind of error at the same place."""
+    from gmpanalysis.gotrace import kernels
+
+    if not kernels.AVAILABLE:
+        pytest.skip("numba is not installed here (the [fast] extra): only the numpy code can run")
+    data = bytearray((FIXTURES / "traces" / "tiny-go1.26.trace").read_bytes())
+    outcomes = {True: [], False: []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for enabled in (True, False):
+            monkeypatch.setattr(kernels, "ENABLED", enabled)
+            r = random.Random(11)
+            for _ in range(300):
+                m = bytearray(data)
+                for _ in range(r.randint(1, 3)):
+                    m[r.randrange(16, len(m))] = r.randrange(256)
+                try:
+                    tr = read_trace(bytes(m))
+                    outcomes[enabled].append(("ok", len(tr.running), len(tr.stw)))
+                except gmp.TraceFormatError as e:
+                    outcomes[enabled].append(("error", str(e).split(":")[0]))
+    assert outcomes[True] == outcomes[False]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import mmap
@@ -402,7 +403,12 @@ def _decode_chunk(
         if j == 0:
             _check_procs(a, typ, (lo, starts, tok), source)
         cols[f"a{j}"] = a
-    cols["m"] = np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)[bsel]
+    b_m = np.array([b.m for b in ev_batches], dtype=np.uint64).view(np.int64)
+    cols["m"] = b_m[bsel]
+    # each thread as a dense index (for the compiled per-thread loops)
+    m_ids, b_mi = np.unique(b_m, return_inverse=True)
+    cols["mi"] = b_mi.astype(np.int32)[bsel]
+    cols["m_ids"] = m_ids
     cols["gen"] = np.array(b_gen, dtype=np.int32)[bsel]
     cols["ts"] = ns
     cols["type"] = typ
@@ -525,22 +531,40 @@ def parse_trace(
     info = _new_info()
     builder = _tables.Builder(want)
     keep, need = _decode_masks(builder)
-    gens = chosen = 0
-    first_gen = None
-    for chunk in _chunked(_in_window(splitter, window, data, source, info)):
-        for g in chunk:
-            first_gen = g.gen if first_gen is None else first_gen
-        chosen += len(chunk)
-        decoded = _decode_chunk(data, buf, chunk, version, source, info, keep, need)
-        trim()
-        if decoded is not None:
-            builder.feed(*decoded)
-        del decoded
-        if progress is not None:
-            progress(chunk[-1].end)
-        if release is not None:
-            release(chunk[-1].end)
-        trim()
+    chosen = 0
+
+    def decode(
+        chunk: list[Generation], buf: np.ndarray = buf
+    ) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str]] | None:
+        return _decode_chunk(data, buf, chunk, version, source, info, keep, need)
+
+    # With running intervals to build, one thread decodes the next group while this one
+    # builds the tables of the last: the decoding is numpy and compiled loops that let go of
+    # the GIL, so both cores work (the two threads cost some CPU time in switching; without
+    # the running intervals the building is light and one thread does both). The groups are
+    # still decoded in order, one at a time (info carries each thread's clock).
+    chunks = _chunked(_in_window(splitter, window, data, source, info))
+    with (
+        concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gmp-trace-decode")
+        if builder.running
+        else _Inline()
+    ) as pool:
+        chunk = next(chunks, None)
+        pending = pool.submit(decode, chunk) if chunk is not None else None
+        while pending is not None:
+            decoded = pending.result()
+            chosen += len(chunk)
+            following = next(chunks, None)
+            pending = pool.submit(decode, following) if following is not None else None
+            if decoded is not None:
+                builder.feed(*decoded)
+            del decoded
+            if progress is not None:
+                progress(chunk[-1].end)
+            if release is not None:
+                release(chunk[-1].end)  # the page-aligned part before the next group only
+            trim()
+            chunk = following
     gens = info["generations_seen"]
     del buf
     truncated_at = splitter.truncated_at
@@ -665,11 +689,31 @@ def _meta(
     }
 
 
+class _Inline:
+    """An executor that runs what is submitted at once, in this thread."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        f: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result(), as a pool does
+            f.set_exception(e)
+        return f
+
+
 def _decode_masks(builder: _tables.Builder) -> tuple[np.ndarray, np.ndarray]:
     """The event types to decode, and which of their arguments, for the tables asked for."""
     types = set(_tables.GLOBAL)
-    if builder.threads:
+    if builder.running:
         types |= set(_tables.SCHED + _tables.ON_M)
+    elif builder.threads:  # the goroutine on each thread, and the goroutine-scoped events
+        types |= set(np.flatnonzero(_tables.ROLE).tolist()) | set(_tables.FEW)
     keep = np.zeros(256, dtype=bool)
     keep[sorted(types)] = True
     need = np.zeros((3, 256), dtype=bool)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import kernels
 from . import spec as s
 from .memory import trim
 
@@ -307,8 +308,24 @@ def _streams(
             "reclaimed_bytes": np.where(ok, A1[nxc], 0),
             "done": ok,
         }
-    # goroutine-scoped events (few), paired across all Ms and chunks at the end; the strings
-    # they name are looked up now, while this chunk's string tables are at hand
+    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings)
+    return out
+
+
+def _few(
+    T: np.ndarray,
+    G: np.ndarray,
+    TY: np.ndarray,
+    A0: np.ndarray,
+    A1: np.ndarray,
+    A2: np.ndarray,
+    M: np.ndarray,
+    GEN: np.ndarray,
+    strings: dict[tuple[int, int], str],
+) -> dict[str, object]:
+    """The goroutine-scoped events (few: STW, assists, logs), paired across all threads and
+    chunks at the end; ``G`` is the goroutine on the thread just before each event. The
+    strings they name are looked up now, while this chunk's string tables are at hand."""
     fi = np.flatnonzero(_isin(TY, FEW))
     fty, fgen = TY[fi], GEN[fi]
 
@@ -318,9 +335,9 @@ def _streams(
             for k, g, a in zip(mask.tolist(), fgen.tolist(), arg[fi].tolist(), strict=True)
         ]
 
-    out["few"] = {
+    return {
         "T": T[fi],
-        "G": g_before[fi],
+        "G": G[fi],
         "A0": A0[fi],
         "TY": fty,
         "M": M[fi],
@@ -328,7 +345,13 @@ def _streams(
         "category": name(fty == s.EV_USERLOG, A1),
         "message": name(fty == s.EV_USERLOG, A2),
     }
-    return out
+
+
+# what an event does to the goroutine bound to its thread (kernels.goroutine_before)
+ROLE = np.zeros(256, dtype=np.int8)
+ROLE[[s.EV_GOSTART, s.EV_GOSWITCH, s.EV_GOSWITCHDESTROY, s.EV_GOCREATESYSCALL]] = 1
+ROLE[[s.EV_GOSTOP, s.EV_GOBLOCK, s.EV_GODESTROY, s.EV_GOSYSCALLENDBLOCKED, s.EV_GODESTROYSYSCALL]] = 2
+ROLE[[s.EV_GOSTATUS, s.EV_GOSTATUSSTACK]] = 3
 
 
 def _cat(parts: list[dict], key: str) -> np.ndarray:
@@ -378,6 +401,9 @@ class Builder:
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
         if not self.threads:
             return
+        if not self.running and kernels.use():
+            self._feed_goroutines(c, strings)
+            return
         sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M)).astype(np.int32)
         order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
         del sel
@@ -422,6 +448,19 @@ class Builder:
                 self.m_state[m] = (g, r, pp)
         if self.running:
             self._feed_running(groups)
+
+    def _feed_goroutines(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
+        """Without running intervals, only the goroutine on each thread is followed, in one
+        compiled pass over the chunk in file order (each thread's events are in order)."""
+        m_ids = c["m_ids"]
+        state = np.array([self.m_state.get(int(m), (-1, 0, -1))[0] for m in m_ids.tolist()], dtype=np.int64)
+        g_before = np.empty(len(c["type"]), dtype=np.int64)
+        kernels.goroutine_before(
+            c["mi"], c["m"], c["type"], c["a0"], c["a1"], c["a2"], ROLE, state, s.GO_RUNNING, s.GO_SYSCALL, g_before
+        )
+        for m, g in zip(m_ids.tolist(), state.tolist(), strict=True):
+            self.m_state[m] = (g, 0, -1)
+        self.few_parts.append(_few(c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings))
 
     def _feed_running(self, groups: list[dict]) -> None:
         part = len(self.run_parts)
@@ -548,18 +587,20 @@ class Builder:
             out["stw"], open_stw = _pair_by_g(
                 T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, final, kind=True
             )
-            out["assist"], open_assist = _pair_by_g(
-                T,
-                G,
-                A0,
-                TY == s.EV_GCMARKASSISTBEGIN,
-                TY == s.EV_GCMARKASSISTEND,
-                TY == s.EV_GCMARKASSISTACTIVE,
-                few["kind"],
-                last_ns,
-                final,
-                kind=False,
-            )
+            open_assist = np.zeros(0, dtype=np.int64)
+            if "assist" in self.want:
+                out["assist"], open_assist = _pair_by_g(
+                    T,
+                    G,
+                    A0,
+                    TY == s.EV_GCMARKASSISTBEGIN,
+                    TY == s.EV_GCMARKASSISTEND,
+                    TY == s.EV_GCMARKASSISTACTIVE,
+                    few["kind"],
+                    last_ns,
+                    final,
+                    kind=False,
+                )
             lg = np.flatnonzero(TY == s.EV_USERLOG)
             lg = lg[np.argsort(T[lg], kind="stable")]
             out["logs"] = _frame(
