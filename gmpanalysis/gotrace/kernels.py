@@ -97,3 +97,95 @@ def _goroutine_before(
 
 
 goroutine_before = njit(cache=True, nogil=True)(_goroutine_before) if AVAILABLE else None
+
+
+# error codes of decode_events, with (offset, value) beside them
+OK, BAD_TYPE, PAST_END, VARINT_LONG, VARINT_OVERFLOW, STEP_TOO_BIG, TIME_TOO_BIG, BAD_PROCS = range(8)
+
+
+def _decode_events(
+    data: np.ndarray,
+    b_start: np.ndarray,
+    b_end: np.ndarray,
+    b_ts: np.ndarray,
+    b_lim: np.ndarray,
+    jump: np.ndarray,
+    keep: np.ndarray,
+    need: np.ndarray,
+    procs_type: int,
+    counts: np.ndarray,
+    t_first: np.ndarray,
+    t_last: np.ndarray,
+    o_batch: np.ndarray,
+    o_type: np.ndarray,
+    o_t: np.ndarray,
+    o_a: np.ndarray,
+) -> tuple[int, int, int, int, int]:
+    """Every event of the batches (file offsets [b_start, b_end)), in file order: each is a
+    type byte and uvarints, dt (ticks since the previous event, from the batch's b_ts) then
+    its arguments. Fills per batch the event count and the first and last times (ticks);
+    per event of a type in ``keep``: batch, type, time, and the first three arguments where
+    ``need[j, type]`` (else -1). The output arrays need not be filled beforehand (pages
+    never written stay out of memory). Returns (events kept, error code,
+    offset (of the event, the varint, or the batch index for PAST_END), unsigned value, signed value)."""
+    n = 0
+    for b in range(len(b_start)):
+        p = b_start[b]
+        end = b_end[b]
+        t = b_ts[b]
+        lim = b_lim[b]
+        c = 0
+        while p < end:
+            at = p
+            f = data[p]
+            j = jump[f]
+            if j == 0:
+                return n, BAD_TYPE, at, np.uint64(f), np.int64(0)
+            p += 1
+            nv = j - 1 if f < 128 else j  # uvarints after the type byte: dt, then the arguments
+            k = n if keep[f] else -1
+            if k >= 0:
+                o_a[0, k] = -1
+                o_a[1, k] = -1
+                o_a[2, k] = -1
+            for v in range(nv):
+                x = np.uint64(0)
+                shift = 0
+                start = p
+                while True:
+                    if p >= end:
+                        return n, PAST_END, b, np.uint64(0), np.int64(0)
+                    byte = data[p]
+                    p += 1
+                    if p - start == 10 and byte > 1:
+                        return n, VARINT_OVERFLOW if byte < 0x80 else VARINT_LONG, start, np.uint64(0), np.int64(0)
+                    x |= np.uint64(byte & 0x7F) << np.uint64(shift)
+                    if byte < 0x80:
+                        break
+                    shift += 7
+                    if p - start >= 10:
+                        return n, VARINT_LONG, start, np.uint64(0), np.int64(0)
+                if v == 0:
+                    if x > lim:
+                        return n, STEP_TOO_BIG, at, x, np.int64(0)
+                    t += x
+                    if t > lim:
+                        return n, TIME_TOO_BIG, at, lim, np.int64(0)
+                elif k >= 0 and v <= 3 and need[v - 1, f]:
+                    o_a[v - 1, k] = np.int64(x)
+            if c == 0:
+                t_first[b] = t
+            t_last[b] = t
+            c += 1
+            if k >= 0:
+                o_batch[k] = b
+                o_type[k] = f
+                o_t[k] = t
+                if f == procs_type and (o_a[0, k] < 1 or o_a[0, k] >= 2147483648):
+                    return n, BAD_PROCS, at, np.uint64(0), o_a[0, k]
+                n += 1
+        counts[b] = c
+    return n, OK, 0, np.uint64(0), np.int64(0)
+
+
+decode_events = njit(cache=True, nogil=True)(_decode_events) if AVAILABLE else None

@@ -154,6 +154,15 @@ def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
 # to an M's own stream, so groups of whole streams give the same result with a bounded peak.
 GROUP_EVENTS = 100_000
 FEW = (s.EV_STWBEGIN, s.EV_STWEND, s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND, s.EV_GCMARKASSISTACTIVE, s.EV_USERLOG)
+# the event types each table is built from, among the global and the goroutine-scoped ones
+TABLE_TYPES: dict[str, tuple[int, ...]] = {
+    "gc": (s.EV_GCACTIVE, s.EV_GCBEGIN, s.EV_GCEND),
+    "gomaxprocs": (s.EV_PROCSCHANGE,),
+    "heap": (s.EV_HEAPALLOC, s.EV_HEAPGOAL),
+    "stw": (s.EV_STWBEGIN, s.EV_STWEND),
+    "assist": (s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND, s.EV_GCMARKASSISTACTIVE),
+    "logs": (s.EV_USERLOG,),
+}
 
 
 def _streams(
@@ -167,6 +176,7 @@ def _streams(
     strings: dict[tuple[int, int], str],
     init: dict[int, tuple[int, int, int]],
     running: bool = True,
+    few_types: tuple[int, ...] = FEW,
 ) -> dict[str, object]:
     """Running intervals, sweeps and the goroutine-scoped events of whole M streams of one
     chunk (the arrays are in M order, each M's events in emission order). ``init`` holds
@@ -308,7 +318,7 @@ def _streams(
             "reclaimed_bytes": np.where(ok, A1[nxc], 0),
             "done": ok,
         }
-    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings)
+    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
     return out
 
 
@@ -322,11 +332,12 @@ def _few(
     M: np.ndarray,
     GEN: np.ndarray,
     strings: dict[tuple[int, int], str],
+    few_types: tuple[int, ...] = FEW,
 ) -> dict[str, object]:
-    """The goroutine-scoped events (few: STW, assists, logs), paired across all threads and
+    """The goroutine-scoped events (few: STW, assists, logs; those of ``few_types``), paired across all threads and
     chunks at the end; ``G`` is the goroutine on the thread just before each event. The
     strings they name are looked up now, while this chunk's string tables are at hand."""
-    fi = np.flatnonzero(_isin(TY, FEW))
+    fi = np.flatnonzero(_isin(TY, few_types))
     fty, fgen = TY[fi], GEN[fi]
 
     def name(mask: np.ndarray, arg: np.ndarray) -> list[str]:
@@ -383,6 +394,9 @@ class Builder:
         self.want = want
         self.running = bool({"running", "sweep"} & want)
         self.threads = bool({"running", "sweep", "stw", "assist", "logs"} & want)
+        # only the events of the tables asked for are kept (heap samples alone are millions)
+        self.glob_types = tuple(t for name in ("gc", "gomaxprocs", "heap") if name in want for t in TABLE_TYPES[name])
+        self.few_types = tuple(t for name in ("stw", "assist", "logs") if name in want for t in TABLE_TYPES[name])
         self.m_state: dict[int, tuple[int, int, int]] = {}
         self.pending_run: dict[int, list[tuple[int, int]]] = {}  # M -> [(part, row)]
         self.pending_sweep: dict[int, list[tuple[int, int]]] = {}
@@ -397,7 +411,7 @@ class Builder:
 
     def feed(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
         """Take one chunk's decoded event columns (file order; released as used)."""
-        gsel = np.flatnonzero(_isin(c["type"], GLOBAL))
+        gsel = np.flatnonzero(_isin(c["type"], self.glob_types))
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
         if not self.threads:
             return
@@ -426,6 +440,7 @@ class Builder:
                     strings,
                     self.m_state,
                     self.running,
+                    self.few_types,
                 )
             )
         del order
