@@ -189,3 +189,144 @@ def _decode_events(
 
 
 decode_events = njit(cache=True, nogil=True)(_decode_events) if AVAILABLE else None
+
+
+from . import spec as _s  # noqa: E402 - the event types below are frozen into the compiled code
+
+GOSTART, GOSWITCH, GOSWITCHDESTROY = _s.EV_GOSTART, _s.EV_GOSWITCH, _s.EV_GOSWITCHDESTROY
+GOSTATUS, GOSTATUSSTACK, GOCREATESYSCALL = _s.EV_GOSTATUS, _s.EV_GOSTATUSSTACK, _s.EV_GOCREATESYSCALL
+GOSTOP, GOBLOCK, GODESTROY = _s.EV_GOSTOP, _s.EV_GOBLOCK, _s.EV_GODESTROY
+GOSYSCALLBEGIN, GOSYSCALLEND = _s.EV_GOSYSCALLBEGIN, _s.EV_GOSYSCALLEND
+GOSYSCALLENDBLOCKED, GODESTROYSYSCALL = _s.EV_GOSYSCALLENDBLOCKED, _s.EV_GODESTROYSYSCALL
+PROCSTART, PROCSTOP, PROCSTATUS = _s.EV_PROCSTART, _s.EV_PROCSTOP, _s.EV_PROCSTATUS
+SWEEPBEGIN, SWEEPACTIVE, SWEEPEND, GOLABEL = _s.EV_GCSWEEPBEGIN, _s.EV_GCSWEEPACTIVE, _s.EV_GCSWEEPEND, _s.EV_GOLABEL
+GO_RUNNING, GO_SYSCALL, PROC_RUNNING, PROC_SYSCALL = _s.GO_RUNNING, _s.GO_SYSCALL, _s.PROC_RUNNING, _s.PROC_SYSCALL
+
+
+def _threads(
+    mi: np.ndarray,
+    m: np.ndarray,
+    typ: np.ndarray,
+    t: np.ndarray,
+    a0: np.ndarray,
+    a1: np.ndarray,
+    a2: np.ndarray,
+    gen: np.ndarray,
+    st_g: np.ndarray,
+    st_run: np.ndarray,
+    st_p: np.ndarray,
+    first_stop_t: np.ndarray,
+    last_start_row: np.ndarray,
+    first_sweep: np.ndarray,
+    g_before: np.ndarray,
+    rows: np.ndarray,
+    r_p: np.ndarray,
+    r_gen: np.ndarray,
+    r_seq: np.ndarray,
+    r_done: np.ndarray,
+    label_row: np.ndarray,
+    sweeps: np.ndarray,
+    s_done: np.ndarray,
+) -> tuple[int, int, int]:
+    """One pass over a chunk's events in file order, each thread's state in st_g (the
+    goroutine bound to it), st_run (whether it runs) and st_p (its P), per dense thread
+    index ``mi`` and updated in place: the rules of tables._streams, event by event.
+
+    Writes ``g_before`` per event; a running interval per start (rows: g, m, start, end;
+    r_p, r_gen, r_seq; r_done once a stop on its thread ends it); per GoLabel event the row
+    of its thread's last start in this chunk (-1: none); a sweep per GCSweepBegin/Active
+    (sweeps: p, m, start, end, swept, reclaimed; s_done). Per thread: the time of its first
+    stop, the row of its last start, its first sweep end (t, swept, reclaimed; t -1: none).
+    Returns (rows, labels, sweeps)."""
+    nm = len(st_g)
+    pend = np.full(nm, -1, dtype=np.int64)  # each thread's open intervals: a list through nxt
+    spend = np.full(nm, -1, dtype=np.int64)
+    nxt = np.empty(len(typ), dtype=np.int64)
+    snxt = np.empty(len(typ), dtype=np.int64)
+    nr = 0
+    nl = 0
+    ns = 0
+    for i in range(len(typ)):
+        k = mi[i]
+        f = typ[i]
+        g0 = st_g[k]
+        run0 = st_run[k]
+        g_before[i] = g0
+        status = f == GOSTATUS or f == GOSTATUSSTACK
+        on_m = status and a1[i] == m[i]
+        s_run = on_m and a2[i] == GO_RUNNING
+        s_sys = on_m and a2[i] == GO_SYSCALL
+        switch = f == GOSWITCH or f == GOSWITCHDESTROY
+        leave = f == GOSTOP or f == GOBLOCK or f == GODESTROY or f == GOSYSCALLENDBLOCKED or f == GODESTROYSYSCALL
+        # the P first: a row takes the P after its event
+        if f == PROCSTART or (f == PROCSTATUS and (a1[i] == PROC_RUNNING or a1[i] == PROC_SYSCALL)):
+            st_p[k] = a0[i]
+        elif f == PROCSTOP:
+            st_p[k] = -1
+        stop = f == GOSTOP or f == GOBLOCK or f == GODESTROY or f == GOSYSCALLBEGIN or switch
+        if stop:
+            if first_stop_t[k] < 0:
+                first_stop_t[k] = t[i]
+            r = pend[k]
+            while r >= 0:
+                rows[3, r] = t[i]
+                r_done[r] = True
+                r = nxt[r]
+            pend[k] = -1
+        start = f == GOSTART or switch or f == GOSYSCALLEND or (s_run and not (run0 == 1 and g0 == a0[i]))
+        if start:
+            rows[0, nr] = g0 if f == GOSYSCALLEND else a0[i]
+            rows[1, nr] = m[i]
+            rows[2, nr] = t[i]
+            rows[3, nr] = -1
+            r_p[nr] = st_p[k]
+            r_gen[nr] = gen[i]
+            if f == GOSTART or switch:
+                r_seq[nr] = min(max(a1[i], -1), 2147483647)
+            else:
+                r_seq[nr] = 0 if s_run else -1
+            r_done[nr] = False
+            nxt[nr] = pend[k]
+            pend[k] = nr
+            last_start_row[k] = nr
+            nr += 1
+        if f == GOLABEL:
+            label_row[nl] = last_start_row[k]
+            nl += 1
+        if f == SWEEPBEGIN or f == SWEEPACTIVE:
+            sweeps[0, ns] = a0[i] if f == SWEEPACTIVE else st_p[k]
+            sweeps[1, ns] = m[i]
+            sweeps[2, ns] = t[i]
+            sweeps[3, ns] = -1
+            sweeps[4, ns] = 0
+            sweeps[5, ns] = 0
+            s_done[ns] = False
+            snxt[ns] = spend[k]
+            spend[k] = ns
+            ns += 1
+        elif f == SWEEPEND:
+            if first_sweep[0, k] < 0:
+                first_sweep[0, k] = t[i]
+                first_sweep[1, k] = a0[i]
+                first_sweep[2, k] = a1[i]
+            r = spend[k]
+            while r >= 0:
+                sweeps[3, r] = t[i]
+                sweeps[4, r] = a0[i]
+                sweeps[5, r] = a1[i]
+                s_done[r] = True
+                r = snxt[r]
+            spend[k] = -1
+        # the goroutine bound to the thread, and whether it runs
+        if f == GOSTART or switch or s_run or s_sys or f == GOCREATESYSCALL:
+            st_g[k] = a0[i]
+        elif leave:
+            st_g[k] = -1
+        if f == GOSTART or switch or f == GOSYSCALLEND or s_run:
+            st_run[k] = 1
+        elif s_sys or f == GOCREATESYSCALL or leave or f == GOSYSCALLBEGIN:
+            st_run[k] = 0
+    return nr, nl, ns
+
+
+threads = njit(cache=True, nogil=True)(_threads) if AVAILABLE else None

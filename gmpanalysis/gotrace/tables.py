@@ -415,8 +415,14 @@ class Builder:
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
         if not self.threads:
             return
-        if not self.running and kernels.use():
-            self._feed_goroutines(c, strings)
+        if kernels.use():
+            if not self.running:
+                self._feed_goroutines(c, strings)
+                return
+            groups = [self._threads_compiled(c, strings)]
+            for k in ("m", "ts", "type", "a0", "a1", "a2", "gen", "mi"):
+                c.pop(k, None)
+            self._take_groups(groups)
             return
         sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M)).astype(np.int32)
         order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
@@ -446,6 +452,10 @@ class Builder:
         del order
         for k in ("m", "ts", "type", "a0", "a1", "a2", "gen"):
             c.pop(k, None)
+        self._take_groups(groups)
+
+    def _take_groups(self, groups: list[dict]) -> None:
+        """Keep what the threads' streams of one chunk gave (see :func:`_streams`)."""
         if not groups:
             return
         self.few_parts.append(
@@ -463,6 +473,67 @@ class Builder:
                 self.m_state[m] = (g, r, pp)
         if self.running:
             self._feed_running(groups)
+
+    def _threads_compiled(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> dict:
+        """What :func:`_streams` gives, from one compiled pass over the chunk in file order
+        (kernels.threads); rows come in file order rather than thread by thread."""
+        m_ids = c["m_ids"]
+        st = np.array([self.m_state.get(int(m), (-1, 0, -1)) for m in m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
+        st_g, st_run, st_p = st[:, 0].copy(), st[:, 1].copy(), st[:, 2].copy()
+        nm, n = len(m_ids), len(c["type"])
+        first_stop_t = np.full(nm, -1, dtype=np.int64)
+        last_start_row = np.full(nm, -1, dtype=np.int64)
+        first_sweep = np.full((3, nm), -1, dtype=np.int64)
+        g_before = np.empty(n, dtype=np.int64)
+        # room for one row per event; pages never written stay out of memory
+        rows = np.empty((4, n), dtype=np.int64)
+        r_p, r_gen, r_seq = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+        r_done = np.empty(n, dtype=bool)
+        label_row = np.empty(n, dtype=np.int64)
+        sweeps = np.empty((6, n), dtype=np.int64)
+        s_done = np.empty(n, dtype=bool)
+        typ, m = c["type"], c["m"]
+        nr, nl, ns = kernels.threads(
+            c["mi"], m, typ, c["ts"], c["a0"], c["a1"], c["a2"], c["gen"], st_g, st_run, st_p,
+            first_stop_t, last_start_row, first_sweep, g_before, rows, r_p, r_gen, r_seq, r_done,
+            label_row, sweeps, s_done,
+        )  # fmt: skip
+        out: dict[str, object] = {
+            "m_ids": m_ids,
+            "g_end": st_g,
+            "run_end": st_run,
+            "p_end": st_p,
+            "first_stop_t": first_stop_t,
+            "last_start_row": last_start_row,
+            "g": rows[0, :nr].copy(),
+            "m": rows[1, :nr].copy(),
+            "start": rows[2, :nr].copy(),
+            "end": rows[3, :nr].copy(),
+            "p": r_p[:nr].copy(),
+            "gen": r_gen[:nr].copy(),
+            "seq": r_seq[:nr].copy(),
+            "done": r_done[:nr].copy(),
+            "first_sweep_end": (first_sweep[0], first_sweep[1], first_sweep[2]),
+            "sweep": {
+                "p": sweeps[0, :ns].copy(),
+                "m": sweeps[1, :ns].copy(),
+                "start_ns": sweeps[2, :ns].copy(),
+                "end_ns": sweeps[3, :ns].copy(),
+                "swept_bytes": sweeps[4, :ns].copy(),
+                "reclaimed_bytes": sweeps[5, :ns].copy(),
+                "done": s_done[:ns].copy(),
+            },
+        }
+        del rows, sweeps
+        li = np.flatnonzero(typ == s.EV_GOLABEL)
+        lrow = label_row[:nl]
+        names = [strings.get((int(g), int(a)), "") for g, a in zip(c["gen"][li], c["a0"][li], strict=True)]
+        ok = (lrow >= 0).tolist()
+        out["label_pos"] = lrow[lrow >= 0]
+        out["label_names"] = [x for x, k in zip(names, ok, strict=True) if k]
+        out["orphan_labels"] = [(int(mm), x) for mm, x, k in zip(m[li].tolist(), names, ok, strict=True) if not k]
+        out["few"] = _few(c["ts"], g_before, typ, c["a0"], c["a1"], c["a2"], m, c["gen"], strings, self.few_types)
+        return out
 
     def _feed_goroutines(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
         """Without running intervals, only the goroutine on each thread is followed, in one
@@ -590,7 +661,7 @@ class Builder:
             sdone = sw.pop("done")
             sw["end_ns"][~sdone] = last_ns
             sw["open"] = ~sdone
-            out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values("start_ns", kind="stable", ignore_index=True)
+            out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
         if self.few_parts:
             few = {
                 k: np.concatenate([p[k] for p in self.few_parts])
