@@ -137,19 +137,27 @@ class Run:
     def trace(self) -> Any:
         """The Go execution trace as GoTrace tables (None if the bundle has no trace)."""
         if self._trace is None and self.trace_path is not None:
-            from .gotrace import read_trace
-
-            check_regular(self.trace_path)  # replaced since loading: a FIFO would block the reader
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", GmpWarning)
-                tr = read_trace(self.trace_path)
-            check_trace_belongs(self, tr)
-            self._trace = tr
-            for w in caught:
-                if issubclass(w.category, GmpWarning) and str(w.message) not in self.notes:
-                    self.notes.append(str(w.message))
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # still shown
+            self._trace = self.read_trace()
         return self._trace
+
+    def read_trace(self, tables: tuple[str, ...] | None = None) -> Any:
+        """The bundle's trace read afresh (not kept), with only ``tables`` if given (see
+        :func:`gmpanalysis.read_trace`), checked to belong to this run; its warnings become
+        the run's notes. None if the bundle has no trace."""
+        if self.trace_path is None:
+            return None
+        from .gotrace import read_trace
+
+        check_regular(self.trace_path)  # replaced since loading: a FIFO would block the reader
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GmpWarning)
+            tr = read_trace(self.trace_path, tables=tables)
+        check_trace_belongs(self, tr)
+        for w in caught:
+            if issubclass(w.category, GmpWarning) and str(w.message) not in self.notes:
+                self.notes.append(str(w.message))
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # still shown
+        return tr
 
     @property
     def name(self) -> str:

@@ -118,7 +118,10 @@ def level_run(run: Run, name: str | None = None) -> Run:
         lim = lim[lim["cgroup"] == name].reset_index(drop=True)
     r = dataclasses.replace(run, meta=_level_meta(run, name), samples=s, limits=lim)
     if run.trace_path is not None:
-        r._trace = run.trace  # parsed once, shared by every level
+        from .timeline import _streams_trace
+
+        if not _streams_trace(run):  # a big one is summed per generation by each level instead
+            r._trace = run.trace  # parsed once, shared by every level
     r.notes = run.notes
     cache.clear()  # only the current inputs' levels are kept
     cache[key] = r

@@ -8,6 +8,7 @@ intervals are spread over periods through their cumulative coverage function.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -288,26 +289,41 @@ def _add_trace(df: pd.DataFrame, run: Run) -> None:
     # outside the trace window (or without a trace): GOMAXPROCS as the analysis knows it
     g = analyze(run).gomaxprocs
     cols["gomaxprocs"] = np.full(n, np.nan if g is None else float(g))
-    tr = run.trace if run.trace_path is not None else None
+    streamed = _streams_trace(run)
+    if streamed:
+        tr = run.read_trace(("stw", "gc", "gomaxprocs", "assist", "labels"))
+    else:
+        tr = run.trace if run.trace_path is not None else None
     if tr is not None and tr.meta["events"]:
         start, end = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
         inside = (start >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
         edges = np.r_[start, end]
 
         def spread(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
-            c = coverage(s0, s1, edges)
+            return per_period(coverage(s0, s1, edges))
+
+        def per_period(c: np.ndarray) -> np.ndarray:
             return np.where(inside, (c[n:] - c[:n]) / 1e3, np.nan)
 
-        stw, gc, r = tr.stw, tr.gc, tr.running
+        stw, gc = tr.stw, tr.gc
         cols["stw_us"] = spread(stw.start_ns.to_numpy(), stw.end_ns.to_numpy())
         cols["gc_mark_us"] = spread(gc.start_ns.to_numpy(), gc.end_ns.to_numpy())
         # GC CPU is counted only while on a P: a worker goroutine's every interval, and an
         # assist range only where its goroutine ran (it may park inside the range)
-        worker = is_gc_worker(tr)
-        cols["gc_worker_us"] = spread(r.start_ns.to_numpy()[worker], r.end_ns.to_numpy()[worker])
-        a = df_assist_on_p(tr)
-        cols["assist_us"] = spread(a.start_ns.to_numpy(), a.end_ns.to_numpy())
-        cols["go_running_us"] = spread(r.start_ns.to_numpy(), r.end_ns.to_numpy())
+        if streamed:
+            c_worker, c_assist, c_run = _running_coverage(run, tr, edges)
+            cols["gc_worker_us"], cols["assist_us"], cols["go_running_us"] = (
+                per_period(c_worker),
+                per_period(c_assist),
+                per_period(c_run),
+            )
+        else:
+            r = tr.running
+            worker = is_gc_worker(tr)
+            cols["gc_worker_us"] = spread(r.start_ns.to_numpy()[worker], r.end_ns.to_numpy()[worker])
+            a = df_assist_on_p(tr)
+            cols["assist_us"] = spread(a.start_ns.to_numpy(), a.end_ns.to_numpy())
+            cols["go_running_us"] = spread(r.start_ns.to_numpy(), r.end_ns.to_numpy())
         # STWs by the period they start in
         s0, s1 = stw.start_ns.to_numpy(), stw.end_ns.to_numpy()
         which = np.searchsorted(start, s0, side="right") - 1
@@ -334,6 +350,54 @@ def _add_trace(df: pd.DataFrame, run: Run) -> None:
             cols["gomaxprocs"] = np.where(idx >= 0, v[np.maximum(idx, 0)], cols["gomaxprocs"])
     for c, v in cols.items():
         df[c] = v
+
+
+# A trace file at least this big is not read whole for df_periods: its running intervals
+# are summed per period one generation at a time (see _running_coverage), unless the run's
+# trace is in memory already.
+STREAM_TRACE_BYTES = 256 << 20
+
+
+def _streams_trace(run: Run) -> bool:
+    p = run.trace_path
+    if p is None or run._trace is not None:
+        return False
+    try:
+        return p.stat().st_size >= STREAM_TRACE_BYTES
+    except OSError:
+        return False  # the full read says what is wrong with it
+
+
+def _running_coverage(run: Run, tr: Any, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cumulative coverage (see :func:`coverage`) at ``edges`` of the GC workers' running
+    intervals, of the mark assists while on a P, and of all running intervals, from the
+    trace's generations one at a time: coverage adds up over any split of the intervals, so
+    the full running table is never in memory. ``tr`` holds the run's assists and goroutine
+    labels (read first): a goroutine labelled a GC worker anywhere in the trace is one in
+    every generation, as :func:`gmpanalysis.gotrace.gcwork.is_gc_worker` has it."""
+    from .gotrace import iter_generations
+    from .gotrace.gcwork import WORKER_PREFIX, _intersect_by_g
+
+    lab = tr.labels
+    workers = np.unique(lab.g.to_numpy()[lab.label.astype(str).str.startswith(WORKER_PREFIX).to_numpy()])
+    a = tr.assist
+    ag, a0, a1 = a.g.to_numpy(), a.start_ns.to_numpy(), a.end_ns.to_numpy()
+    c_worker, c_assist, c_run = (np.zeros(len(edges)) for _ in range(3))
+    for part in iter_generations(run.trace_path, tables=("running",)):
+        r = part.running
+        g, s0, s1 = r.g.to_numpy(), r.start_ns.to_numpy(), r.end_ns.to_numpy()
+        c_run += coverage(s0, s1, edges)
+        worker = np.isin(g, workers)
+        c_worker += coverage(s0[worker], s1[worker], edges)
+        user = ~worker
+        # every assist that overlaps this generation's intervals, whichever generation it
+        # ended in
+        if not len(g):
+            continue
+        near = (a0 < s1.max()) & (a1 > s0.min())
+        _, _, i0, i1 = _intersect_by_g(ag[near], a0[near], a1[near], g[user], s0[user], s1[user], r.p.to_numpy()[user])
+        c_assist += coverage(i0, i1, edges)
+    return c_worker, c_assist, c_run
 
 
 def _add_requests(df: pd.DataFrame, run: Run) -> None:

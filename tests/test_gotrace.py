@@ -190,7 +190,7 @@ def test_bytes_and_path_agree():
     assert a.meta["events"] == b.meta["events"] and np.array_equal(a.running.start_ns, b.running.start_ns)
 
 
-TABLE_NAMES = ("running", "sweep", "stw", "assist", "logs", "gc", "gomaxprocs", "heap")
+TABLE_NAMES = ("running", "sweep", "stw", "assist", "logs", "labels", "gc", "gomaxprocs", "heap")
 
 
 @pytest.mark.parametrize("path", TRACES, ids=IDS)
@@ -483,3 +483,16 @@ def test_numpy_code_refuses_what_the_compiled_code_refuses(monkeypatch):
                     outcomes[enabled].append(("error",))
     assert outcomes[True] == outcomes[False]
     assert ("error",) in outcomes[True] and any(o[0] == "ok" for o in outcomes[True])
+
+
+@pytest.mark.parametrize("name", ["alloc-0.5cpu-gmp8", "go1.25.trace"])
+def test_labels_name_the_goroutines_the_running_table_labels(name):
+    """labels holds each GoLabel event with the goroutine it names: the same goroutines and
+    label counts as the running rows that carry a label, read alone or with everything."""
+    path = next(p for p in TRACES if name in (p.name, p.parent.name))
+    full = read_trace(path)
+    alone = read_trace(path, tables=("labels",))
+    assert alone.labels.equals(full.labels) and len(full.labels) > 0
+    labelled = full.running[full.running.label.astype(str) != ""]
+    assert sorted(set(labelled.g)) == sorted(set(full.labels.g))
+    assert labelled.label.astype(str).value_counts().to_dict() == full.labels.label.value_counts().to_dict()

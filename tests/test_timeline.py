@@ -399,3 +399,30 @@ def test_throttled_time_rising_mid_period_belongs_to_the_period_in_progress():
     row = per[(per.start_ns <= b + 40_000_000) & (per.end_ns > b + 40_000_000)].iloc[0]
     assert row["throttled_rq_us"] == 7_000.0
     assert per["throttled_rq_us"].sum() == 7_000.0
+
+
+TRACED = [p for p in RUNS if (p / "trace.out").exists()]
+
+
+@pytest.mark.parametrize("path", TRACED, ids=[p.name for p in TRACED])
+def test_a_big_trace_is_summed_per_period_one_generation_at_a_time(monkeypatch, path):
+    """Past STREAM_TRACE_BYTES, df_periods never holds the running table: it reads the STW,
+    GC, GOMAXPROCS, assist and label tables, then sums the running intervals per period one
+    generation at a time. Same columns as from the whole trace (sums in float, to rounding)."""
+    from gmpanalysis import timeline
+
+    whole = gmp.df_periods(gmp.load_run(path))
+    monkeypatch.setattr(timeline, "STREAM_TRACE_BYTES", 0)
+    run = gmp.load_run(path)
+    streamed = gmp.df_periods(run)
+    assert run._trace is None  # the full trace was never read
+    assert list(streamed.columns) == list(whole.columns)
+    for c in ("stw_us", "stw_max_us", "stw_count", "gc_mark_us", "stw_spans_boundary", "gomaxprocs"):
+        assert streamed[c].equals(whole[c]), c
+    for c in ("gc_worker_us", "assist_us", "go_running_us"):
+        a, b = whole[c].to_numpy(), streamed[c].to_numpy()
+        assert np.array_equal(np.isnan(a), np.isnan(b)), c
+        assert np.allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=1e-9, atol=1e-3), c
+    assert whole.go_running_us.notna().any()
+    if "alloc" in path.name:  # GC workers and assists at work: both sums are exercised
+        assert (whole.gc_worker_us.fillna(0) > 0).any() and (whole.assist_us.fillna(0) > 0).any()

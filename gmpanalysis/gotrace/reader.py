@@ -79,6 +79,8 @@ class GoTrace:
     ``sweep``: p, m, start_ns, end_ns, swept_bytes, reclaimed_bytes, open.
     ``heap``: t_ns, heap_alloc_bytes, heap_goal_bytes.
     ``logs``: t_ns, g, m, task, category, message — runtime/trace.Log calls.
+    ``labels``: t_ns, g, m, label — goroutine labels (the runtime's GoLabel: a GC worker's
+    mode, "GC (dedicated)" and the like, each time it starts one).
     ``meta``: version, frequency, first_ns, last_ns, generations, clock_snapshots, events,
     truncated (offset or None), clock_steps_back (batches whose thread clock went back and
     were held, see :class:`ClockWarning`; 0 in an undamaged trace), source.
@@ -93,6 +95,9 @@ class GoTrace:
     heap: pd.DataFrame
     logs: pd.DataFrame
     meta: dict[str, Any]
+    labels: pd.DataFrame = dataclasses.field(
+        default_factory=lambda: _tables._frame({}, _tables.SCHEMAS["labels"]), repr=False
+    )
 
     def __repr__(self) -> str:
         m = self.meta
@@ -589,7 +594,7 @@ def _clip(built: dict[str, Any], window: tuple[int, int]) -> dict[str, Any]:
     for name in ("stw", "gc", "running", "assist", "sweep"):
         df = built[name]
         out[name] = df[(df.end_ns >= t0) & (df.start_ns <= t1)].reset_index(drop=True)
-    for name in ("heap", "logs"):
+    for name in ("heap", "logs", "labels"):
         df = built[name]
         out[name] = df[(df.t_ns >= t0) & (df.t_ns <= t1)].reset_index(drop=True)
     gp = built["gomaxprocs"]
@@ -613,7 +618,7 @@ def _chunked(gens: Iterable[Generation]) -> Iterator[list[Generation]]:
         yield cur
 
 
-TABLES = ("stw", "gc", "gomaxprocs", "running", "assist", "sweep", "heap", "logs")
+TABLES = ("stw", "gc", "gomaxprocs", "running", "assist", "sweep", "heap", "logs", "labels")
 
 
 def _want(tables_: Iterable[str] | None) -> frozenset[str]:
@@ -819,7 +824,7 @@ def read_trace(
     The file is read a group of generations at a time (memory: one group's events plus the
     tables), mapped rather than copied; it must not shrink while it is read.
     ``tables`` names the tables to build (default: all of :data:`TABLES`); the others come
-    back empty and cost nothing to build (``stw``, ``assist`` and ``logs`` still follow
+    back empty and cost nothing to build (``stw``, ``assist``, ``logs`` and ``labels`` still follow
     every thread's goroutine; ``gc``, ``gomaxprocs`` and ``heap`` alone do not).
     ``window=(t0_ns, t1_ns)`` decodes only the generations that can hold events in it,
     found from their batch headers, and keeps the rows that overlap it (and the GOMAXPROCS

@@ -97,6 +97,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
     "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
     "logs": {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
+    "labels": {"t_ns": "int64", "g": "int64", "m": "int64", "label": "object"},
     "gc": {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
 }
 
@@ -162,6 +163,7 @@ TABLE_TYPES: dict[str, tuple[int, ...]] = {
     "stw": (s.EV_STWBEGIN, s.EV_STWEND),
     "assist": (s.EV_GCMARKASSISTBEGIN, s.EV_GCMARKASSISTEND, s.EV_GCMARKASSISTACTIVE),
     "logs": (s.EV_USERLOG,),
+    "labels": (s.EV_GOLABEL,),
 }
 
 
@@ -352,7 +354,7 @@ def _few(
         "A0": A0[fi],
         "TY": fty,
         "M": M[fi],
-        "kind": name(fty == s.EV_STWBEGIN, A0),
+        "kind": name((fty == s.EV_STWBEGIN) | (fty == s.EV_GOLABEL), A0),  # an STW's reason, a label
         "category": name(fty == s.EV_USERLOG, A1),
         "message": name(fty == s.EV_USERLOG, A2),
     }
@@ -390,13 +392,15 @@ class Builder:
     STW and assist tables name the goroutine).
     """
 
-    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:
+    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:  # all
         self.want = want
         self.running = bool({"running", "sweep"} & want)
-        self.threads = bool({"running", "sweep", "stw", "assist", "logs"} & want)
+        self.threads = bool({"running", "sweep", "stw", "assist", "logs", "labels"} & want)
         # only the events of the tables asked for are kept (heap samples alone are millions)
         self.glob_types = tuple(t for name in ("gc", "gomaxprocs", "heap") if name in want for t in TABLE_TYPES[name])
-        self.few_types = tuple(t for name in ("stw", "assist", "logs") if name in want for t in TABLE_TYPES[name])
+        self.few_types = tuple(
+            t for name in ("stw", "assist", "logs", "labels") if name in want for t in TABLE_TYPES[name]
+        )
         self.m_state: dict[int, tuple[int, int, int]] = {}
         self.pending_run: dict[int, list[tuple[int, int]]] = {}  # M -> [(part, row)]
         self.pending_sweep: dict[int, list[tuple[int, int]]] = {}
@@ -546,7 +550,9 @@ class Builder:
         )
         for m, g in zip(m_ids.tolist(), state.tolist(), strict=True):
             self.m_state[m] = (g, 0, -1)
-        self.few_parts.append(_few(c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings))
+        self.few_parts.append(
+            _few(c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings, self.few_types)
+        )
 
     def _feed_running(self, groups: list[dict]) -> None:
         part = len(self.run_parts)
@@ -619,7 +625,7 @@ class Builder:
         Overlapping intervals of one goroutine (see :func:`_resolve_overlaps`) are resolved
         among the rows taken together."""
         out: dict[str, object] = {
-            name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs")
+            name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs", "labels")
         }
         if self.run_parts:
             cols = self._take_parts("run_parts", "pending_run", (*RUN_COLS, "lab"), final)
@@ -700,6 +706,9 @@ class Builder:
                 },
                 SCHEMAS["logs"],
             )
+            lb = np.flatnonzero(TY == s.EV_GOLABEL)
+            lb = lb[np.argsort(T[lb], kind="stable")]
+            out["labels"] = _frame({"t_ns": T[lb], "g": G[lb], "m": M[lb], "label": few["kind"][lb]}, SCHEMAS["labels"])
             keep = np.sort(np.r_[open_stw, open_assist]).astype(np.int64)
             self.few_parts = [] if final or not keep.size else [{k: v[keep] for k, v in few.items()}]
 
