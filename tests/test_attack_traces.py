@@ -5,7 +5,9 @@ benchmarks/attack_traces.py runs 25 000 and more."""
 
 from __future__ import annotations
 
+import copy
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -18,7 +20,7 @@ from conftest import FIXTURES
 
 import gmpanalysis as gmp
 from gmpanalysis.errors import ClockWarning
-from gmpanalysis.gotrace import read_trace
+from gmpanalysis.gotrace import read_trace, spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trace_mutants as tm  # noqa: E402
@@ -257,3 +259,90 @@ def test_an_unreadable_file_is_named(tmp_path):
     p.chmod(0)
     with pytest.raises(gmp.TraceFormatError, match="cannot be read .* permissions"):
         read_trace(p)
+
+
+# --- cases a review of the compiled decoder found ------------------------------------------
+
+
+def _synthetic(events: bytes, strings: bytes = b"", version: int = 22) -> bytes:
+    """A one-generation trace of the given version: a frequency batch, an optional string
+    batch, and ``events`` as one event batch of thread 1."""
+    from trace_mutants import Batch, Model, enc, write
+
+    items = [Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x08" + enc(15_625_000)))]
+    if strings:
+        items.append(Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x04" + strings)))
+    items.append(Batch(None, 1, 7, 100, bytearray(events)))
+    return write(Model(bytearray(b"go 1.%d trace" % version).ljust(16, b"\0"), items, version))
+
+
+def _both_refuse(data: bytes, monkeypatch: pytest.MonkeyPatch, match: str) -> None:
+    from gmpanalysis.gotrace import kernels
+
+    for enabled in {True, False} if kernels.AVAILABLE else {False}:
+        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        with pytest.raises(gmp.TraceFormatError, match=match):
+            read_trace(data)
+
+
+def test_a_lone_type_byte_after_two_byte_events_is_refused_without_a_crash(monkeypatch):
+    """85 ProcStops (type, dt: 2 bytes each) and a lone type byte: an odd-sized batch. The
+    compiled decoder once wrote one slot past its buffers here and the interpreter aborted
+    (free(): invalid next size); the read runs in a child so an abort fails the test."""
+    data = _synthetic(b"\x0b\x00" * 85 + b"\x0b")
+    code = (
+        "import sys, gmpanalysis as g\n"
+        "try:\n    g.read_trace(sys.stdin.buffer.read())\nexcept g.TraceFormatError as e:\n    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=120)
+    assert r.returncode == 0 and b"runs past the end of its batch" in r.stdout, (r.returncode, r.stderr[-300:])
+    _both_refuse(data, monkeypatch, "runs past the end of its batch")
+
+
+def test_a_varint_running_into_the_next_batch_is_refused(monkeypatch):
+    """The last byte of a batch with its continuation bit set: the varint would run on into
+    the next batch's header (the numpy walk once read it from there and accepted the trace)."""
+    models = tm.parse((FIXTURES / "traces" / "tiny-go1.26.trace").read_bytes())
+    side = (spec.EV_STRINGS, spec.EV_STACKS, spec.EV_CPU_SAMPLES, spec.EV_SYNC, spec.EV_FREQUENCY)
+    events = [i for i, b in enumerate(models.items) if b is not tm.EOG and b.exp is None and b.payload[0] not in side]
+    assert len(events) >= 3
+    for i in events[:3]:
+        m = copy.deepcopy(models)
+        m.items[i].payload[-1] |= 0x80
+        _both_refuse(tm.write(m), monkeypatch, "runs past the end of its batch|varint")
+
+
+@pytest.mark.parametrize(
+    ("arg", "match"), [(b"\x80" * 10 + b"\x01", "longer than 10 bytes"), (b"\x80" * 9 + b"\x02", "overflows 64 bits")]
+)
+def test_an_oversized_varint_is_refused_even_in_an_argument_nobody_reads(monkeypatch, arg, match):
+    """GoBlock's stack argument is not used by any table, yet Go's reader refuses a varint
+    past 10 bytes or 64 bits there, and so do both decoders."""
+    from trace_mutants import enc
+
+    events = b"\x0a" + enc(1) + enc(0) + enc(0)  # ProcStart p=0
+    events += b"\x10" + enc(1) + enc(5) + enc(1)  # GoStart g5
+    events += b"\x14" + enc(1) + enc(2) + arg  # GoBlock reason, stack
+    _both_refuse(_synthetic(events), monkeypatch, match)
+
+
+def test_tens_of_thousands_of_label_names_are_read():
+    """33,000 distinct GoLabel names (the label ids once overflowed int16)."""
+    from trace_mutants import Batch, Model, enc, write
+
+    n = 33_000
+    strings = b"".join(b"\x05" + enc(i + 1) + enc(len(b"L%d" % i)) + b"L%d" % i for i in range(n))
+    items = [
+        Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x08" + enc(15_625_000))),
+        Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x04" + strings)),
+    ]
+    events = bytearray(b"\x0a" + enc(1) + enc(0) + enc(0))  # ProcStart p=0
+    for i in range(n):  # GoStart g, then GoLabel naming it; batches stay under 64 KiB
+        pair = b"\x10" + enc(1) + enc(i + 10) + enc(1) + b"\x27" + enc(1) + enc(i + 1)
+        if len(events) + len(pair) > 60_000:
+            items.append(Batch(None, 1, 7, 100 + len(items) * 100_000, events))  # after the last
+            events = bytearray()
+        events += pair
+    items.append(Batch(None, 1, 7, 100 + len(items) * 100_000, events))
+    tr = read_trace(write(Model(bytearray(b"go 1.22 trace").ljust(16, b"\0"), items, 22)))
+    assert len(tr.labels) == n and tr.running.label.nunique() == n

@@ -496,3 +496,29 @@ def test_labels_name_the_goroutines_the_running_table_labels(name):
     labelled = full.running[full.running.label.astype(str) != ""]
     assert sorted(set(labelled.g)) == sorted(set(full.labels.g))
     assert labelled.label.astype(str).value_counts().to_dict() == full.labels.label.value_counts().to_dict()
+
+
+@pytest.mark.parametrize("name", ["alloc-0.5cpu-gmp8", "cpu-0.5cpu-gmp2", "resize-0.5to2cpu-default"])
+def test_window_at_generation_edges_keeps_every_row(name):
+    """A thread the quota froze writes a generation's last events up to ~200 ms after the
+    next one began, and what runs at t1 ends in the next generation: windows that end at a
+    generation's last event, or start at the next one's first, still give the full read's
+    rows, with their true ends."""
+    path = next(p for p in TRACES if p.parent.name == name)
+    full = read_trace(path)
+    parts = list(gmp.iter_generations(path))
+    checked = 0
+    for k in range(len(parts) - 1):
+        for t0, t1 in (
+            (parts[k].meta["last_ns"] - 1000, parts[k].meta["last_ns"]),
+            (parts[k + 1].meta["first_ns"], parts[k + 1].meta["first_ns"] + 1000),
+        ):
+            w = read_trace(path, window=(t0, t1))
+            first = w.meta["first_ns"]  # rows begun before the first decoded generation start there
+            for t in ("running", "stw", "gc", "assist", "sweep"):
+                f, got = getattr(full, t), getattr(w, t)
+                want = f[(f.end_ns >= t0) & (f.start_ns <= t1)]
+                assert len(got) == len(want), (t, t0, t1)
+                assert _same_rows(want[want.start_ns >= first].reset_index(drop=True), got[got.start_ns >= first]), t
+                checked += len(want)
+    assert checked > 0

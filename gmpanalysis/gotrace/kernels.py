@@ -144,6 +144,8 @@ def _decode_events(
             p += 1
             nv = j - 1 if f < 128 else j  # uvarints after the type byte: dt, then the arguments
             k = n if keep[f] else -1
+            if k >= len(o_t):  # cannot happen with the caller's room; never write past it
+                return n, PAST_END, b, np.uint64(0), np.int64(0)
             if k >= 0:
                 o_a[0, k] = -1
                 o_a[1, k] = -1

@@ -484,7 +484,9 @@ def _events_compiled(
     nb = len(ev_batches)
     b_start = np.array([b.start for b in ev_batches], dtype=np.int64)
     b_end = np.array([b.end for b in ev_batches], dtype=np.int64)
-    room = max(int((b_end - b_start).sum()) // 2, 16)  # an event is at least 2 bytes
+    # an event is at least 2 bytes (type, dt), but a cut one may be a lone type byte: one
+    # start per 2 bytes, rounded up, and one more
+    room = (int((b_end - b_start).sum()) + 1) // 2 + 1
     counts = np.zeros(nb, dtype=np.int64)
     t_first = np.zeros(nb, dtype=np.uint64)
     t_last = np.zeros(nb, dtype=np.uint64)
@@ -557,11 +559,20 @@ def _gen_start_ns(data: bytes, g: Generation, source: str) -> int:
 
 
 def _in_window(
-    gens: Iterable[Generation], window: tuple[int, int] | None, data: bytes, source: str, info: dict[str, Any]
+    gens: Iterable[Generation],
+    window: tuple[int, int] | None,
+    data: bytes,
+    source: str,
+    info: dict[str, Any],
+    release: Callable[[int], None] | None = None,
 ) -> Iterator[Generation]:
-    """The generations to decode: all, or those whose events can fall in ``window`` (ns):
-    a generation holds the events from its first batch start up to the next one's. Counts
-    every generation in ``info``."""
+    """The generations to decode: all, or for ``window`` (ns) those that overlap it and one
+    more on each side. A generation overlaps when its first batch starts by t1 and the next
+    one's starts at t0 or later; but a thread the quota froze can still be writing the old
+    generation when the others begin the next (up to ~200 ms later in the shipped lab runs),
+    so the generation before holds events in the window too, and the one after holds the
+    ends of what is still running at t1. Counts every generation in ``info``; the pages of
+    the skipped ones are released."""
     if window is None:
         for g in gens:
             info["generations_seen"] += 1
@@ -570,20 +581,33 @@ def _in_window(
             yield g
         return
     t0, t1 = window
-    prev: Generation | None = None
-    prev_lo = 0
+
+    def overlaps(lo: int, next_lo: int | None) -> bool:
+        return lo <= t1 and (next_lo is None or next_lo >= t0)
+
+    pending: list[tuple[Generation, int]] = []  # read, not decided: a decision looks two ahead
+    before = False  # whether the generation before the next one to decide overlaps
+
+    def decide(final: bool) -> Iterator[Generation]:
+        nonlocal before
+        while len(pending) >= 3 or (final and pending):
+            (g, lo), rest = pending[0], pending[1:]
+            here = overlaps(lo, rest[0][1] if rest else None)
+            after = bool(rest) and overlaps(rest[0][1], rest[1][1] if len(rest) > 1 else None)
+            if before or here or after:
+                if info["first_generation"] is None:
+                    info["first_generation"] = g.gen
+                yield g
+            elif release is not None:
+                release(g.end)
+            before = here
+            pending.pop(0)
+
     for g in gens:
         info["generations_seen"] += 1
-        lo = _gen_start_ns(data, g, source)
-        if prev is not None and prev_lo <= t1 and lo >= t0:
-            if info["first_generation"] is None:
-                info["first_generation"] = prev.gen
-            yield prev
-        prev, prev_lo = g, lo
-    if prev is not None and prev_lo <= t1:
-        if info["first_generation"] is None:
-            info["first_generation"] = prev.gen
-        yield prev
+        pending.append((g, _gen_start_ns(data, g, source)))
+        yield from decide(final=False)
+    yield from decide(final=True)
 
 
 def _clip(built: dict[str, Any], window: tuple[int, int]) -> dict[str, Any]:
@@ -655,7 +679,7 @@ def parse_trace(
 
     # (A second thread decoding the next group while this one built the tables was tried:
     # with the compiled decoder it saved no wall time and cost 20-30 % more CPU.)
-    for chunk in _chunked(_in_window(splitter, window, data, source, info)):
+    for chunk in _chunked(_in_window(splitter, window, data, source, info, release)):
         chosen += len(chunk)
         decoded = _decode_chunk(data, buf, chunk, version, source, info, keep, need)
         if decoded is not None:
@@ -826,9 +850,12 @@ def read_trace(
     ``tables`` names the tables to build (default: all of :data:`TABLES`); the others come
     back empty and cost nothing to build (``stw``, ``assist``, ``logs`` and ``labels`` still follow
     every thread's goroutine; ``gc``, ``gomaxprocs`` and ``heap`` alone do not).
-    ``window=(t0_ns, t1_ns)`` decodes only the generations that can hold events in it,
-    found from their batch headers, and keeps the rows that overlap it (and the GOMAXPROCS
-    value in force at t0); ``meta["generations_decoded"]`` says how many were decoded.
+    ``window=(t0_ns, t1_ns)`` decodes only the generations that overlap it, found from their
+    batch headers, and one more on each side (a frozen thread writes a generation's last
+    events late; the next one ends what runs at t1), and keeps the rows that overlap the
+    window (and the GOMAXPROCS value in force at t0); ``meta["generations_decoded"]`` says
+    how many were decoded. A goroutine already running when the first of them began starts
+    there (its status is restated at each generation), not at its true start.
     """
     if window is not None:
         window = _check_window(window)

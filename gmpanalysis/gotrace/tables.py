@@ -193,7 +193,7 @@ def _streams(
     m_ids = M[gstart]
     gid = np.cumsum(new_m) - 1  # which M (0..) each event belongs to
     st0 = np.array([init.get(int(m), (-1, 0, -1)) for m in m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
-    g0, run0, p0 = st0[gid, 0], st0[gid, 1].astype(np.int8), st0[gid, 2].astype(np.int32)
+    g0, run0, p0 = st0[gid, 0], st0[gid, 1].astype(np.int8), st0[gid, 2]
     glast = np.r_[gstart[1:], n] - 1  # last event of each M
     is_: dict[int, np.ndarray] = {}
 
@@ -239,7 +239,8 @@ def _streams(
     p_set = (
         ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
     )
-    p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0).astype(np.int32), p_set, mstart, p0)
+    # (int64 like the compiled code's: a corrupt P id past int32 stays what the file says)
+    p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart, p0)
     del p_set
     out: dict[str, object] = {
         "m_ids": m_ids,
@@ -265,7 +266,7 @@ def _streams(
         closed = nxt < n
         closed[closed] = M[nxt[closed]] == M[si[closed]]
         out["g"] = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
-        out["p"] = p_after[si]
+        out["p"] = p_after[si].astype(np.int32)  # the running table's P column (the kernel's too)
         out["m"] = M[si]
         out["start"] = T[si]
         out["end"] = np.where(closed, T[np.minimum(nxt, n - 1)], -1)
@@ -633,9 +634,10 @@ class Builder:
             end = cols["end"]
             end[~done] = last_ns
             categories = sorted(self.names)
-            remap = np.zeros(len(self.names), dtype=np.int16)
+            at = {name: i for i, name in enumerate(categories)}
+            remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
             for name, i in self.names.items():
-                remap[i] = categories.index(name)
+                remap[i] = at[name]
             start = cols["start"]
             m = cols["m"]
             # each chunk's rows are in time order; chunks follow one another unless a thread's

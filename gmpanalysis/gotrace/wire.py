@@ -282,6 +282,14 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise TraceFormatError(f"{source} offset {batches[i].start}: batch payload does not start on an event")
+    # a batch must end where a token ends: else its last varint runs on into what follows
+    bad = (end_tok >= len(starts)) | (starts[np.minimum(end_tok, len(starts) - 1)] != b_end)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(
+            f"{source} offset {batches[i].end}: an event runs past the end of its batch "
+            f"(batch at offset {batches[i].start}); the trace is corrupt"
+        )
     seg_first = buf[lo:]
     if kernels.use():
         return _walk_compiled(seg_first, lo, starts, jump, cur, end_tok, batches, version, source)
@@ -351,7 +359,37 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
     del firsts
     # step-major -> batch-major, keeping each batch's steps in order
     order = np.argsort(bi, kind="stable")
-    return Walk(tok[order], bi[order], fi[order])
+    w = Walk(tok[order], bi[order], fi[order])
+    del tok, bi, fi, order
+    _check_varints(buf, lo, starts, cur, end_tok, w, source)
+    return w
+
+
+def _check_varints(
+    buf: np.ndarray, lo: int, starts: np.ndarray, cur: np.ndarray, end_tok: np.ndarray, w: Walk, source: str
+) -> None:
+    """Every varint of every event, used or not, within Go's limits (at most 10 bytes, the
+    10th holding at most the 64th bit), as Go's reader and the compiled decoder have it.
+    The tokens of the event batches are exactly their events' varints and type bytes; an
+    experimental type byte shares its token with the dt after it."""
+    n = len(starts) - 1
+    span = np.zeros(n + 1, dtype=np.int32)
+    np.add.at(span, cur, 1)
+    np.add.at(span, end_tok, -1)
+    inside = np.cumsum(span[:n]) > 0
+    first = starts[:-1].astype(np.int64)
+    length = np.diff(starts).astype(np.int64)
+    exp = w.tok[w.first >= 128]
+    first[exp] += 1
+    length[exp] -= 1
+    ten = np.flatnonzero(inside & (length == 10))
+    over = np.zeros(n, dtype=bool)
+    over[ten] = buf[lo + first[ten] + 9] > 1
+    bad = np.flatnonzero((inside & (length > 10)) | over)
+    if bad.size:
+        k = int(bad[0])
+        what = "longer than 10 bytes" if length[k] > 10 else "overflows 64 bits"
+        raise TraceFormatError(f"{source} offset {lo + int(first[k])}: varint {what}; the trace is corrupt")
 
 
 def token_values(
