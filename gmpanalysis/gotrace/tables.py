@@ -10,6 +10,8 @@ mark assists are few and paired in plain Python.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -406,8 +408,10 @@ class Builder:
         self.pending_run: dict[int, list[tuple[int, int]]] = {}  # M -> [(part, row)]
         self.pending_sweep: dict[int, list[tuple[int, int]]] = {}
         self.last_start: dict[int, tuple[int, int]] = {}
-        self.run_parts: list[dict[str, np.ndarray]] = []
-        self.sweep_parts: list[dict[str, np.ndarray]] = []
+        # rows per chunk, by a part id that never changes (the references above hold it)
+        self.run_parts: dict[int, dict[str, np.ndarray]] = {}
+        self.sweep_parts: dict[int, dict[str, np.ndarray]] = {}
+        self._part_ids = itertools.count()
         self.few_parts: list[dict] = []
         self.glob_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.names: dict[str, int] = {"": 0}  # label -> provisional id
@@ -556,7 +560,7 @@ class Builder:
         )
 
     def _feed_running(self, groups: list[dict]) -> None:
-        part = len(self.run_parts)
+        part = next(self._part_ids)
         sizes = [len(p["g"]) for p in groups]
         offs = np.r_[0, np.cumsum(sizes)].astype(np.int64)
         # one column at a time, each group's copy released as it is used
@@ -592,7 +596,7 @@ class Builder:
             rows[k] = rows[k][perm]
         inv = np.empty_like(perm)
         inv[perm] = np.arange(len(perm))
-        self.run_parts.append(rows)
+        self.run_parts[part] = rows
         for p, o in zip(groups, offs[:-1].tolist(), strict=True):
             for m, r in zip(p["m_ids"].tolist(), p["last_start_row"].tolist(), strict=True):
                 if r >= 0:
@@ -600,7 +604,7 @@ class Builder:
         for r in np.flatnonzero(~rows["done"]).tolist():
             self.pending_run.setdefault(int(rows["m"][r]), []).append((part, r))
         # sweeps the same way
-        spart = len(self.sweep_parts)
+        spart = next(self._part_ids)
         for p in groups:
             t_end, a0, a1 = p["first_sweep_end"]
             for m, t, sw, rc in zip(p["m_ids"].tolist(), t_end.tolist(), a0.tolist(), a1.tolist(), strict=True):
@@ -610,7 +614,7 @@ class Builder:
                         sp["end_ns"][r], sp["swept_bytes"][r], sp["reclaimed_bytes"][r] = t, sw, rc
                         sp["done"][r] = True
         sw = {k: np.concatenate([p["sweep"][k] for p in groups]) for k in SWEEP_COLS}
-        self.sweep_parts.append(sw)
+        self.sweep_parts[spart] = sw
         for r in np.flatnonzero(~sw["done"]).tolist():
             self.pending_sweep.setdefault(int(sw["m"][r]), []).append((spart, r))
 
@@ -752,36 +756,60 @@ class Builder:
         return out
 
     def _take_parts(self, parts_attr: str, pending_attr: str, keys: tuple[str, ...], final: bool) -> dict:
-        """Concatenate the rows of ``self.<parts_attr>`` that are done (all, if ``final``);
-        the rest stay, compacted, with the references to them renumbered."""
+        """Concatenate the rows of ``self.<parts_attr>`` that are done and not taken before
+        (all not taken before, if ``final``). Rows keep their place (the references to them
+        stay valid): a part is dropped once all its rows are taken, and compacted, its
+        references renumbered, once half of a big one is, so each row is copied a bounded
+        number of times however long a few of its part's rows stay open."""
         parts = getattr(self, parts_attr)
         if final:
-            setattr(self, parts_attr, [])
+            setattr(self, parts_attr, {})
+            held = list(parts.values())
+            del parts
+            left = [~p["_taken"] if "_taken" in p else None for p in held]
             # column by column, each part's copy released as it is used: the rows are held
             # once, plus one column
             out = {}
             for k in keys:
-                out[k] = np.concatenate([p.pop(k) for p in parts])
+                out[k] = np.concatenate(
+                    [p.pop(k) if sel is None else p.pop(k)[sel] for p, sel in zip(held, left, strict=True)]
+                )
                 trim()  # hand the parts' copy back at once, before the next column is built
             return out
         taken: list[dict] = []
-        kept: list[dict] = []
-        where: dict[tuple[int, int], tuple[int, int]] = {}
-        for q, part in enumerate(parts):
-            d = part["done"]
-            taken.append({k: part[k][d] for k in keys})
-            rest = np.flatnonzero(~d)
-            if rest.size:
-                where.update({(q, int(r)): (len(kept), i) for i, r in enumerate(rest.tolist())})
-                kept.append({k: v[rest] for k, v in part.items()})
-        setattr(self, parts_attr, kept)
-        pending = getattr(self, pending_attr)
-        for m in list(pending):
-            pending[m] = [where[x] for x in pending[m]]
+        for q in list(parts):
+            part = parts[q]
+            was = part.get("_taken")
+            sel = part["done"] if was is None else part["done"] & ~was
+            taken.append({k: part[k][sel] for k in keys})
+            now = part["done"].copy()
+            if now.all():
+                del parts[q]
+                continue
+            if now.sum() * 2 >= len(now) and len(now) >= COMPACT_ROWS:
+                rest = np.flatnonzero(~now)
+                parts[q] = {k: v[rest] for k, v in part.items() if k != "_taken"}
+                where = {int(r): i for i, r in enumerate(rest.tolist())}
+                self._renumber(parts_attr, pending_attr, q, where)
+            else:
+                part["_taken"] = now
         if parts_attr == "run_parts":
             # a GoLabel can only name a start still held here
-            self.last_start = {m: where[x] for m, x in self.last_start.items() if x in where}
+            self.last_start = {m: x for m, x in self.last_start.items() if x[0] in parts}
         return {k: np.concatenate([p[k] for p in taken]) for k in keys}
+
+    def _renumber(self, parts_attr: str, pending_attr: str, q: int, where: dict[int, int]) -> None:
+        """Part q was compacted: its rows moved to ``where[old row]``."""
+        pending = getattr(self, pending_attr)
+        for m, refs in pending.items():
+            pending[m] = [(p, where[r]) if p == q else (p, r) for p, r in refs]
+        if parts_attr == "run_parts":
+            self.last_start = {
+                m: (p, where[r]) if p == q else (p, r) for m, (p, r) in self.last_start.items() if p != q or r in where
+            }
+
+
+COMPACT_ROWS = 1024
 
 
 def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
