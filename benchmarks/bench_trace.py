@@ -22,8 +22,8 @@ see the same machine load; every figure is the median with its min and max:
 
 Peak memory is VmHWM from /proc/self/status: for ours minus the post-import baseline (the
 interpreter, numpy and pandas), for Go the whole process. With the [fast] extra, numba's
-compiled code and runtime load on the first read (about 46 MB here); the full-read line
-also gives the reader's own peak with that runtime counted in the baseline. Not a test: numbers move with
+module and compiled loops load on the first read (about 100 MB here); the full-read line
+also gives the reader's own peak with them counted in the baseline. Not a test: numbers move with
 what else the machine runs.
 """
 
@@ -128,8 +128,8 @@ def full_read(peer: Path, path: Path, rounds: int) -> None:
     own = ours(path, 1, None, None, True)[0]["peak_kib"]  # numba's runtime counted in the baseline
     print(
         f"  peak memory: ours +{peak_o / 1024:.0f} MiB = {peak_o * 1024 / size:.1f}x the file (goal <= 4x), "
-        f"of which the reader's own +{own / 1024:.0f} MiB = {own * 1024 / size:.1f}x (the rest: numba's compiled "
-        f"code and runtime, loaded on the first read); Go {peak_g / 1024:.0f} MiB = {peak_g * 1024 / size:.1f}x"
+        f"of which the reader's own +{own / 1024:.0f} MiB = {own * 1024 / size:.1f}x (the rest: numba, imported "
+        f"and its loops loaded on the first read); Go {peak_g / 1024:.0f} MiB = {peak_g * 1024 / size:.1f}x"
     )
 
 

@@ -58,5 +58,5 @@ if [ "$(id -u)" = 0 ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [[ "$*" !
     export GMP_KUBE_PREPARE_FAILED=$prepare_log
   fi
 fi
-say "pytest (a warm run takes about 5 min; -m \"not lab and not kube\" is the fast suite, about a minute)"
+say "pytest (a warm run takes about 7 min; -m \"not lab and not kube\" is the fast suite, about two minutes)"
 exec .venv/bin/python -m pytest "$@"

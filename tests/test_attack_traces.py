@@ -183,6 +183,8 @@ def test_a_thread_clock_going_back_is_held_and_noted():
         df = getattr(tr, t)
         assert (df.end_ns >= df.start_ns).all(), t
     assert tm.invariants(tr) == []
+    with pytest.warns(ClockWarning, match=r"clock goes back at 1 batch start"):  # read a generation at a time too
+        list(gmp.iter_generations(tm.write(m)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_trace(data).meta["clock_steps_back"] == 0

@@ -272,6 +272,8 @@ def test_tables_builds_only_what_is_asked():
     assert only_global.gc.equals(full.gc) and len(only_global.stw) == 0
     with pytest.raises(gmp.UsageError, match="unknown table"):
         read_trace(path, tables=("stw", "runing"))
+    with pytest.raises(gmp.UsageError, match="give table names"):
+        read_trace(path, tables=5)
 
 
 @pytest.mark.parametrize("name", ["alloc-0.5cpu-gmp8", "cpu-0.5cpu-gmp8"])

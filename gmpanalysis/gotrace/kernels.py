@@ -5,23 +5,27 @@ results (the tests run both).
 The walk over a batch's events is a chain: where the next event starts depends on the byte
 that starts this one. numpy can only take one step of every batch at a time, and a trace's
 batches hold up to ~14,000 events, so the numpy walk pays its per-step overhead that many
-times per group of generations; a compiled loop pays about a nanosecond per event.
+times per group of generations. A compiled loop pays 10-15 ns per event (a 25 MB trace:
+5.2 M events decoded in 0.06 s, the threads' states followed in 0.07 s) and decodes the
+varints in the same pass.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-njit = None
-if not os.environ.get("GMP_NO_NUMBA"):  # numba is optional; GMP_NO_NUMBA=1 uses the numpy code
-    try:
-        from numba import njit
-    except ImportError:  # pragma: no cover - depends on the environment
-        pass
+from . import spec as _s
 
-AVAILABLE = njit is not None
+# numba is optional; GMP_NO_NUMBA=1 uses the numpy code even where it is installed. It is
+# imported, and each loop compiled (or loaded from numba's cache), on first use: importing
+# it costs ~0.2 s that commands reading no trace should not pay.
+AVAILABLE = not os.environ.get("GMP_NO_NUMBA") and importlib.util.find_spec("numba") is not None
 # the reader uses the compiled loops when AVAILABLE and this is set; tests clear it to run
 # the numpy code on the same traces
 ENABLED = True
@@ -31,39 +35,20 @@ def use() -> bool:
     return AVAILABLE and ENABLED
 
 
-def _walk(
-    seg_first: np.ndarray,
-    starts: np.ndarray,
-    jump: np.ndarray,
-    cur: np.ndarray,
-    end_tok: np.ndarray,
-    out_tok: np.ndarray,
-    out_batch: np.ndarray,
-    out_first: np.ndarray,
-) -> tuple[int, int, int, int]:
-    """Walk every batch's events in order. Returns (events found, error, token, batch):
-    error 0 none, 1 a byte that is no event type at that token, 2 an event that runs past
-    the end of that batch."""
-    n = 0
-    for b in range(len(cur)):
-        k = cur[b]
-        e = end_tok[b]
-        while k < e:
-            f = seg_first[starts[k]]
-            j = jump[f]
-            if j == 0:
-                return n, 1, k, b
-            out_tok[n] = k
-            out_batch[n] = b
-            out_first[n] = f
-            n += 1
-            k += j
-        if k > e:
-            return n, 2, k, b
-    return n, 0, 0, 0
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled by numba on its first call."""
 
+    @functools.cache
+    def jitted() -> Callable[..., Any]:
+        from numba import njit
 
-walk = njit(cache=True, nogil=True)(_walk) if AVAILABLE else None
+        return njit(cache=True, nogil=True)(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
+        return jitted()(*args)
+
+    return call
 
 
 def _goroutine_before(
@@ -96,7 +81,7 @@ def _goroutine_before(
             state[k] = a0[i]
 
 
-goroutine_before = njit(cache=True, nogil=True)(_goroutine_before) if AVAILABLE else None
+goroutine_before = _compiled(_goroutine_before)
 
 
 # error codes of decode_events, with (offset, value) beside them
@@ -190,10 +175,10 @@ def _decode_events(
     return n, OK, 0, np.uint64(0), np.int64(0)
 
 
-decode_events = njit(cache=True, nogil=True)(_decode_events) if AVAILABLE else None
+decode_events = _compiled(_decode_events)
 
 
-from . import spec as _s  # noqa: E402 - the event types below are frozen into the compiled code
+# the event types, as module constants: numba freezes them into the compiled code
 
 GOSTART, GOSWITCH, GOSWITCHDESTROY = _s.EV_GOSTART, _s.EV_GOSWITCH, _s.EV_GOSWITCHDESTROY
 GOSTATUS, GOSTATUSSTACK, GOCREATESYSCALL = _s.EV_GOSTATUS, _s.EV_GOSTATUSSTACK, _s.EV_GOCREATESYSCALL
@@ -331,4 +316,4 @@ def _threads(
     return nr, nl, ns
 
 
-threads = njit(cache=True, nogil=True)(_threads) if AVAILABLE else None
+threads = _compiled(_threads)

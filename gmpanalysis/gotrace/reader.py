@@ -650,7 +650,12 @@ def _want(tables_: Iterable[str] | None) -> frozenset[str]:
         return frozenset(TABLES)
     if isinstance(tables_, str):
         tables_ = (tables_,)
-    want = frozenset(tables_)
+    try:
+        want = frozenset(tables_)
+    except TypeError:
+        raise UsageError(
+            f"read_trace(tables={tables_!r}): give table names, e.g. ('stw', 'gc'); choose from {list(TABLES)}"
+        ) from None
     unknown = sorted(want - set(TABLES))
     if unknown:
         raise UsageError(f"read_trace(tables=...): unknown table(s) {unknown}; choose from {list(TABLES)}")
@@ -690,26 +695,9 @@ def parse_trace(
         if release is not None:
             release(chunk[-1].end)
         trim()
-    gens = info["generations_seen"]
     del buf
     truncated_at = splitter.truncated_at
-    if truncated_at is not None:
-        warnings.warn(
-            f"{source}: trace ends inside a generation at offset {truncated_at} (of {len(data)} bytes); "
-            f"the {gens} complete generation(s) before it were read",
-            TruncatedTraceWarning,
-            stacklevel=3,
-        )
-    back = info["clock_steps_back"]
-    if back:
-        at, m, ns_back = back[0]
-        warnings.warn(
-            f"{source}: a thread's clock goes back at {len(back)} batch start(s), first at offset {at} "
-            f"(thread {m}, by {ns_back} ns); those events were held at the thread's last time. "
-            "The runtime never writes this: the trace is damaged there",
-            ClockWarning,
-            stacklevel=3,
-        )
+    _warn_damage(source, len(data), truncated_at, info)
     built = builder.finish(info["last_ns"] or 0)
     if window is not None:
         built = _clip(built, window)
@@ -753,8 +741,7 @@ def _iter_generations(
     builder = _tables.Builder(want)
     keep, need = _decode_masks(builder)
     held: GoTrace | None = None
-    for g in splitter:
-        info["generations_seen"] += 1
+    for g in _in_window(splitter, None, data, source, info):
         events = info["events"]
         decoded = _decode_chunk(data, buf, [g], version, source, info, keep, need)
         if decoded is not None:
@@ -774,13 +761,7 @@ def _iter_generations(
             yield held
         held = GoTrace(meta=meta, **got)
     del buf
-    if splitter.truncated_at is not None:
-        warnings.warn(
-            f"{source}: trace ends inside a generation at offset {splitter.truncated_at} (of {len(data)} bytes); "
-            f"the {info['generations_seen']} complete generation(s) before it were read",
-            TruncatedTraceWarning,
-            stacklevel=3,
-        )
+    _warn_damage(source, len(data), splitter.truncated_at, info)
     if held is not None:
         rest = builder.take(info["last_ns"] or 0, final=True)
         for name, df in rest.items():
@@ -789,6 +770,27 @@ def _iter_generations(
                 setattr(held, name, pd.concat([mine, df], ignore_index=True) if len(mine) else df)
         held.meta["truncated"] = splitter.truncated_at
         yield held
+
+
+def _warn_damage(source: str, size: int, truncated_at: int | None, info: dict[str, Any]) -> None:
+    """After a read: a cut in a generation, and threads' clocks that went back."""
+    if truncated_at is not None:
+        warnings.warn(
+            f"{source}: trace ends inside a generation at offset {truncated_at} (of {size} bytes); "
+            f"the {info['generations_seen']} complete generation(s) before it were read",
+            TruncatedTraceWarning,
+            stacklevel=4,
+        )
+    back = info["clock_steps_back"]
+    if back:
+        at, m, ns_back = back[0]
+        warnings.warn(
+            f"{source}: a thread's clock goes back at {len(back)} batch start(s), first at offset {at} "
+            f"(thread {m}, by {ns_back} ns); those events were held at the thread's last time. "
+            "The runtime never writes this: the trace is damaged there",
+            ClockWarning,
+            stacklevel=4,
+        )
 
 
 def _meta(

@@ -370,10 +370,6 @@ ROLE[[s.EV_GOSTOP, s.EV_GOBLOCK, s.EV_GODESTROY, s.EV_GOSYSCALLENDBLOCKED, s.EV_
 ROLE[[s.EV_GOSTATUS, s.EV_GOSTATUSSTACK]] = 3
 
 
-def _cat(parts: list[dict], key: str) -> np.ndarray:
-    return np.concatenate([p[key] for p in parts])
-
-
 def _label_dtype(n_names: int) -> type:
     """The narrowest type for label ids below ``n_names`` (GC worker labels: a handful)."""
     return np.int16 if n_names <= np.iinfo(np.int16).max else np.int32
@@ -395,7 +391,7 @@ class Builder:
     STW and assist tables name the goroutine).
     """
 
-    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:  # all
+    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:
         self.want = want
         self.running = bool({"running", "sweep"} & want)
         self.threads = bool({"running", "sweep", "stw", "assist", "logs", "labels"} & want)
@@ -810,13 +806,6 @@ class Builder:
 
 
 COMPACT_ROWS = 1024
-
-
-def build(c: dict[str, np.ndarray], strings: dict[tuple[int, int], str], last_ns: int) -> dict[str, object]:
-    """Build every table from one block of decoded columns (see :class:`Builder`)."""
-    b = Builder()
-    b.feed(c, strings)
-    return b.finish(last_ns)
 
 
 def _resolve_overlaps(

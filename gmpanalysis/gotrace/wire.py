@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from ..errors import TraceFormatError, UnknownVersionWarning
-from . import kernels, spec
+from . import spec
 
 HEADER_LEN = 16
 # Generations start at 1 and the runtime starts a new one every second: 2^31 - 1 of them
@@ -230,37 +230,6 @@ def tokenize(buf: np.ndarray, lo: int, hi: int, piece: int = 1 << 20) -> np.ndar
 TAIL_BATCHES = 8
 
 
-def _walk_compiled(
-    seg_first: np.ndarray,
-    lo: int,
-    starts: np.ndarray,
-    jump: np.ndarray,
-    cur: np.ndarray,
-    end_tok: np.ndarray,
-    batches: list[Batch],
-    version: int,
-    source: str,
-) -> Walk:
-    room = int(np.maximum(end_tok - cur, 0).sum())  # at most one event per token
-    tok = np.empty(room, dtype=np.int32)
-    bi = np.empty(room, dtype=np.int32)
-    fi = np.empty(room, dtype=np.uint8)
-    n, err, k, b = kernels.walk(seg_first, starts, jump.astype(np.int32), cur, end_tok, tok, bi, fi)
-    if err == 1:
-        f = int(seg_first[starts[k]])
-        raise TraceFormatError(
-            f"{source} offset {lo + int(starts[k])}: byte 0x{f:02x} is not an event type of trace version "
-            f"go 1.{version}; the trace is corrupt"
-        )
-    if err == 2:
-        raise TraceFormatError(
-            f"{source} offset {batches[b].end}: an event runs past the end of its batch "
-            f"(batch at offset {batches[b].start}); the trace is corrupt"
-        )
-    # the batches were walked one after another: the events are in file order already
-    return Walk(tok[:n].copy(), bi[:n].copy(), fi[:n].copy())
-
-
 def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batch], version: int, source: str) -> Walk:
     """Find every event of the given event batches, all batches advancing in lockstep.
 
@@ -291,8 +260,6 @@ def walk_events(buf: np.ndarray, lo: int, starts: np.ndarray, batches: list[Batc
             f"(batch at offset {batches[i].start}); the trace is corrupt"
         )
     seg_first = buf[lo:]
-    if kernels.use():
-        return _walk_compiled(seg_first, lo, starts, jump, cur, end_tok, batches, version, source)
     active = np.flatnonzero(cur < end_tok).astype(np.int32)
     toks: list[np.ndarray] = []
     bidx: list[np.ndarray] = []
