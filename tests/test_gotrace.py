@@ -386,33 +386,75 @@ def test_gc_cpu_on_real_traces(parsed):
         assert 0 <= d["gc_cpu_pct"] <= 100 or d["running_ns"] == 0, path
 
 
-@pytest.mark.parametrize("block", [1, 2, 1 << 18])
-def test_overlapping_intervals_of_one_goroutine_are_put_in_order(monkeypatch, block):
-    """Two threads' clocks disagree: goroutine 7 seems to start on a second thread before
-    it left the first. The later interval starts when the first ends (by sequence number
-    within a generation, else by time), whatever the block the check works in."""
+def _clash_builder(chunks):
+    """A Builder fed running rows directly, chunk by chunk (each a dict of columns in file
+    order), as the decoded threads would give them."""
     from gmpanalysis.gotrace import tables
 
-    monkeypatch.setattr(tables, "OVERLAP_BLOCK", block)
-    # rows in time order: g 7 on one thread 100-200, again on another from 150
-    g = np.array([5, 7, 9, 7, 5], dtype=np.int64)
-    start = np.array([90, 100, 120, 150, 300], dtype=np.int64)
-    end = np.array([110, 200, 130, 260, 310], dtype=np.int64)
-    gen = np.ones(5, dtype=np.int32)
-    seq = np.array([-1, 3, -1, 4, -1], dtype=np.int32)
-    for in_order in (True, False):
-        s, e = start.copy(), end.copy()
-        assert tables._resolve_overlaps(g, gen, seq, s, e, in_order)
-        assert list(s) == [90, 100, 120, 200, 300] and list(e) == [110, 200, 130, 260, 310]
-    # the sequence numbers say the later-looking interval came first
-    s, e = start.copy(), end.copy()
-    assert tables._resolve_overlaps(g, gen, np.array([-1, 4, -1, 3, -1], dtype=np.int32), s, e, True)
-    assert list(s) == [90, 260, 120, 150, 300] and list(e) == [110, 260, 130, 260, 310]
+    b = tables.Builder(frozenset({"running"}))
+    for rows in chunks:
+        n = len(rows["g"])
+        group = {k: np.asarray(v) for k, v in rows.items()}
+        group["done"] = group["end"] >= 0
+        group.update(
+            p=np.zeros(n, np.int32),
+            label_pos=np.zeros(0, np.int64),
+            label_names=[],
+            orphan_labels=[],
+            m_ids=np.unique(group["m"]),
+            first_stop_t=np.full(len(np.unique(group["m"])), -1),
+            last_start_row=np.full(len(np.unique(group["m"])), -1),
+            first_sweep_end=(np.full(len(np.unique(group["m"])), -1),) * 3,
+            sweep={k: np.zeros(0, bool if k == "done" else np.int64) for k in tables.SWEEP_COLS},
+        )
+        group["gen"] = group["gen"].astype(np.int32)
+        group["seq"] = group["seq"].astype(np.int32)
+        b._feed_running([group])
+        b.flush()
+    return b
+
+
+@pytest.mark.parametrize("split", [None, 2, 3, 4])
+def test_overlapping_intervals_of_one_goroutine_are_put_in_order(split):
+    """Two threads' clocks disagree: goroutine 7 seems to start on a second thread before
+    it left the first. The later interval starts when the first ends (by sequence number
+    within a generation, else by time), whether the two rows come in one chunk or in two."""
+    rows = {
+        "g": [5, 7, 9, 7, 5],
+        "m": [1, 1, 2, 2, 1],
+        "start": [90, 100, 120, 150, 300],
+        "end": [110, 200, 130, 260, 310],
+        "gen": [1, 1, 1, 1, 1],
+        "seq": [-1, 3, -1, 4, -1],
+    }
+
+    def run(rows, split):
+        chunks = [rows]
+        if split is not None:
+            chunks = [{k: v[:split] for k, v in rows.items()}, {k: v[split:] for k, v in rows.items()}]
+        if split is not None:  # a chunk is whole generations: the second is a later one
+            chunks[1]["gen"] = [2] * len(chunks[1]["gen"])
+        t = _clash_builder(chunks).finish(1000)["running"]
+        return list(t.start_ns), list(t.end_ns)
+
+    assert run(rows, split) == ([90, 100, 120, 200, 300], [110, 200, 130, 260, 310])
+    # the sequence numbers say the later-looking interval came first (same generation only)
+    swapped = {**rows, "seq": [-1, 4, -1, 3, -1]}
+    if split is None or split >= 4:
+        assert run(swapped, split) == ([90, 120, 150, 260, 300], [110, 130, 260, 260, 310])
     # no overlap: nothing moves
-    s, e = start.copy(), end.copy()
-    e[1] = 150
-    assert not tables._resolve_overlaps(g, gen, seq, s, e, True)
-    assert list(s) == list(start)
+    apart = {**rows, "end": [110, 150, 130, 260, 310]}
+    assert run(apart, split) == (rows["start"], apart["end"])
+
+
+def test_an_interval_still_open_is_checked_once_it_ends():
+    """Goroutine 7 starts on thread 2 while its interval on thread 1 is still open at the
+    end of the chunk: the pair is kept, and settled once thread 1 stops it (later chunk)."""
+    first = {"g": [7, 7], "m": [1, 2], "start": [100, 150], "end": [-1, 260], "gen": [1, 1], "seq": [3, 4]}
+    b = _clash_builder([first])
+    b.run.col("end")[0] = 200  # what a later chunk's stop on thread 1 does
+    t = b.finish(1000)["running"]
+    assert list(t.start_ns) == [100, 200] and list(t.end_ns) == [200, 260]
 
 
 def test_a_big_trace_is_read_behind_a_progress_bar(monkeypatch, capsys):
@@ -524,3 +566,24 @@ def test_window_at_generation_edges_keeps_every_row(name):
                 assert _same_rows(want[want.start_ns >= first].reset_index(drop=True), got[got.start_ns >= first]), t
                 checked += len(want)
     assert checked > 0
+
+
+def test_row_store_keeps_ids_through_takes_growth_and_sorts():
+    """Rows keep their ids when others are taken, when the columns outgrow their
+    reservation and when a chunk's rows are put in order; finish hands the columns over."""
+    from gmpanalysis.gotrace.rows import RowStore
+
+    st = RowStore({"x": np.int64, "ok": bool}, capacity=4)
+    first = st.append({"x": np.arange(10), "ok": np.arange(10) % 3 == 0})  # grows past 4
+    assert first == 0 and st.n == 10
+    got = st.take(st.col("ok").copy())
+    assert list(got["x"]) == [0, 3, 6, 9]
+    assert list(st.positions([1, 2, 3, 9, 10])) == [0, 1, -1, -1, -1]
+    nxt = st.append({"x": np.array([30, 20, 10]), "ok": np.zeros(3, bool)})
+    assert nxt == 10
+    lo = st.positions([10])[0]
+    st.permute(lo, np.argsort(st.col("x")[lo:]))  # ids go with positions: 10 now holds 10
+    assert st.col("x")[st.positions([10, 12])].tolist() == [10, 30]
+    assert st.col("x")[st.positions([1, 8])].tolist() == [1, 8]
+    out = st.finish()
+    assert out["x"].tolist() == [1, 2, 4, 5, 7, 8, 10, 20, 30] and st.n == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
+import numpy as np
+
 
 def _malloc_trim() -> Callable[[], None]:
     """glibc keeps freed memory for reuse rather than return it, so the arrays of one step
@@ -18,3 +20,30 @@ def _malloc_trim() -> Callable[[], None]:
 
 
 trim = _malloc_trim()
+
+
+def _madvise() -> Callable[[int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return fn
+
+
+_MADVISE = _madvise()
+MADV_NOHUGEPAGE = 15  # Linux
+PAGE = 4096
+
+
+def small_pages(a: np.ndarray) -> None:
+    """Back a large array that fills slowly with 4 KiB pages, not 2 MiB ones: with
+    transparent huge pages on (Debian's default, or numpy's madvise on arrays of 4 MiB and
+    more), each page first written brings in 2 MiB, so every column growing row by row
+    holds up to 2 MiB it does not use. A hint: ignored where madvise is not there."""
+    if _MADVISE is None or a.nbytes < 4 * PAGE:
+        return
+    lo = -(-a.ctypes.data // PAGE) * PAGE
+    hi = (a.ctypes.data + a.nbytes) // PAGE * PAGE
+    if hi > lo:
+        _MADVISE(lo, hi - lo, MADV_NOHUGEPAGE)

@@ -48,6 +48,10 @@ def uvarint(data: bytes, pos: int, end: int, source: str) -> tuple[int, int]:
 # events in the longest batch of the group, so it prefers bigger groups. Measured on a 25 MB
 # trace with the compiled code: 4 MB groups 223 MB peak, 2 MB 188 MB, at the same speed.
 CHUNK_BYTES = 2 << 20
+# the compiled decoder's unit: a chunk's batches are decoded and built a piece of about
+# this many bytes at a time (each thread's batches in file order), so what a piece decodes
+# to stays small beside the tables; the rows are put in time order per chunk
+PIECE_BYTES = 256 << 10
 
 
 # Traces of at least this many bytes are read behind a tqdm progress bar on stderr when no
@@ -310,10 +314,11 @@ def _decode_chunk(
     info: dict[str, Any],
     keep: np.ndarray,
     need: np.ndarray,
-) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], str]] | None:
+) -> Iterator[tuple[dict[str, np.ndarray], dict[tuple[int, int], str]]]:
     """Decode every event of a group of whole generations into flat columns (file order):
-    m, gen, ts (ns), type, a0..a2 (-1 where unused). None when they hold no event."""
-    m_last = info["m_last"]
+    m, gen, ts (ns), type, a0..a2 (-1 where unused), mi (the thread's index in m_ids),
+    with the generations' strings; in pieces of consecutive batches (see PIECE_BYTES), none
+    for batches without events."""
     strings: dict[tuple[int, int], str] = {}
     lo, hi = chunk[0].start, chunk[-1].end
     ev_batches: list[Batch] = []
@@ -366,8 +371,55 @@ def _decode_chunk(
             f"{source} offset {bb.at}: batch start time {bb.ts} ticks is beyond any CLOCK_MONOTONIC reading "
             f"({MAX_NS} ns, 146 years of uptime); the trace is corrupt"
         )
+    info["chunk_first_ns"] = info["chunk_last_ns"] = None
+    if kernels.use():
+        # the compiled code decodes a piece of about PIECE_BYTES of batches at a time (the
+        # builder takes each thread's batches in file order across pieces); the numpy walk
+        # steps through all batches of a chunk in lockstep and pays per step: all at once
+        size = np.array([b.end - b.start for b in ev_batches], dtype=np.int64)
+        piece = np.cumsum(size) // PIECE_BYTES
+        cuts = [0, *(np.flatnonzero(piece[1:] != piece[:-1]) + 1).tolist(), len(ev_batches)]
+    else:
+        cuts = [0, len(ev_batches)]
+    for a, z in zip(cuts[:-1], cuts[1:], strict=True):
+        if z > a:
+            sel = slice(a, z)
+            got = _decode_piece(
+                buf,
+                (lo, hi),
+                ev_batches[sel],
+                b_ts[sel],
+                freq_b[sel],
+                lim_b[sel],
+                b_gen[sel],
+                version,
+                source,
+                info,
+                keep,
+                need,
+            )
+            if got is not None:
+                yield got, strings
+
+
+def _decode_piece(
+    buf: np.ndarray,
+    span: tuple[int, int],
+    ev_batches: list[Batch],
+    b_ts: np.ndarray,
+    freq_b: np.ndarray,
+    lim_b: np.ndarray,
+    b_gen: list[int],
+    version: int,
+    source: str,
+    info: dict[str, Any],
+    keep: np.ndarray,
+    need: np.ndarray,
+) -> dict[str, np.ndarray] | None:
+    """The events of these batches (of whole generations, or consecutive batches of them)
+    as flat columns (see :func:`_decode_chunk`); None when they hold none."""
     decode = _events_compiled if kernels.use() else _events_numpy
-    ev = decode(buf, lo, hi, ev_batches, b_ts, lim_b, version, keep, need, source)
+    ev = decode(buf, span[0], span[1], ev_batches, b_ts, lim_b, version, keep, need, source)
     counts = ev["counts"]
     n_ev = int(counts.sum())
     info["events"] += n_ev
@@ -377,10 +429,14 @@ def _decode_chunk(
     f_ne = freq_b[nonempty]
     ns_first = _to_ns(ev["t_first"][nonempty].view(np.int64), f_ne)
     ns_last = _to_ns(ev["t_last"][nonempty].view(np.int64), f_ne)
-    info["chunk_first_ns"], info["chunk_last_ns"] = int(ns_first.min()), int(ns_last.max())
-    for key, v, pick in (("first_ns", int(ns_first.min()), min), ("last_ns", int(ns_last.max()), max)):
+    for key, v, pick in (
+        ("first_ns", int(ns_first.min()), min),
+        ("last_ns", int(ns_last.max()), max),
+        ("chunk_first_ns", int(ns_first.min()), min),
+        ("chunk_last_ns", int(ns_last.max()), max),
+    ):
         info[key] = v if info[key] is None else pick(info[key], v)
-    floor = _hold_threads(ev_batches, nonempty, ns_first, ns_last, m_last, info)
+    floor = _hold_threads(ev_batches, nonempty, ns_first, ns_last, info["m_last"], info)
     bsel = ev["batch"]
     ns = _to_ns(ev["t"], int(freq_b[0]) if (freq_b == freq_b[0]).all() else freq_b[bsel])
     if floor is not None:
@@ -397,7 +453,7 @@ def _decode_chunk(
     cols["gen"] = np.array(b_gen, dtype=np.int32)[bsel]
     cols["ts"] = ns
     cols["type"] = typ
-    return cols, strings
+    return cols
 
 
 def _events_numpy(
@@ -678,7 +734,7 @@ def parse_trace(
     splitter = GenerationSplitter(data, version, source)
     buf = np.frombuffer(data, dtype=np.uint8)
     info = _new_info()
-    builder = _tables.Builder(want)
+    builder = _tables.Builder(want, len(data))
     keep, need = _decode_masks(builder)
     chosen = 0
 
@@ -686,10 +742,11 @@ def parse_trace(
     # with the compiled decoder it saved no wall time and cost 20-30 % more CPU.)
     for chunk in _chunked(_in_window(splitter, window, data, source, info, release)):
         chosen += len(chunk)
-        decoded = _decode_chunk(data, buf, chunk, version, source, info, keep, need)
-        if decoded is not None:
+        for decoded in _decode_chunk(data, buf, chunk, version, source, info, keep, need):
             builder.feed(*decoded)
-        del decoded
+            del decoded
+            trim()
+        builder.flush()
         if progress is not None:
             progress(chunk[-1].end)
         if release is not None:
@@ -699,6 +756,8 @@ def parse_trace(
     truncated_at = splitter.truncated_at
     _warn_damage(source, len(data), truncated_at, info)
     built = builder.finish(info["last_ns"] or 0)
+    del builder
+    trim()
     if window is not None:
         built = _clip(built, window)
     info["generations_decoded"] = chosen
@@ -743,10 +802,9 @@ def _iter_generations(
     held: GoTrace | None = None
     for g in _in_window(splitter, None, data, source, info):
         events = info["events"]
-        decoded = _decode_chunk(data, buf, [g], version, source, info, keep, need)
-        if decoded is not None:
+        for decoded in _decode_chunk(data, buf, [g], version, source, info, keep, need):
             builder.feed(*decoded)
-        del decoded
+            del decoded
         if release is not None:
             release(g.end)
         got = builder.take(info["last_ns"] or 0)
@@ -818,7 +876,7 @@ def _meta(
 
 def _decode_masks(builder: _tables.Builder) -> tuple[np.ndarray, np.ndarray]:
     """The event types to decode, and which of their arguments, for the tables asked for."""
-    types = set(builder.glob_types)
+    types = set(builder.glob_types) | set(builder.heap_types)
     if builder.running:
         types |= set(_tables.SCHED + _tables.ON_M)
     elif builder.threads:  # the goroutine on each thread, and the goroutine-scoped events

@@ -10,14 +10,13 @@ mark assists are few and paired in plain Python.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pandas as pd
 
 from . import kernels
 from . import spec as s
 from .memory import trim
+from .rows import RowStore
 
 SCHED = (
     s.EV_PROCSTART,
@@ -372,12 +371,31 @@ ROLE[[s.EV_GOSTATUS, s.EV_GOSTATUSSTACK]] = 3
 
 def _label_dtype(n_names: int) -> type:
     """The narrowest type for label ids below ``n_names`` (GC worker labels: a handful)."""
-    return np.int16 if n_names <= np.iinfo(np.int16).max else np.int32
+    return next(t for t in (np.int8, np.int16, np.int32) if n_names <= np.iinfo(t).max + 1)
 
 
 RUN_COLS = ("g", "p", "m", "start", "end", "done", "gen", "seq")
 SWEEP_COLS = ("p", "m", "start_ns", "end_ns", "swept_bytes", "reclaimed_bytes", "done")
 FEW_COLS = ("T", "G", "A0", "TY", "M", "kind", "category", "message")
+# what is held per row while the trace is read: the running table's columns (the label as
+# a provisional id; -1 as the end of one still open), the sweep table's, and the heap samples' (NaN
+# where the event sets the other value; filled forward when taken)
+RUN_HELD = {
+    "g": np.int64,
+    "p": np.int32,
+    "m": np.int64,
+    "start": np.int64,
+    "end": np.int64,
+    "lab": np.int8,
+}
+SWEEP_HELD = {k: (bool if k == "done" else np.int64) for k in SWEEP_COLS}
+HEAP_HELD = {"t_ns": np.int64, "heap_alloc_bytes": np.float64, "heap_goal_bytes": np.float64}
+HEAP_TYPES = (s.EV_HEAPALLOC, s.EV_HEAPGOAL)
+# rows reserved per byte of trace (pages never written cost nothing): a running interval
+# starts at an event of at least 2 bytes; a busy server's trace holds one per ~12 bytes
+# and a heap sample per ~70. Past the reservation the columns grow by half.
+RUN_ROWS_PER_BYTE = 1 / 4
+HEAP_ROWS_PER_BYTE = 1 / 16
 
 
 class Builder:
@@ -386,28 +404,42 @@ class Builder:
     Everything that crosses a generation boundary is carried here: each thread's state
     (the goroutine bound to it, whether it runs, its P), the running intervals and sweeps
     still open on each thread, and each thread's last start (which a GoLabel may name).
-    Memory is what one chunk decodes to plus the output rows. ``want`` names the tables to
-    build; without "running" and "sweep", only the threads' goroutines are followed (the
-    STW and assist tables name the goroutine).
+    Memory is what one chunk decodes to plus the output rows, which are written once into
+    the columns of the tables to come (:class:`~.rows.RowStore`; ``size``, the trace's
+    bytes, sets their reservation). ``want`` names the tables to build; without "running"
+    and "sweep", only the threads' goroutines are followed (the STW and assist tables name
+    the goroutine).
     """
 
-    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}) -> None:
+    def __init__(self, want: frozenset[str] = frozenset(SCHEMAS) | {"gc", "gomaxprocs", "heap"}, size: int = 0) -> None:
         self.want = want
         self.running = bool({"running", "sweep"} & want)
         self.threads = bool({"running", "sweep", "stw", "assist", "logs", "labels"} & want)
         # only the events of the tables asked for are kept (heap samples alone are millions)
-        self.glob_types = tuple(t for name in ("gc", "gomaxprocs", "heap") if name in want for t in TABLE_TYPES[name])
+        self.glob_types = tuple(t for name in ("gc", "gomaxprocs") if name in want for t in TABLE_TYPES[name])
+        self.heap_types = HEAP_TYPES if "heap" in want else ()
         self.few_types = tuple(
             t for name in ("stw", "assist", "logs", "labels") if name in want for t in TABLE_TYPES[name]
         )
         self.m_state: dict[int, tuple[int, int, int]] = {}
-        self.pending_run: dict[int, list[tuple[int, int]]] = {}  # M -> [(part, row)]
-        self.pending_sweep: dict[int, list[tuple[int, int]]] = {}
-        self.last_start: dict[int, tuple[int, int]] = {}
-        # rows per chunk, by a part id that never changes (the references above hold it)
-        self.run_parts: dict[int, dict[str, np.ndarray]] = {}
-        self.sweep_parts: dict[int, dict[str, np.ndarray]] = {}
-        self._part_ids = itertools.count()
+        self.run = RowStore(RUN_HELD, int(size * RUN_ROWS_PER_BYTE) if "running" in want else 0)
+        self.sweeps = RowStore(SWEEP_HELD)
+        self.heap = RowStore(HEAP_HELD, int(size * HEAP_ROWS_PER_BYTE) if self.heap_types else 0)
+        self.pending_run: dict[int, list[int]] = {}  # M -> ids of its rows still open
+        self.pending_sweep: dict[int, list[int]] = {}
+        self.last_start: dict[int, int] = {}  # M -> id of its last start
+        # each goroutine's last interval in the chunks so far (sorted by goroutine): id, end,
+        # done; and the pairs of a goroutine's intervals that may overlap, in the order found
+        # (goroutine, id of the first, id of the second, whether the sequence swaps them)
+        self.carry = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+        self.clashes: list[tuple[int, int, int, bool]] = []
+        # the chunk being fed: where its rows begin, their generations and sequence numbers,
+        # the threads whose references to them must follow their sort; where its heap
+        # samples begin
+        self._chunk_lo: int | None = None
+        self._stage: list[tuple[np.ndarray, np.ndarray]] = []
+        self._moved: set[int] = set()
+        self._heap_lo: int | None = None
         self.few_parts: list[dict] = []
         self.glob_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.names: dict[str, int] = {"": 0}  # label -> provisional id
@@ -418,6 +450,8 @@ class Builder:
         """Take one chunk's decoded event columns (file order; released as used)."""
         gsel = np.flatnonzero(_isin(c["type"], self.glob_types))
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
+        if self.heap_types:
+            self._feed_heap(c)
         if not self.threads:
             return
         if kernels.use():
@@ -555,8 +589,21 @@ class Builder:
             _few(c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings, self.few_types)
         )
 
+    def _feed_heap(self, c: dict[str, np.ndarray]) -> None:
+        """Heap samples, in file order (flush() sorts each chunk's by time)."""
+        hi = np.flatnonzero(_isin(c["type"], self.heap_types))
+        if self._heap_lo is None:
+            self._heap_lo = self.heap.n
+        ty, v = c["type"][hi], c["a0"][hi].astype(np.float64)
+        self.heap.append(
+            {
+                "t_ns": c["ts"][hi],
+                "heap_alloc_bytes": np.where(ty == s.EV_HEAPALLOC, v, np.nan),
+                "heap_goal_bytes": np.where(ty == s.EV_HEAPGOAL, v, np.nan),
+            }
+        )
+
     def _feed_running(self, groups: list[dict]) -> None:
-        part = next(self._part_ids)
         sizes = [len(p["g"]) for p in groups]
         offs = np.r_[0, np.cumsum(sizes)].astype(np.int64)
         # one column at a time, each group's copy released as it is used
@@ -566,53 +613,158 @@ class Builder:
             for p, o in zip(groups, offs[:-1].tolist(), strict=True)
             if p["label_names"]
         ]
-        lab = np.zeros(int(offs[-1]), dtype=_label_dtype(len(self.names)))
+        self._label_room()
+        lab = np.zeros(int(offs[-1]), dtype=self.run.dtypes["lab"])
         for pos, v in ids:
             lab[pos] = v
+        run = self.run
         # close what earlier chunks left open on these threads, at each thread's first stop
         for p in groups:
             for m, t in zip(p["m_ids"].tolist(), p["first_stop_t"].tolist(), strict=True):
                 if t >= 0 and m in self.pending_run:
-                    for q, r in self.pending_run.pop(m):
-                        self.run_parts[q]["end"][r] = t
-                        self.run_parts[q]["done"][r] = True
+                    at = run.positions(self.pending_run.pop(m))
+                    at = at[at >= 0]
+                    run.col("end")[at] = t
             for m, x in p["orphan_labels"]:
                 if m in self.last_start:
-                    q, r = self.last_start[m]
-                    v = self.names.setdefault(x, len(self.names))
-                    held = self.run_parts[q]
-                    if held["lab"].dtype != _label_dtype(v + 1):
-                        held["lab"] = held["lab"].astype(_label_dtype(v + 1))
-                    held["lab"][r] = v
-        # rows in time order (by start, then thread); the references below follow the sort
-        perm = np.lexsort((rows["m"], rows["start"]))
+                    at = int(run.positions([self.last_start[m]])[0])
+                    if at >= 0:
+                        v = self.names.setdefault(x, len(self.names))
+                        self._label_room()
+                        run.col("lab")[at] = v
+        # rows in file order for now; flush() puts the chunk's rows in time order
         rows["lab"] = lab
         del lab
-        for k in list(rows):
-            rows[k] = rows[k][perm]
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(len(perm))
-        self.run_parts[part] = rows
+        if self._chunk_lo is None:
+            self._chunk_lo = run.n
+        first = run.append({k: rows[k] for k in RUN_HELD})
+        self._stage.append((rows.pop("gen"), rows.pop("seq")))
         for p, o in zip(groups, offs[:-1].tolist(), strict=True):
             for m, r in zip(p["m_ids"].tolist(), p["last_start_row"].tolist(), strict=True):
                 if r >= 0:
-                    self.last_start[m] = (part, int(inv[r + o]))
+                    self.last_start[m] = first + r + o
+                    self._moved.add(m)
         for r in np.flatnonzero(~rows["done"]).tolist():
-            self.pending_run.setdefault(int(rows["m"][r]), []).append((part, r))
+            m = int(rows["m"][r])
+            self.pending_run.setdefault(m, []).append(first + r)
+            self._moved.add(m)
+        del rows
         # sweeps the same way
-        spart = next(self._part_ids)
         for p in groups:
             t_end, a0, a1 = p["first_sweep_end"]
             for m, t, sw, rc in zip(p["m_ids"].tolist(), t_end.tolist(), a0.tolist(), a1.tolist(), strict=True):
                 if t >= 0 and m in self.pending_sweep:
-                    for q, r in self.pending_sweep.pop(m):
-                        sp = self.sweep_parts[q]
-                        sp["end_ns"][r], sp["swept_bytes"][r], sp["reclaimed_bytes"][r] = t, sw, rc
-                        sp["done"][r] = True
+                    at = self.sweeps.positions(self.pending_sweep.pop(m))
+                    at = at[at >= 0]
+                    self.sweeps.col("end_ns")[at] = t
+                    self.sweeps.col("swept_bytes")[at] = sw
+                    self.sweeps.col("reclaimed_bytes")[at] = rc
+                    self.sweeps.col("done")[at] = True
         sw = {k: np.concatenate([p["sweep"][k] for p in groups]) for k in SWEEP_COLS}
-        self.sweep_parts[spart] = sw
+        sfirst = self.sweeps.append(sw)
         for r in np.flatnonzero(~sw["done"]).tolist():
-            self.pending_sweep.setdefault(int(sw["m"][r]), []).append((spart, r))
+            self.pending_sweep.setdefault(int(sw["m"][r]), []).append(sfirst + r)
+
+    def flush(self) -> None:
+        """A chunk (whole generations) is all in: its running rows and heap samples go in
+        time order (by start, then thread; ties in file order), the ids of its rows that
+        threads still refer to follow them, and the overlaps among its rows and against
+        earlier chunks are found (see :meth:`_find_clashes`)."""
+        if self._heap_lo is not None:
+            lo, self._heap_lo = self._heap_lo, None
+            self.heap.permute(lo, np.argsort(self.heap.col("t_ns")[lo:], kind="stable"))
+        if self._chunk_lo is None:
+            return
+        lo, self._chunk_lo = self._chunk_lo, None
+        run = self.run
+        perm = np.lexsort((run.col("m")[lo:], run.col("start")[lo:]))
+        run.permute(lo, perm)
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(len(perm))
+        id_lo = run.next_id - (run.n - lo)
+
+        def now(x: int) -> int:
+            return x if x < id_lo else id_lo + int(inv[x - id_lo])
+
+        for m in self._moved:
+            if m in self.pending_run:
+                self.pending_run[m] = [now(x) for x in self.pending_run[m]]
+            if m in self.last_start:
+                self.last_start[m] = now(self.last_start[m])
+        self._moved = set()
+        gen, seq = (np.concatenate([x[i] for x in self._stage])[perm] for i in (0, 1))
+        self._stage = []
+        rows = {k: run.col(k)[lo:] for k in ("g", "start", "end")}
+        self._find_clashes(id_lo, {**rows, "gen": gen, "seq": seq})
+
+    def _label_room(self) -> None:
+        """Widen the held label ids when the names outgrow them (hostile traces only)."""
+        need = _label_dtype(len(self.names))
+        if np.dtype(need).itemsize > self.run.dtypes["lab"].itemsize:
+            self.run.retype("lab", need)
+
+    def _find_clashes(self, first: int, rows: dict[str, np.ndarray]) -> None:
+        """Pairs of one goroutine's intervals that may overlap (see :func:`_settle`), among
+        this chunk's rows (in time order, ids from ``first``) and against each goroutine's
+        last interval in earlier chunks. An interval still open may yet end after the next
+        one starts: its pair is kept, to be checked once its end is known."""
+        g, start, end = rows["g"], rows["start"], rows["end"]  # end -1: still open
+        if not len(g):
+            return
+        order = np.argsort(g, kind="stable")  # by goroutine, then time
+        gs = g[order]
+        found_a, found_b = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for lo in range(0, len(order) - 1, CLASH_BLOCK):  # in blocks: no temporaries per row
+            x, gx = order[lo : lo + CLASH_BLOCK + 1], gs[lo : lo + CLASH_BLOCK + 1]
+            a, b = x[:-1], x[1:]
+            hit = (gx[1:] == gx[:-1]) & ((end[a] < 0) | (start[b] < end[a]))
+            found_a.append(a[hit])
+            found_b.append(b[hit])
+        a, b = np.concatenate(found_a), np.concatenate(found_b)
+        gen, seq = rows["gen"], rows["seq"]
+        swap = (gen[a] == gen[b]) & (seq[a] >= 0) & (seq[b] >= 0) & (seq[b] < seq[a])
+        new_g = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])  # each goroutine's first row
+        heads, tails = new_g, np.r_[new_g[1:] - 1, len(gs) - 1]
+        hg, hpos = gs[heads], order[heads]
+        cg, cid, cend, cdone = self.carry
+        at = np.searchsorted(cg, hg)
+        known = at < len(cg)
+        known[known] = cg[at[known]] == hg[known]
+        ci, bi = at[known], hpos[known]
+        cross = ~cdone[ci] | (start[bi] < cend[ci])
+        hb = bi[cross]
+        hk = hg[known][cross].tolist()
+        found = list(zip(hk, cid[ci][cross].tolist(), (hb + first).tolist(), [False] * len(hk), strict=True))
+        found += zip(g[a].tolist(), (a + first).tolist(), (b + first).tolist(), swap.tolist(), strict=True)
+        self.clashes.extend(found)
+        # each goroutine's last interval here replaces the one carried; one that ended before
+        # this chunk's last start can overlap nothing to come (later chunks start later)
+        tg, tpos = gs[tails], order[tails]
+        old = ~np.isin(cg, tg)
+        cg, cid, cend, cdone = (
+            np.r_[cg[old], tg],
+            np.r_[cid[old], tpos + first],
+            np.r_[cend[old], end[tpos]],
+            np.r_[cdone[old], end[tpos] >= 0],
+        )
+        live = ~cdone | (cend > start[-1])
+        o = np.argsort(cg[live], kind="stable")
+        self.carry = (cg[live][o], cid[live][o], cend[live][o], cdone[live][o])
+
+    def _settle(self, final: bool) -> bool:
+        """Put the overlapping intervals found in order, in the held rows: those whose two
+        rows are both done (all, if ``final``). True if a start moved."""
+        if not self.clashes:
+            return False
+        c = np.array(self.clashes, dtype=np.int64).reshape(-1, 4)
+        c = c[np.argsort(c[:, 0], kind="stable")]  # a goroutine's pairs in the order found
+        pa, pb = self.run.positions(c[:, 1]), self.run.positions(c[:, 2])
+        both = (pa >= 0) & (pb >= 0)
+        end = self.run.col("end")
+        ready = both & (final | ((end[np.maximum(pa, 0)] >= 0) & (end[np.maximum(pb, 0)] >= 0)))
+        self.clashes = [tuple(x) for x in c[both & ~ready].tolist()]
+        r = np.flatnonzero(ready)
+        return _settle(self.run.col("start"), self.run.col("end"), pa[r], pb[r], c[r, 3].astype(bool))
 
     def finish(self, last_ns: int) -> dict[str, object]:
         """The tables; ranges still open close at ``last_ns`` (flagged ``open``)."""
@@ -623,29 +775,36 @@ class Builder:
         sweeps, STWs, assists, a GC cycle) stays for the chunks to come. With ``final``, the
         open ones close at ``last_ns`` and come too, flagged ``open``.
 
-        Overlapping intervals of one goroutine (see :func:`_resolve_overlaps`) are resolved
-        among the rows taken together."""
+        Overlapping intervals of one goroutine (see :func:`_settle`) are put in order
+        when both are taken."""
+        self.flush()
         out: dict[str, object] = {
             name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs", "labels")
         }
-        if self.run_parts:
-            cols = self._take_parts("run_parts", "pending_run", (*RUN_COLS, "lab"), final)
-            done = cols.pop("done")
-            end = cols["end"]
-            end[~done] = last_ns
+        if self.running and (self.run.n or final):
+            if final:
+                end = self.run.col("end")
+                is_open = end < 0
+                end[is_open] = last_ns
+                del end
+                moved = self._settle(True)
+                cols = self.run.finish()
+            else:
+                moved = self._settle(False)
+                cols = self.run.take(self.run.col("end") >= 0)
+                is_open = np.zeros(len(cols["end"]), dtype=bool)
             categories = sorted(self.names)
             at = {name: i for i, name in enumerate(categories)}
             remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
             for name, i in self.names.items():
                 remap[i] = at[name]
-            start = cols["start"]
-            m = cols["m"]
+            start, end, m = cols["start"], cols["end"], cols["m"]
             # each chunk's rows are in time order; chunks follow one another unless a thread's
-            # clock overlapped the next generation's
-            in_order = len(start) < 2 or bool(
-                np.all((start[1:] > start[:-1]) | ((start[1:] == start[:-1]) & (m[1:] >= m[:-1])))
-            )
-            moved = _resolve_overlaps(cols["g"], cols["gen"], cols["seq"], start, end, in_order)
+            # clock overlapped the next generation's: then the pairs of a goroutine's intervals
+            # across chunks are checked again, all rows at once
+            in_order = _in_time_order(start, m)
+            if not in_order:
+                moved |= _resolve_overlaps(cols["g"], start, end)
             by_time = None if (in_order and not moved) else np.lexsort((m, start))
 
             def pick(a: np.ndarray) -> np.ndarray:
@@ -653,30 +812,33 @@ class Builder:
 
             out["running"] = pd.DataFrame(
                 {
-                    "g": pick(cols["g"]),
-                    "p": pick(cols["p"]),
+                    "g": pick(cols.pop("g")),
+                    "p": pick(cols.pop("p")),
                     "m": pick(m),
                     "start_ns": pick(start),
                     "end_ns": pick(end),
-                    "label": pd.Categorical.from_codes(pick(remap[cols["lab"]]), categories=categories),
-                    "open": pick(~done),
+                    "label": pd.Categorical.from_codes(pick(remap[cols.pop("lab")]), categories=categories),
+                    "open": pick(is_open),
                 },
                 copy=False,
             )
-            del cols, done, start, end, m
-        if self.sweep_parts:
-            sw = self._take_parts("sweep_parts", "pending_sweep", SWEEP_COLS, final)
+            del cols, is_open, start, end, m
+            trim()  # the held copies of the label and the ends just went
+        if self.running and (self.sweeps.n or final):
+            sw = self.sweeps.finish() if final else self.sweeps.take(self.sweeps.col("done").copy())
             sdone = sw.pop("done")
             sw["end_ns"][~sdone] = last_ns
             sw["open"] = ~sdone
             out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
         if self.few_parts:
-            few = {
-                k: np.concatenate([p[k] for p in self.few_parts])
-                if k in FEW_COLS[:5]
-                else np.array([x for p in self.few_parts for x in p[k]], dtype=object)
-                for k in FEW_COLS
-            }
+            parts, self.few_parts = self.few_parts, []
+            few = {}
+            for k in FEW_COLS:  # column by column, each part's copy released as it is used
+                got = [p.pop(k) for p in parts]
+                flat = [x for c in got for x in c] if k not in FEW_COLS[:5] else None
+                few[k] = np.concatenate(got) if flat is None else np.array(flat, dtype=object)
+                del got
+            del parts
             T, G, A0, TY, M = (few[k] for k in ("T", "G", "A0", "TY", "M"))
             out["stw"], open_stw = _pair_by_g(
                 T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, final, kind=True
@@ -730,110 +892,73 @@ class Builder:
         out["gc"], open_gc = _gc_cycles(gt, gty, ga0, last_ns, final)
         if not final and open_gc is not None:
             self.glob_parts = [(gt[[open_gc]], gty[[open_gc]], ga0[[open_gc]])]
-        hm = (gty == s.EV_HEAPALLOC) | (gty == s.EV_HEAPGOAL)
-        heap = pd.DataFrame(
-            {
-                "t_ns": gt[hm],
-                "heap_alloc_bytes": np.where(gty[hm] == s.EV_HEAPALLOC, ga0[hm], np.nan),
-                "heap_goal_bytes": np.where(gty[hm] == s.EV_HEAPGOAL, ga0[hm], np.nan),
-            }
-        )
-        if len(heap):
-            # the values in force before these rows: carried from the rows taken earlier
-            for k, v in self.last_heap.items():
-                if np.isnan(heap.at[0, k]):
-                    heap.at[0, k] = v
-            heap = heap.ffill()
-            self.last_heap = {k: heap[k].iloc[-1] for k in ("heap_alloc_bytes", "heap_goal_bytes")}
-        out["heap"] = heap
+        hp = self.heap.finish()  # samples are instants: every one is complete
+        t = hp["t_ns"]
+        if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):  # chunks overlap in time: rare
+            o = np.argsort(t, kind="stable")
+            hp = {k: v[o] for k, v in hp.items()}
+        for k in ("heap_alloc_bytes", "heap_goal_bytes"):
+            if k in hp:
+                # the values in force before these rows: carried from the rows taken earlier
+                self.last_heap[k] = _ffill(hp[k], self.last_heap[k])
+        out["heap"] = _frame(hp, {k: np.dtype(v).name for k, v in HEAP_HELD.items()})
         for name in out:
             if name not in self.want:  # not asked for: an empty table of the same columns
                 out[name] = out[name].iloc[0:0].reset_index(drop=True)
         return out
 
-    def _take_parts(self, parts_attr: str, pending_attr: str, keys: tuple[str, ...], final: bool) -> dict:
-        """Concatenate the rows of ``self.<parts_attr>`` that are done and not taken before
-        (all not taken before, if ``final``). Rows keep their place (the references to them
-        stay valid): a part is dropped once all its rows are taken, and compacted, its
-        references renumbered, once half of a big one is, so each row is copied a bounded
-        number of times however long a few of its part's rows stay open."""
-        parts = getattr(self, parts_attr)
-        if final:
-            setattr(self, parts_attr, {})
-            held = list(parts.values())
-            del parts
-            left = [~p["_taken"] if "_taken" in p else None for p in held]
-            # column by column, each part's copy released as it is used: the rows are held
-            # once, plus one column
-            out = {}
-            for k in keys:
-                out[k] = np.concatenate(
-                    [p.pop(k) if sel is None else p.pop(k)[sel] for p, sel in zip(held, left, strict=True)]
-                )
-                trim()  # hand the parts' copy back at once, before the next column is built
-            return out
-        taken: list[dict] = []
-        for q in list(parts):
-            part = parts[q]
-            was = part.get("_taken")
-            sel = part["done"] if was is None else part["done"] & ~was
-            taken.append({k: part[k][sel] for k in keys})
-            now = part["done"].copy()
-            if now.all():
-                del parts[q]
-                continue
-            if now.sum() * 2 >= len(now) and len(now) >= COMPACT_ROWS:
-                rest = np.flatnonzero(~now)
-                parts[q] = {k: v[rest] for k, v in part.items() if k != "_taken"}
-                where = {int(r): i for i, r in enumerate(rest.tolist())}
-                self._renumber(parts_attr, pending_attr, q, where)
-            else:
-                part["_taken"] = now
-        if parts_attr == "run_parts":
-            # a GoLabel can only name a start still held here
-            self.last_start = {m: x for m, x in self.last_start.items() if x[0] in parts}
-        return {k: np.concatenate([p[k] for p in taken]) for k in keys}
 
-    def _renumber(self, parts_attr: str, pending_attr: str, q: int, where: dict[int, int]) -> None:
-        """Part q was compacted: its rows moved to ``where[old row]``."""
-        pending = getattr(self, pending_attr)
-        for m, refs in pending.items():
-            pending[m] = [(p, where[r]) if p == q else (p, r) for p, r in refs]
-        if parts_attr == "run_parts":
-            self.last_start = {
-                m: (p, where[r]) if p == q else (p, r) for m, (p, r) in self.last_start.items() if p != q or r in where
-            }
+CLASH_BLOCK = 1 << 16
 
 
-COMPACT_ROWS = 1024
+def _in_time_order(start: np.ndarray, m: np.ndarray, block: int = 1 << 16) -> bool:
+    """Rows by start, then thread? (a block at a time: no temporaries the size of a column)"""
+    for lo in range(0, len(start) - 1, block):
+        s0, s1 = start[lo : lo + block], start[lo + 1 : lo + block + 1]
+        n = len(s1)
+        if not np.all((s1 > s0[:n]) | ((s1 == s0[:n]) & (m[lo + 1 : lo + n + 1] >= m[lo : lo + n]))):
+            return False
+    return True
 
 
-def _resolve_overlaps(
-    g: np.ndarray, gen: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray, in_order: bool = False
-) -> bool:
+def _ffill(a: np.ndarray, before: float, block: int = 1 << 16) -> float:
+    """Fill NaN in place with the last value before it (``before`` at the start), a block at
+    a time (no temporaries the size of the column); the last value."""
+    for lo in range(0, len(a), block):
+        x = a[lo : lo + block]
+        idx = np.where(np.isnan(x), -1, np.arange(len(x)))
+        np.maximum.accumulate(idx, out=idx)
+        x[:] = np.where(idx >= 0, x[np.maximum(idx, 0)], before)
+        before = float(x[-1])
+    return before
+
+
+def _settle(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray, swap: np.ndarray) -> bool:
     """A goroutine runs on one M at a time; when two of its intervals overlap, the clocks of
     two threads disagreed with the order of events. Go's reader orders such events by the
-    goroutine's sequence number and moves the later one's time forward; do the same: the
-    interval that comes second may not start before the first one ends. In place; True if
-    a start moved. ``in_order``: the rows are in time order already (a stable sort by
-    goroutine then keeps each goroutine's intervals in time order)."""
-    order = np.argsort(g, kind="stable") if in_order else np.lexsort((start, g))
-    clash: list[int] = []
-    n = len(order)
-    for a in range(0, n, OVERLAP_BLOCK):  # in blocks: gathering whole columns would double them
-        idx = order[a : a + OVERLAP_BLOCK + 1]
-        gs, st, en = g[idx], start[idx], end[idx]
-        clash.extend((np.flatnonzero((gs[1:] == gs[:-1]) & (st[1:] < en[:-1])) + 1 + a).tolist())
-    for k in clash:  # rare: none in the real traces seen so far
-        a, b = order[k - 1], order[k]  # a starts first by time
-        if gen[a] == gen[b] and seq[a] >= 0 and seq[b] >= 0 and seq[b] < seq[a]:
-            a, b = b, a  # the sequence says b's interval came first
-        start[b] = max(start[b], end[a])
-        end[b] = max(end[b], start[b])
-    return bool(clash)
+    goroutine's sequence number and moves the later one's time forward; do the same for the
+    pairs of rows (``a`` starts first by time; ``swap``: the sequence says ``b`` came first),
+    in the order given: the interval that comes second may not start before the first one
+    ends. Which pairs overlap is decided on the times before any is moved. In place; True if
+    a start moved."""
+    clash = np.flatnonzero(start[b] < end[a])
+    for k in clash.tolist():  # rare: none in the real traces seen so far
+        x, y = (int(b[k]), int(a[k])) if swap[k] else (int(a[k]), int(b[k]))
+        start[y] = max(start[y], end[x])
+        end[y] = max(end[y], start[y])
+    return bool(clash.size)
 
 
-OVERLAP_BLOCK = 1 << 18
+def _resolve_overlaps(g: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
+    """:func:`_settle` for every pair of one goroutine's intervals that follow one another
+    in time (rows in any order), after the pairs found chunk by chunk were settled: only
+    needed when chunks overlap in time. In place; True if a start moved."""
+    order = np.lexsort((start, g))
+    gs = g[order]
+    same = np.flatnonzero(gs[1:] == gs[:-1])
+    del gs
+    a, b = order[same], order[same + 1]
+    return _settle(start, end, a, b, np.zeros(len(a), dtype=bool))
 
 
 def _pair_by_g(
@@ -856,27 +981,46 @@ def _pair_by_g(
     idx = np.flatnonzero(mask)
     idx = idx[np.argsort(T[idx], kind="stable")]
     opened: dict[int, tuple[int, str, int]] = {}
-    rows = []
-    for i in idx.tolist():
-        if begin[i]:
-            g = int(G[i])
+    # the pairs as indices of their begin and end events (numbers, not a tuple per row)
+    b_at = np.empty(len(idx), dtype=np.int64)
+    e_at = np.empty(len(idx), dtype=np.int64)
+    n = 0
+    what = np.where(begin[idx], 1, np.where(end[idx], 3, 2)).tolist()
+    gs = G[idx].tolist()
+    for i, w, g in zip(idx.tolist(), what, gs, strict=True):
+        if w == 1:
             opened[g] = (int(T[i]), str(names[i]) if kind else "", i)
-        elif active is not None and active[i]:
+        elif w == 2:
             g = int(A0[i])  # GCMarkAssistActive names its goroutine
             opened.setdefault(g, (int(T[i]), "", i))
-        else:
-            g = int(G[i])
-            if g in opened:
-                t0, k, _ = opened.pop(g)
-                rows.append((t0, int(T[i]), k, g, False))
-    if final:
-        rows.extend((t0, last_ns, k, g, True) for g, (t0, k, _) in opened.items())
+        elif g in opened:
+            b_at[n], e_at[n] = opened.pop(g)[2], i
+            n += 1
     still = np.array([i for _, _, i in opened.values()], dtype=np.int64)
-    rows.sort()
-    cols = ("start_ns", "end_ns", "kind", "g", "open")
-    if kind:
-        return _rows_frame(rows, cols, "stw"), still
-    return _rows_frame(rows, cols, "assist"), still
+    b_at, e_at = b_at[:n], e_at[:n]
+    start, stop = T[b_at], T[e_at]
+    g_col = np.where(begin[b_at], G[b_at], A0[b_at]) if active is not None else G[b_at]
+    names_col = [str(names[i]) for i in b_at.tolist()] if kind else [""] * n
+    is_open = np.zeros(n, dtype=bool)
+    if final and opened:
+        start = np.r_[start, [t0 for t0, _, _ in opened.values()]]
+        stop = np.r_[stop, np.full(len(opened), last_ns, dtype=np.int64)]
+        g_col = np.r_[g_col, list(opened)]
+        names_col += [k for _, k, _ in opened.values()]
+        is_open = np.r_[is_open, np.ones(len(opened), dtype=bool)]
+    # rows by start, end, kind, goroutine (as the tuples sorted before)
+    names_arr = np.array(names_col, dtype=object)
+    order = np.lexsort((g_col, names_arr.astype(str) if kind and len(names_arr) else np.zeros(len(start)), stop, start))
+    cols = {
+        "start_ns": start[order],
+        "end_ns": stop[order],
+        "kind": names_arr[order],
+        "g": g_col[order],
+        "open": is_open[order],
+    }
+    if not kind:
+        del cols["kind"]
+    return _frame(cols, SCHEMAS["stw" if kind else "assist"]), still
 
 
 def _gc_cycles(
