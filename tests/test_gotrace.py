@@ -587,3 +587,13 @@ def test_row_store_keeps_ids_through_takes_growth_and_sorts():
     assert st.col("x")[st.positions([1, 8])].tolist() == [1, 8]
     out = st.finish()
     assert out["x"].tolist() == [1, 2, 4, 5, 7, 8, 10, 20, 30] and st.n == 0
+
+
+def test_row_store_grows_when_the_reservation_is_refused():
+    """A reservation the system refuses (here 2^44 rows of 8 bytes: all of x86-64's user
+    address space) falls back to a small one that grows."""
+    from gmpanalysis.gotrace.rows import RowStore
+
+    st = RowStore({"x": np.int64}, capacity=1 << 44)
+    st.append({"x": np.arange(5000)})
+    assert st.finish()["x"].tolist() == list(range(5000))

@@ -734,7 +734,7 @@ def parse_trace(
     splitter = GenerationSplitter(data, version, source)
     buf = np.frombuffer(data, dtype=np.uint8)
     info = _new_info()
-    builder = _tables.Builder(want, len(data))
+    builder = _tables.Builder(want, len(data) if window is None else 0)
     keep, need = _decode_masks(builder)
     chosen = 0
 
@@ -905,8 +905,10 @@ def read_trace(
     :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset; a corrupt or
     unsupported file raises :class:`TraceFormatError` naming the offset.
 
-    The file is read a group of generations at a time (memory: one group's events plus the
-    tables), mapped rather than copied; it must not shrink while it is read.
+    The file is read a group of generations at a time (a piece of its batches at a time with
+    the compiled code), mapped rather than copied; it must not shrink while it is read.
+    Memory is the tables plus one piece's events: the rows are written, as they are found,
+    into the columns the tables are made of.
     ``tables`` names the tables to build (default: all of :data:`TABLES`); the others come
     back empty and cost nothing to build (``stw``, ``assist``, ``logs`` and ``labels`` still follow
     every thread's goroutine; ``gc``, ``gomaxprocs`` and ``heap`` alone do not).

@@ -25,7 +25,11 @@ class RowStore:
     def __init__(self, dtypes: dict[str, np.dtype | str | type], capacity: int = 0) -> None:
         self.dtypes = {k: np.dtype(t) for k, t in dtypes.items()}
         self._cap = max(int(capacity), 1024)
-        self._cols = {k: _reserve(self._cap, t) for k, t in self.dtypes.items()}
+        try:
+            self._cols = {k: _reserve(self._cap, t) for k, t in self.dtypes.items()}
+        except MemoryError:  # the system will not lend that much address space: grow instead
+            self._cap = 1024
+            self._cols = {k: _reserve(self._cap, t) for k, t in self.dtypes.items()}
         self.n = 0
         # rows [0, k) were kept by a take: their ids, ascending; rows [k, n) were appended
         # since, with ids new0, new0 + 1, ...

@@ -391,11 +391,11 @@ RUN_HELD = {
 SWEEP_HELD = {k: (bool if k == "done" else np.int64) for k in SWEEP_COLS}
 HEAP_HELD = {"t_ns": np.int64, "heap_alloc_bytes": np.float64, "heap_goal_bytes": np.float64}
 HEAP_TYPES = (s.EV_HEAPALLOC, s.EV_HEAPGOAL)
-# rows reserved per byte of trace (pages never written cost nothing): a running interval
-# starts at an event of at least 2 bytes; a busy server's trace holds one per ~12 bytes
-# and a heap sample per ~70. Past the reservation the columns grow by half.
-RUN_ROWS_PER_BYTE = 1 / 4
-HEAP_ROWS_PER_BYTE = 1 / 16
+# rows reserved per byte of trace (pages never written cost nothing, but the address space
+# is asked for): a busy server's trace holds a running interval per ~12 bytes and a heap
+# sample per ~70. Past the reservation the columns grow by half.
+RUN_ROWS_PER_BYTE = 1 / 8
+HEAP_ROWS_PER_BYTE = 1 / 32
 
 
 class Builder:
