@@ -597,3 +597,20 @@ def test_row_store_grows_when_the_reservation_is_refused():
     st = RowStore({"x": np.int64}, capacity=1 << 44)
     st.append({"x": np.arange(5000)})
     assert st.finish()["x"].tolist() == list(range(5000))
+
+
+@pytest.mark.parametrize("other", [[], [300]])
+def test_overlaps_across_chunks_that_overlap_in_time_do_not_depend_on_the_cut(other):
+    """Goroutine 7 runs 100-200 on thread 1 (generation 1) and, by thread 2's clock that is
+    behind, 50-120 in generation 2: the chunks overlap in time. Read as one chunk or as two
+    (with or without an unrelated later row in the first), the same interval moves: the one
+    that starts later by time, to where the other ends."""
+    one = {"g": [7, 7], "m": [1, 2], "start": [100, 50], "end": [200, 120], "gen": [1, 2], "seq": [3, 4]}
+    extra = {"g": [9] * len(other), "m": [3] * len(other), "start": other, "end": [x + 5 for x in other]}
+    first = {k: one[k][:1] + extra.get(k, [1] * len(other)) for k in one}
+    second = {k: one[k][1:] for k in one}
+    got = []
+    for chunks in ([{k: first[k] + second[k] for k in one}], [first, second]):
+        t = _clash_builder(chunks).finish(1000)["running"]
+        got.append(t[t.g == 7][["start_ns", "end_ns"]].values.tolist())
+    assert got[0] == got[1] == [[50, 120], [120, 200]]

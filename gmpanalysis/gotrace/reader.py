@@ -400,6 +400,7 @@ def _decode_chunk(
             )
             if got is not None:
                 yield got, strings
+            del got  # not alive beside the next piece
 
 
 def _decode_piece(

@@ -766,6 +766,25 @@ class Builder:
         r = np.flatnonzero(ready)
         return _settle(self.run.col("start"), self.run.col("end"), pa[r], pb[r], c[r, 3].astype(bool))
 
+    def _settle_all(self) -> bool:
+        """:meth:`_settle` when chunks overlap in time (rare): the pairs are the intervals of
+        a goroutine that follow one another among all rows (by start, then thread, as one
+        chunk would give them), with the swaps by sequence number found chunk by chunk (the
+        intervals of one generation are always in one chunk)."""
+        run = self.run
+        g, start, end, m = run.col("g"), run.col("start"), run.col("end"), run.col("m")
+        order = np.lexsort((m, start, g))
+        same = np.flatnonzero(g[order][1:] == g[order][:-1])
+        a, b = order[same], order[same + 1]
+        del order, same
+        ids = run.ids()
+        swapped = {(x, y) for _, x, y, sw in self.clashes if sw}
+        swap = np.zeros(len(a), dtype=bool)
+        if swapped:
+            swap = np.array([(x, y) in swapped for x, y in zip(ids[a].tolist(), ids[b].tolist(), strict=True)])
+        self.clashes = []
+        return _settle(start, end, a, b, swap)
+
     def finish(self, last_ns: int) -> dict[str, object]:
         """The tables; ranges still open close at ``last_ns`` (flagged ``open``)."""
         return self.take(last_ns, final=True)
@@ -787,24 +806,25 @@ class Builder:
                 is_open = end < 0
                 end[is_open] = last_ns
                 del end
-                moved = self._settle(True)
+                # each chunk's rows are in time order; chunks follow one another unless a
+                # thread's clock overlapped the next generation's: then which intervals of a
+                # goroutine follow one another is only known from all rows at once
+                in_order = _in_time_order(self.run.col("start"), self.run.col("m"))
+                moved = self._settle(True) if in_order else self._settle_all()
                 cols = self.run.finish()
             else:
                 moved = self._settle(False)
                 cols = self.run.take(self.run.col("end") >= 0)
                 is_open = np.zeros(len(cols["end"]), dtype=bool)
+                in_order = _in_time_order(cols["start"], cols["m"])
+                if not in_order:  # put in order among the rows taken together
+                    moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"])
             categories = sorted(self.names)
             at = {name: i for i, name in enumerate(categories)}
             remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
             for name, i in self.names.items():
                 remap[i] = at[name]
             start, end, m = cols["start"], cols["end"], cols["m"]
-            # each chunk's rows are in time order; chunks follow one another unless a thread's
-            # clock overlapped the next generation's: then the pairs of a goroutine's intervals
-            # across chunks are checked again, all rows at once
-            in_order = _in_time_order(start, m)
-            if not in_order:
-                moved |= _resolve_overlaps(cols["g"], start, end)
             by_time = None if (in_order and not moved) else np.lexsort((m, start))
 
             def pick(a: np.ndarray) -> np.ndarray:
