@@ -36,6 +36,7 @@ from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plo
 from .report import to_report
 from .sampling import df_lateness, df_sampling_holes, read_lateness, sampling_summary
 from .timeline import df_conservation, df_period_groups, df_period_offsets, df_periods, df_stw_periods
+from .whatif import what_if
 
 __version__ = "0.1.0"
 
@@ -88,6 +89,7 @@ __all__ = [
     "read_lateness",
     "read_limits",
     "read_requests",
+    "what_if",
     "read_trace",
     "iter_generations",
     "sampling_summary",
