@@ -40,6 +40,7 @@ import pandas as pd
 from .analysis import analyze
 from .bundle import Run
 from .errors import MissingDataError, UsageError
+from .timeline import TICK_WINDOW_NS
 
 # sched_cfs_bandwidth_slice_us: the runtime a CPU takes from the pool at a time (the
 # kernel's default; a bundle may record its own as meta["cfs_slice_us"])
@@ -269,7 +270,8 @@ def _replay(
             "throttled": ~np.isnan(vals[:, 1]),
             "exhausted_at_us": vals[:, 1] / 1000,
             "stall_us": vals[:, 2] / 1000,
-            "cpus_throttled": vals[:, 3],
+            # as measured: a stall shorter than a tick gives no CPU count (df_periods)
+            "cpus_throttled": np.where(vals[:, 2] >= TICK_WINDOW_NS, vals[:, 3], np.nan),
         }
     )
     which = np.searchsorted(start, sched, side="right") - 1
