@@ -321,6 +321,35 @@ def cmd_summary(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advise(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .advise import advise
+    from .bundle import load_run
+
+    paths = [Path(p) for p in a.bundles]
+    runs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in paths:
+            runs.append(load_run(p))
+        t = advise(runs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit)
+    cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
+        print(t[cols].head(a.top).to_string(index=False))
+        print()
+        print(t.attrs["recommendation"])
+        b = t.attrs["baselines"]
+        if len(b):
+            print()
+            print("the same limit with GOMAXPROCS by each rule, and the run as it was:")
+            keep = ["setting", "limit_cpu", "throttled_pct", "p99_ms", "throttled_worse_points", "p99_worse_pct"]
+            print(b[keep].to_string(index=False))
+    err = ", ".join(f"{k} {v[0]:g} (p90 {v[1]:g}) {v[2]}" for k, v in t.attrs["model_error"].items())
+    print(f"\nthe model's error on real runs (median, p90): {err}")
+    return 0
+
+
 def cmd_trace(a: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -503,6 +532,15 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("file", help="trace file (runtime/trace, go test -trace, /debug/pprof/trace)")
     tp.set_defaults(func=cmd_trace)
 
+    av = sub.add_parser("advise", help="CPU limit, GOMAXPROCS and burst ranked by a replay of the runs' demand")
+    av.add_argument("bundles", nargs="+", help="run bundle directories (runs of one service)")
+    av.add_argument("--objective", choices=["throttle", "p99", "cost"], default="p99", help="what to rank by")
+    av.add_argument("--cpus", type=_int_in(1, 4096), default=None, help="CPUs the service may use (default: the run's)")
+    av.add_argument(
+        "--max-limit", type=_float_in(0, 4096, lo_open=True), default=None, help="largest limit to consider, CPUs"
+    )
+    av.add_argument("--top", type=_int_in(1), default=10, help="rows to print (default: 10)")
+    av.set_defaults(func=cmd_advise)
     lab = sub.add_parser("lab", help="experiments under real cgroup quotas (root)")
     labsub = lab.add_subparsers(dest="labcmd", required=True)
     lr = labsub.add_parser("run", help="one run -> one bundle")

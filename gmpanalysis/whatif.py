@@ -62,18 +62,41 @@ def _limits(run: Run) -> dict[str, Any]:
     }
 
 
+# Without requests, each period's measured CPU is replayed as work items of this size
+# arriving evenly over the period (independent: they run side by side up to the CPUs the
+# setting allows)
+USAGE_ITEM_NS = 10_000_000
+
+
 def demand(run: Run) -> dict[str, Any]:
-    """The run's CPU demand as the replay takes it: the requests' scheduled arrivals
-    (``sched_ns``, int64 ns), their mean CPU cost (``cost_ns``), the generator's in-flight
-    cap (``concurrency``: the clients of a closed loop; None for an open one) and the
-    measured CPU over the requests' span."""
+    """The run's CPU demand as the replay takes it: arrivals (``sched_ns``, int64 ns) and the
+    CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
+    generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
+    open one), the measured CPU over the span, and where the demand came from
+    (``source``: "requests", or "usage" for a bundle without requests: each period's measured
+    CPU as work arriving in it, a lower bound where the run was throttled, since work the
+    quota held back shows up later or never; latency is then unknown)."""
+    per = analyze(run).periods
     r = run.requests
     if r is None or not len(r):
-        raise MissingDataError(
-            f"{run.path}: no requests.csv: what_if replays the requests' arrivals and needs them "
-            "(record the run with the lab's load generator)"
-        )
-    per = analyze(run).periods
+        u = per.dropna(subset=["usage_us"])
+        u = u[u["usage_us"] > 0]
+        if not len(u):
+            raise MissingDataError(f"{run.path}: no requests.csv and no CPU use in cpu_stat.csv: nothing to replay")
+        work = u["usage_us"].to_numpy(dtype=np.float64) * 1000
+        items = np.maximum(np.ceil(work / USAGE_ITEM_NS), 1).astype(np.int64)
+        first = np.repeat(u["start_ns"].to_numpy(dtype=np.int64), items)
+        span = np.repeat((u["end_ns"] - u["start_ns"]).to_numpy(dtype=np.int64), items)
+        k = np.arange(items.sum()) - np.repeat(np.cumsum(items) - items, items)
+        sched = first + (k * span // np.repeat(items, items))
+        return {
+            "sched_ns": sched,
+            "cost_ns": np.repeat(work / items, items),
+            "concurrency": None,
+            "used_us": float(work.sum() / 1000),
+            "span_ns": (int(u["start_ns"].iloc[0]), int(u["end_ns"].iloc[-1])),
+            "source": "usage",
+        }
     sched = np.sort(r["sched_ns"].to_numpy(dtype=np.int64))
     t0, t1 = int(sched[0]), int(r["end_ns"].max())
     inside = (per["end_ns"] > t0) & (per["start_ns"] < t1)
@@ -86,6 +109,7 @@ def demand(run: Run) -> dict[str, Any]:
         "concurrency": int(conc) if conc else None,
         "used_us": used_us,
         "span_ns": (t0, t1),
+        "source": "requests",
     }
 
 
@@ -125,15 +149,20 @@ def what_if(
     phase = analyze(run).grid.phase_ns
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     out = _replay(sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C)
+    if d["source"] == "usage":  # work items, not requests: no latency to tell
+        out["requests"] = 0
+        out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
+        out.attrs["latency_ms"] = np.zeros(0)
     out.attrs["model"] = {
+        "demand": d["source"],
         "quota_us": q,
         "period_us": P,
         "burst_us": burst,
         "gomaxprocs": G,
         "cpus": C,
-        "cost_ms": d["cost_ns"] / 1e6,
+        "cost_ms": float(np.mean(d["cost_ns"])) / 1e6,
         "concurrency": d["concurrency"],
-        "requests": len(d["sched_ns"]),
+        "arrivals": len(d["sched_ns"]),
     }
     return out
 
@@ -312,8 +341,8 @@ def measured(run: Run) -> dict[str, float]:
     t0, t1 = d["span_ns"]
     span = per[(per["end_ns"] > t0) & (per["start_ns"] < t1)]
     r = run.requests
-    lat = ((r["end_ns"] - r["sched_ns"]) / 1e6).to_numpy()
-    return summarize(span, lat)
+    lat = None if d["source"] != "requests" else ((r["end_ns"] - r["sched_ns"]) / 1e6).to_numpy()
+    return summarize(span, lat if lat is not None else np.zeros(0))
 
 
 def validate(runs: list[Run]) -> pd.DataFrame:

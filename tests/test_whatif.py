@@ -3,6 +3,7 @@ on the shipped runs, and the runs predicted from one another."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -90,3 +91,22 @@ def test_settings_are_checked_and_a_run_without_requests_is_named(runs, tmp_path
     if bare.requests is None or not len(bare.requests):
         with pytest.raises(MissingDataError, match="requests"):
             W.what_if(bare)
+
+
+def test_without_requests_the_measured_cpu_is_replayed(runs):
+    """A bundle without requests (a pod's): each period's measured CPU is the demand. All of
+    it runs again; under the run's own setting it throttles no more than the run did, give
+    or take a period (the demand the quota held back is not seen: a lower bound)."""
+    import dataclasses
+
+    run = dataclasses.replace(runs["cpu-0.5cpu-gmp2"], requests=None)
+    d = W.demand(run)
+    assert d["source"] == "usage" and d["concurrency"] is None
+    per = W.what_if(run)
+    assert per.attrs["model"]["demand"] == "usage" and per["latency_p99_ms"].isna().all()
+    assert per["usage_us"].sum() == pytest.approx(d["used_us"], rel=1e-6)
+    got, truth = W.summarize(per), W.measured(run)
+    one_period = 100 / len(per)
+    assert got["throttled_pct"] <= truth["throttled_pct"] + one_period
+    assert math.isnan(got["p99_ms"]) and math.isnan(truth["p99_ms"])
+    assert not W.what_if(run, quota_us=200_000)["throttled"].any()  # 2 CPUs of quota on 2 CPUs
