@@ -5,6 +5,7 @@ run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
 run.samples            # cpu.stat reads, units normalised
 """
 
+from .advise import advise
 from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests
 from .checks import df_checks
@@ -59,6 +60,7 @@ __all__ = [
     "TruncatedTraceWarning",
     "UnknownVersionWarning",
     "UsageError",
+    "advise",
     "analyze",
     "compare_runs",
     "df_checks",

@@ -32,10 +32,10 @@ OBJECTIVES = ("throttle", "p99", "cost")
 # runs, 2 workloads x 4 limits x GOMAXPROCS 1/2/4 x 3 repeats, 1,584 predictions, this
 # machine, 2026-11-23): median and 90th percentile of the absolute error
 MODEL_ERROR = {
-    "throttled_pct": (0.4, 3.8, "points"),
-    "stall_ms_per_s": (2.8, 31.0, "ms/s"),
-    "p99_pct": (11.9, 26.7, "% of p99"),
-    "exhausted_p50_ms": (2.6, 10.9, "ms"),
+    "throttled_pct": (0.4, 3.7, "points"),
+    "stall_ms_per_s": (2.7, 29.7, "ms/s"),
+    "p99_pct": (11.9, 26.9, "% of p99"),
+    "exhausted_p50_ms": (2.0, 11.0, "ms"),
 }
 
 

@@ -12,26 +12,36 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
   scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` CPUs, each
   request getting its share (processor sharing).
-* **The bandwidth controller.** A quota of ``quota_us`` of runtime per ``period_us``, refilled
-  at each boundary of the run's own period grid (same phase); with ``burst_us``, runtime
-  left unused carries over, up to ``quota + burst`` (Linux 5.14+). When the runtime runs out
-  every CPU of the group stops until the next boundary (the period is *throttled*, it was
-  *exhausted at* that offset, the time to the boundary is its *stall*, and the CPUs that
-  were running are its *CPUs throttled*). Work that could not run waits: nothing is lost.
+* **The bandwidth controller**, per CPU as the kernel keeps it (a cfs_rq each): runtime is
+  drawn from the group's pool a ``sched_cfs_bandwidth_slice_us`` slice (5 ms) at a time, at
+  a tick (CONFIG_HZ), when the CPU holds none, and the draw also pays what it ran past zero
+  since the last tick; when the pool cannot cover it the CPU is throttled (a CPU that wakes
+  to run the group's work with nothing and an empty pool is throttled at once); an idle CPU
+  hands back what it holds beyond 1 ms. At each boundary of the run's own grid the pool is
+  refilled with the quota in force then (the run's own, period by period, resized or not,
+  unless one is given; with ``burst_us``, unused runtime carries over up to quota + burst,
+  Linux 5.14+), and a throttled CPU's overrun is paid first: one whose overrun the pool
+  cannot cover stays throttled. A period is *throttled* when a CPU is; it was *exhausted
+  at* the moment every CPU the work was on had been throttled (usage goes flat), its
+  *stall* is the time from then to the boundary, and its *CPUs throttled* the CPUs' frozen
+  time over the stall. A throttled CPU keeps its threads (they are dequeued there, not
+  moved). Work that could not run waits: nothing is lost.
 
-Left out, and why (each shifts single periods, not averages): the kernel hands runtime to
-each CPU in ``sched_cfs_bandwidth_slice_us`` slices (5 ms) and checks it at ticks, so one
-period's usage can pass the quota by up to a slice per CPU and the next one's falls short
-(measured here: 44-58 ms used for a 50 ms quota); the pod level's own quota and phase;
-the runtime's own CPU (GC workers, spinning threads) beyond its share in the mean cost;
-and a stop-the-world stretched to the next boundary (it is in the latency, through the
-stall, but not as a pause of its own).
+Left out, and why: a second level with a quota of its own (a pod's, with its own timer
+phase); the runtime's own CPU (GC workers, spinning threads) beyond its share in the mean
+cost, and the GC's pauses, which keep an allocation-heavy handler's requests from running
+side by side (it would need the trace's runnable goroutines as the demand); the per-request
+spread of CPU cost (not in the bundle); and a stop-the-world stretched to the next boundary
+as a pause of its own (it is in the latency, through the stall). The validation sweep
+(benchmarks/validate_whatif.py, README) measures what these cost.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -50,15 +60,35 @@ SLICE_US = 5000.0
 HZ = 250
 
 
+def _us(ns: float) -> float:
+    return math.nan if math.isinf(ns) else ns / 1000
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _own_quota(run: Run) -> dict[int, float]:
+    """The quota in force in each of the run's periods (µs, NaN: none), by period number:
+    from limits.csv where the bundle has it (a limit resized in place), at the level the
+    per-period table is on (a pod's quota when the container has none)."""
+    per = analyze(run).periods
+    q = per["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
+
+
 def _limits(run: Run) -> dict[str, Any]:
     m = run.meta
     a = analyze(run)
+    own = [x for x in _own_quota(run).values() if not math.isnan(x)]
     return {
-        "quota_us": m.get("quota_us"),
+        "quota_us": own[0] if own else m.get("quota_us"),
         "period_us": a.period_ns // 1000,
         "burst_us": m.get("burst_us") or 0,
         "gomaxprocs": a.gomaxprocs or m.get("ncpu"),
         "cpus": m.get("ncpu"),
+        "slice_us": float(m.get("cfs_slice_us") or SLICE_US),
+        "hz": int(m.get("hz") or HZ),
     }
 
 
@@ -124,7 +154,8 @@ def what_if(
     unlimited: bool = False,
 ) -> pd.DataFrame:
     """The periods this run would have had under other settings (the run's own where not
-    given; ``unlimited=True``: no quota). See the module docstring for the model.
+    given: its quota period by period, as resized in place if it was; ``unlimited=True``:
+    no quota). See the module docstring for the model.
 
     Columns: ``period`` (index on the grid), ``start_ns``, ``end_ns`` (the boundaries, int64
     ns, same phase as the run's grid), ``quota_us``, ``usage_us`` (CPU used in the period),
@@ -135,27 +166,45 @@ def what_if(
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
     lim = _limits(run)
-    q = None if unlimited else (lim["quota_us"] if quota_us is None else quota_us)
-    P = int(lim["period_us"] if period_us is None else period_us)
-    burst = float(lim["burst_us"] if burst_us is None else burst_us)
-    G = int(lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs)
-    C = int(lim["cpus"] if cpus is None else cpus)
-    if P <= 0 or G < 1 or C < 1 or (q is not None and q <= 0) or burst < 0:
-        raise UsageError(
-            f"what_if: period_us={P}, quota_us={q}, burst_us={burst}, gomaxprocs={G}, cpus={C}: "
-            "give a positive period, quota, GOMAXPROCS and CPU count (burst >= 0)"
+    P = lim["period_us"] if period_us is None else period_us
+    burst = lim["burst_us"] if burst_us is None else burst_us
+    G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
+    C = lim["cpus"] if cpus is None else cpus
+    q: float | dict[int, float] | None
+    if unlimited:
+        q = None
+    elif quota_us is None:  # the run's own, period by period (on its own period only)
+        q = _own_quota(run) if P == lim["period_us"] else lim["quota_us"]
+    else:
+        q = quota_us
+    bad = [
+        f"{k}={v!r}"
+        for k, v, ok in (
+            ("period_us", P, _num(P) and P > 0 and float(P).is_integer()),
+            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and quota_us > 0)),
+            ("burst_us", burst, _num(burst) and burst >= 0),
+            ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
+            ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
         )
+        if not ok
+    ]
+    if bad:
+        raise UsageError(
+            f"what_if({', '.join(bad)}): give a whole positive period (µs), GOMAXPROCS and CPU count "
+            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0"
+        )
+    P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = demand(run)
     phase = analyze(run).grid.phase_ns
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
-    out = _replay(sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C)
+    out = _replay(sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"])
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
         out.attrs["latency_ms"] = np.zeros(0)
     out.attrs["model"] = {
         "demand": d["source"],
-        "quota_us": q,
+        "quota_us": q if not isinstance(q, dict) else "as the run had it, period by period",
         "period_us": P,
         "burst_us": burst,
         "gomaxprocs": G,
@@ -171,7 +220,7 @@ def _replay(
     sched: np.ndarray,
     cost_ns: float | np.ndarray,
     conc: int | None,
-    quota_us: float | None,
+    quota_us: float | dict[int, float] | None,
     period_ns: int,
     phase_ns: int,
     burst_us: float,
@@ -180,97 +229,133 @@ def _replay(
     slice_us: float = SLICE_US,
     hz: int = HZ,
 ) -> pd.DataFrame:
-    """Event by event: arrivals, completions, a CPU's slice running out, boundaries. Between
-    two events nothing changes, so each step is exact (a handful per request and period)."""
+    """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
+    changes, so each step is exact (times in ns from the first boundary, as floats).
+
+    The kernel's rules, per CPU (a cfs_rq): the runtime it holds is charged as it runs; at a
+    tick, one that holds none draws a slice (plus what it overran) from the pool and, if the
+    pool cannot cover it, is throttled; a CPU that starts to run the group's work with none
+    and an empty pool is throttled at once; one that goes idle hands back what it holds
+    beyond 1 ms. At a boundary the pool refills (with burst: plus what was left, up to
+    quota + burst), each throttled CPU's overrun is paid from it first, and a CPU whose
+    overrun the pool cannot cover stays throttled."""
     n = len(sched)
     cost = np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)).tolist()  # per request
     tol = 1e-6 * float(np.mean(cost))
     k0 = (int(sched[0]) - phase_ns) // period_ns
-    b_next = phase_ns + (k0 + 1) * period_ns
-    t = float(phase_ns + k0 * period_ns)
-    quota = None if quota_us is None else quota_us * 1000.0
-    cap = None if quota is None else quota + burst_us * 1000.0
+    origin = phase_ns + k0 * period_ns
+    arr = (np.asarray(sched, dtype=np.int64) - origin).astype(np.float64).tolist()
+    P = float(period_ns)
+    t, b_next = 0.0, P
+    # the quota of each period (ns; inf: no limit): one value, or one per period number
+    # (a period past the last known keeps the last)
+    if isinstance(quota_us, dict):
+        known = sorted((k, v) for k, v in quota_us.items())
+        qk, qv = [k for k, _ in known], [math.inf if math.isnan(v) else v * 1000.0 for _, v in known]
+    else:
+        qk, qv = [k0], [math.inf if quota_us is None else float(quota_us) * 1000.0]
+
+    def quota_of(k: int) -> float:
+        at = max(bisect.bisect_right(qk, k) - 1, 0)
+        return qv[at]
+
+    quota = quota_of(k0)
+    limited = any(not math.isinf(v) for v in qv)
     slice_ns = slice_us * 1000.0
     tick = 1e9 / hz
-    dying = [math.inf] * C  # a CPU out of runtime runs on to its next tick, then freezes
+    tick0 = float((origin // int(tick) + 1) * int(tick) - origin)  # ticks on the clock's own multiples
+    next_tick = tick0
     pool = quota
-    local = [0.0] * C  # each CPU's runtime drawn from the pool and not yet used
-    frozen = [False] * C  # CPUs throttled until the next boundary
-    froze_at: list[float] = []
-    used_before: set[int] = set()
+    q_col = {k0: quota}
+    local = [0.0] * C  # runtime each CPU holds (below 0: what it overran)
+    frozen = [False] * C
+    froze_at = [math.nan] * C  # when each CPU was throttled in this period
+    running_cpus: list[int] = []
     rem: list[float] = []  # CPU still needed by each request in the service
     ids: list[int] = []
     waiting: collections.deque[int] = collections.deque()
     end = np.full(n, np.nan)
-    sent = np.asarray(sched, dtype=np.float64).copy()  # when each request enters the service
+    sent = np.asarray(arr, dtype=np.float64).copy()  # when each request enters the service
     rows: dict[int, list[float]] = {}  # period -> [used_ns, exhausted_ns, stall_ns, cpus]
     k = k0
     i = 0
     eps = 1e-6
+
+    def draw(j: int) -> bool:
+        """CPU j takes runtime from the pool (a slice, and what it overran); False if it
+        still holds none: it is throttled."""
+        nonlocal pool
+        want = slice_ns - local[j]
+        got = min(want, max(pool, 0.0))
+        local[j] += got
+        pool -= got
+        return local[j] > eps
+
+    def throttle(j: int) -> None:
+        frozen[j] = True
+        froze_at[j] = t
+
     while i < n or rem or waiting:
         row = rows.setdefault(k, [0.0, math.nan, 0.0, 0.0])
-        # the CPUs in use: as many as there is work for, among those not frozen
-        want = min(len(rem), G)
-        used = [j for j in range(C) if not frozen[j]][:want]
-        if quota is not None:
-            for j in used_before - set(used):
-                # a CPU that goes idle hands back what it holds beyond 1 ms
-                # (return_cfs_rq_runtime keeps min_cfs_rq_runtime)
-                if local[j] > 1e6:
+        # the CPUs the work is on: as many as there is work for; a throttled CPU keeps its
+        # threads (they are dequeued there, not moved), so its share of the work waits
+        used = list(range(min(len(rem), G, C)))
+        if limited:
+            for j in running_cpus:
+                if j not in used and not frozen[j] and local[j] > 1e6:
+                    # idle: it hands back what it holds beyond min_cfs_rq_runtime (1 ms)
                     pool += local[j] - 1e6
                     local[j] = 1e6
-            for j in used:  # a CPU with nothing left draws a slice, or is throttled ...
-                if dying[j] <= t + eps:
-                    frozen[j] = True
-                    froze_at.append(t)
-                    dying[j] = math.inf
-                elif local[j] <= eps and dying[j] == math.inf:
-                    take = min(slice_ns, max(pool, 0.0))
-                    if take > eps:
-                        local[j] += take
-                        pool -= take
-                    else:
-                        # ... at the next tick: the runtime is checked when the tick charges
-                        # it; what it runs past zero is a debt the next period pays
-                        dying[j] = (math.floor(t / tick) + 1) * tick
+            for j in used:
+                if not frozen[j] and j not in running_cpus and local[j] <= eps and not draw(j):
+                    throttle(j)  # woken with nothing to run on: throttled at once
             used = [j for j in used if not frozen[j]]
-            if froze_at and not used and rem and math.isnan(row[1]):
-                # usage went flat: every CPU the work could use is frozen
-                start_k = b_next - period_ns
-                row[1] = t - start_k
+            if rem and not used and any(frozen) and math.isnan(row[1]):
+                row[1] = t - (b_next - P)  # usage goes flat: all the work could use is frozen
                 row[2] = b_next - t
-                row[3] = sum(b_next - x for x in froze_at) / max(b_next - t, 1.0)
-        used_before = set(used)
+        running_cpus = used
         running = len(used)
         steps = [b_next - t]
         if i < n:
-            steps.append(max(float(sched[i]) - t, 0.0))
+            steps.append(max(arr[i] - t, 0.0))
         if running:
             steps.append(min(rem) * len(rem) / running)
-            if quota is not None:
-                steps.append(min(local[j] if dying[j] == math.inf else dying[j] - t for j in used))
-        dt = min(steps)
+            if limited:
+                steps.append(next_tick - t)
+        dt = max(min(steps), 0.0)
         if running and dt > 0:
             share = dt * running / len(rem)
             rem = [x - share for x in rem]
             row[0] += dt * running
-            if quota is not None:
+            if limited:
                 for j in used:
                     local[j] -= dt
         t += dt
-        if t >= b_next - eps:  # the boundary: the pool refills, every CPU thaws
+        while next_tick <= t + eps:
+            next_tick += tick
+        if t >= b_next - eps:  # the boundary
+            if not math.isnan(row[1]) and row[2] > 0:
+                row[3] = sum(b_next - x for x in froze_at if not math.isnan(x)) / row[2]
             k += 1
-            b_next += period_ns
-            if quota is not None:
-                pool = min(pool + quota, cap) if burst_us > 0 else quota
-                for j in range(C):  # a throttled CPU's overrun is paid first
-                    if local[j] < 0:
-                        pool += local[j]
-                        local[j] = 0.0
-            frozen = [False] * C
-            dying = [math.inf] * C
-            froze_at = []
+            b_next += P
+            froze_at = [math.nan] * C
+            quota = quota_of(k)
+            q_col[k] = quota
+            if limited:
+                pool = min(pool + quota, quota + burst_us * 1000.0) if burst_us > 0 else quota
+                for j in range(C):  # a throttled CPU's overrun is paid first, as far as it goes
+                    if frozen[j]:
+                        got = min(-local[j] + 1.0, max(pool, 0.0))
+                        local[j] += got
+                        pool -= got
+                        frozen[j] = local[j] <= 0
+                        if frozen[j]:
+                            froze_at[j] = t
             continue
+        if limited and abs(t - (next_tick - tick)) <= eps:  # a tick
+            for j in used:
+                if local[j] <= eps and not draw(j):
+                    throttle(j)
         done = [j for j, x in enumerate(rem) if x <= tol]
         for j in reversed(done):
             end[ids[j]] = t
@@ -279,7 +364,7 @@ def _replay(
                 ids.append(waiting.popleft())
                 rem.append(cost[ids[-1]])
                 sent[ids[-1]] = t
-        while i < n and sched[i] <= t + eps:
+        while i < n and arr[i] <= t + eps:
             if conc is None or len(rem) < conc:
                 ids.append(i)
                 rem.append(cost[i])
@@ -294,7 +379,7 @@ def _replay(
             "period": ks,
             "start_ns": start,
             "end_ns": start + period_ns,
-            "quota_us": np.nan if quota_us is None else float(quota_us),
+            "quota_us": [_us(q_col.get(x, quota_of(x))) for x in ks.tolist()],
             "usage_us": vals[:, 0] / 1000,
             "throttled": ~np.isnan(vals[:, 1]),
             "exhausted_at_us": vals[:, 1] / 1000,
@@ -303,9 +388,11 @@ def _replay(
             "cpus_throttled": np.where(vals[:, 2] >= TICK_WINDOW_NS, vals[:, 3], np.nan),
         }
     )
-    which = np.searchsorted(start, sched, side="right") - 1
+    # a request belongs to the period it entered in (an open loop's scheduled time)
+    t_in = sent + origin
+    which = np.searchsorted(start, t_in, side="right") - 1
     per["requests"] = np.bincount(which, minlength=len(per))
-    lat = pd.Series((end - (sched if conc is None else sent)) / 1e6)
+    lat = pd.Series((end - sent) / 1e6)
     q = lat.groupby(which).quantile([0.5, 0.99]).unstack()
     per["latency_p50_ms"] = np.nan
     per["latency_p99_ms"] = np.nan
@@ -319,7 +406,9 @@ def summarize(per: pd.DataFrame, latency_ms: np.ndarray | None = None) -> dict[s
     """The figures the validation compares, from a measured df_periods table or a what_if
     one over the same span: throttled share of the periods (%), exhaustion p50 (ms), CPUs
     frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms)."""
-    thr = per["throttled"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    known = per["throttled"].notna().to_numpy()  # a hole in the samples: not a period to count
+    per = per[known]
+    thr = per["throttled"].astype(bool).to_numpy()
     span_s = float((per["end_ns"].iloc[-1] - per["start_ns"].iloc[0]) / 1e9) if len(per) else math.nan
     ex = per.loc[thr, "exhausted_at_us"].dropna()
     cpus = per.loc[thr, "cpus_throttled"].dropna()
@@ -341,7 +430,10 @@ def measured(run: Run) -> dict[str, float]:
     t0, t1 = d["span_ns"]
     span = per[(per["end_ns"] > t0) & (per["start_ns"] < t1)]
     r = run.requests
-    lat = None if d["source"] != "requests" else ((r["end_ns"] - r["sched_ns"]) / 1e6).to_numpy()
+    lat = None
+    if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
+        ok = r["status"] // 100 == 2
+        lat = ((r.loc[ok, "end_ns"] - r.loc[ok, "sched_ns"]) / 1e6).to_numpy()
     return summarize(span, lat if lat is not None else np.zeros(0))
 
 

@@ -92,6 +92,14 @@ def test_collect_records_real_throttling(cluster, bins, tmp_path):
     per = gmp.df_periods(run)
     assert per["throttled"].sum() > 20
     assert set(per["gomaxprocs"].dropna()) == {2.0}
+    # a pod's bundle has no requests: the advisor replays its measured CPU (no latency to
+    # rank by); a quarter CPU throttles it more than all the node's CPUs, and no limit none
+    ncpu = float(run.meta["ncpu"])
+    adv = gmp.advise(run, objective="throttle", limits=(0.25, ncpu), gomaxprocs=(2,), bursts=(0,))
+    assert adv.attrs["recommendation"].startswith("For throttle: a CPU limit of")
+    by = adv.set_index("limit_cpu")["throttled_pct"]
+    assert by[0.25] > by[ncpu] and adv["p99_ms"].isna().all()
+    assert not gmp.what_if(run, unlimited=True)["throttled"].any()
     # the sampler ran in the pod cgroup of its DaemonSet: no RT budget there, so SCHED_FIFO is
     # refused and the sampler said so
     assert m["sampler"]["policy"] == "SCHED_OTHER"
