@@ -33,7 +33,7 @@ from .gotrace import GoTrace, iter_generations, read_trace
 from .levels import df_freezes, df_levels
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
-from .plot import plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
+from .plot import plot_advice, plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
 from .sampling import df_lateness, df_sampling_holes, read_lateness, sampling_summary
 from .timeline import df_conservation, df_period_groups, df_period_offsets, df_periods, df_stw_periods
@@ -81,6 +81,7 @@ __all__ = [
     "fit_period_grid",
     "load_run",
     "period_summary",
+    "plot_advice",
     "plot_compare",
     "plot_mmu",
     "plot_period_heatmap",

@@ -307,3 +307,31 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
     if title:
         np.ravel(axes)[0].figure.suptitle(plain_text(title))
     return axes
+
+
+def plot_advice(
+    adv: pd.DataFrame, *, metric: str = "p99_ms", burst_us: float = 0.0, ax: Any = None, title: str | None = None
+) -> Any:
+    """A predicted figure against the CPU limit, one line per GOMAXPROCS; takes
+    :func:`gmpanalysis.advise` output (``metric``: ``p99_ms``, ``throttled_pct`` or
+    ``stall_ms_per_s``; the settings with this burst). The recommended setting is ringed."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
+    t = adv[adv["burst_us"] == burst_us] if (adv["burst_us"] == burst_us).any() else adv
+    for g, grp in t.groupby("gomaxprocs"):
+        grp = grp.sort_values("limit_cpu")
+        ax.plot(grp["limit_cpu"], grp[metric], marker="o", label=f"GOMAXPROCS={g}")
+    best = adv.iloc[0]
+    ax.plot([best["limit_cpu"]], [best[metric]], "o", ms=14, mfc="none", mec="crimson", label="recommended")
+    labels = {"p99_ms": "predicted p99 (ms)", "throttled_pct": "predicted throttled periods (%)",
+              "stall_ms_per_s": "predicted stall (ms per s)"}  # fmt: skip
+    ax.set_xlabel("CPU limit (CPUs)")
+    ax.set_ylabel(labels.get(metric, metric))
+    if metric == "p99_ms":
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(plain_text(title))
+    return ax
