@@ -19,7 +19,7 @@ import pandas as pd
 from .analysis import analyze
 from .bundle import Run
 from .compare import compare_runs
-from .errors import GmpWarning, UsageError
+from .errors import GmpError, GmpWarning, UsageError
 from .gomaxprocs import explain as explain_gomaxprocs
 from .levels import describe as describe_levels
 from .sampling import sampling_summary
@@ -190,6 +190,40 @@ def _img(src: str, alt: str) -> str:
     return f'<figure><img src="{src}" alt="{html.escape(alt)}"><figcaption>{html.escape(alt)}</figcaption></figure>'
 
 
+ADVICE_COLUMNS = {
+    "limit_cpu": "limit (CPUs)",
+    "gomaxprocs": "GOMAXPROCS",
+    "throttled_pct": "throttled %",
+    "stall_ms_per_s": "stall ms/s",
+    "p99_ms": "p99 ms",
+}
+
+
+def _advice_html(run: Run) -> str:
+    """What the replay says this run should have run with (:func:`gmpanalysis.advise`, for
+    p99, without burst), the best five settings, and the usual rules at that limit."""
+    from .advise import advise
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            adv = advise(run, objective="p99", bursts=(0.0,))
+    except GmpError as e:
+        return f"<p>What should it run with? The replay cannot tell: {html.escape(str(e))}</p>"
+    head = adv.head(5)[list(ADVICE_COLUMNS)].rename(columns=ADVICE_COLUMNS)
+    out = [
+        f"<h3>What should it run with?</h3><p>{html.escape(adv.attrs['recommendation'])} "
+        "(a replay of this run's demand: <code>gmp.advise</code>, <code>gmp.what_if</code>)</p>",
+        head.to_html(index=False, float_format=lambda v: f"{v:,.1f}", na_rep="–", border=0),
+    ]
+    b = adv.attrs["baselines"]
+    if len(b):
+        keep = {"setting": "setting", **{k: v for k, v in ADVICE_COLUMNS.items() if k != "gomaxprocs"}}
+        out.append(b[list(keep)].rename(columns=keep).to_html(index=False, float_format=lambda v: f"{v:,.1f}",
+                                                               na_rep="–", border=0))  # fmt: skip
+    return "".join(out)
+
+
 def to_report(
     runs: Sequence[Run],
     path: str | os.PathLike[str],
@@ -290,6 +324,7 @@ def to_report(
                 "at the top.</p>"
             )
         parts += [f"<p>{html.escape(x)}</p>" for x in dq]
+        parts.append(_advice_html(run))
         parts.append(
             _img(
                 _png(lambda f, per=per: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),

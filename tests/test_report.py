@@ -47,6 +47,18 @@ def test_report_findings_are_computed_from_the_data(report):
     assert "Under the same load (open poisson 18.0)" in html
 
 
+def test_report_advises_each_run_from_its_replay(report):
+    """Each run's section says what the replay recommends (for p99, no burst): the same
+    sentence gmp.advise gives."""
+    import html as html_mod
+
+    html = report.read_text()
+    assert html.count("<h3>What should it run with?</h3>") == len(RUNS)
+    for path in RUNS[:2]:
+        adv = gmp.advise(gmp.load_run(path), objective="p99", bursts=(0.0,))
+        assert html_mod.escape(adv.attrs["recommendation"]) in html, path
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (scripts/test.sh installs it when run as root)")
 def test_report_renders_in_chromium(report, tmp_path):
     shot = tmp_path / "shot.png"
