@@ -170,6 +170,8 @@ def what_if(
     burst = lim["burst_us"] if burst_us is None else burst_us
     G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
     C = lim["cpus"] if cpus is None else cpus
+    if C is None:
+        raise MissingDataError(f"{run.path}: meta.json records no ncpu: give what_if(..., cpus=N)")
     q: float | dict[int, float] | None
     if unlimited:
         q = None
@@ -321,7 +323,10 @@ def _replay(
         if running:
             steps.append(min(rem) * len(rem) / running)
             if limited:
-                steps.append(next_tick - t)
+                # the next tick that finds a CPU out of runtime (the ones before change nothing)
+                out_at = t + max(min(local[j] for j in used), 0.0)
+                nt = tick0 + math.ceil((out_at - tick0) / tick - 1e-9) * tick
+                steps.append((nt if nt > t + eps else next_tick) - t)
         dt = max(min(steps), 0.0)
         if running and dt > 0:
             share = dt * running / len(rem)

@@ -439,6 +439,10 @@ def pipeline(path: Path) -> list[str]:
     per = gmp.df_periods(run)
     gmp.compare_runs([run])
     gmp.df_checks(run)
+    if run.meta.get("quota_us") is not None or run.limits is not None:
+        # the replay of the run as it was, and a small advice over it
+        gmp.what_if(run)
+        gmp.advise(run, limits=(0.5, 1.0), gomaxprocs=(1,), bursts=(0.0,))
     lat = per[["latency_p50_ms", "latency_p99_ms"]].to_numpy()
     if (lat < 0).any():
         raise AssertionError(f"negative latency in the period table: {lat[lat < 0][:3]}")
