@@ -68,11 +68,57 @@ def _num(x: object) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
 
 
+def _grid_phase(run: Run) -> int:
+    """The run's period grid phase; 0 for a run without a quota, whose group has no
+    bandwidth timer (a limit set later gets a phase of the kernel's choosing)."""
+    return 0 if _no_quota(run) else analyze(run).grid.phase_ns
+
+
+def _no_quota(run: Run) -> bool:
+    """No level of the run ever had a quota (meta.json, its levels, limits.csv)."""
+    if run.meta.get("quota_us") is not None:
+        return False
+    if any(lv.get("quota_us") is not None for lv in run.meta.get("levels") or [] if isinstance(lv, dict)):
+        return False
+    lim = run.limits
+    return lim is None or not len(lim) or bool(lim["quota_us"].isna().all())
+
+
+def _periods(run: Run) -> pd.DataFrame:
+    """The run's periods (df_periods), or for a run without a quota the same columns where
+    they can be told (start_ns, end_ns, usage_us from the samples; never throttled) on a
+    100 ms grid of phase 0 over the samples."""
+    if not _no_quota(run):
+        return analyze(run).periods
+    s = run.samples
+    if s.empty:
+        raise MissingDataError(f"{run.path}: no samples in cpu_stat.csv: nothing to replay")
+    P = int(run.meta.get("period_us") or 100_000) * 1000
+    t = s["t_ns"].to_numpy(dtype=np.int64)
+    u = s["usage_us"].to_numpy(dtype=np.float64)
+    k = np.arange(t[0] // P, t[-1] // P + 1, dtype=np.int64)
+    edges = np.r_[k, k[-1] + 1] * P
+    cum = np.interp(edges.astype(np.float64), t.astype(np.float64), u)
+    return pd.DataFrame(
+        {
+            "period": k,
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+            "quota_us": np.nan,
+            "usage_us": np.diff(cum),
+            "throttled": False,
+            "exhausted_at_us": np.nan,
+            "stall_us": 0.0,
+            "cpus_throttled": np.nan,
+        }
+    )
+
+
 def _own_quota(run: Run) -> dict[int, float]:
     """The quota in force in each of the run's periods (µs, NaN: none), by period number:
     from limits.csv where the bundle has it (a limit resized in place), at the level the
     per-period table is on (a pod's quota when the container has none)."""
-    per = analyze(run).periods
+    per = _periods(run)
     q = per["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
 
@@ -106,7 +152,7 @@ def demand(run: Run) -> dict[str, Any]:
     (``source``: "requests", or "usage" for a bundle without requests: each period's measured
     CPU as work arriving in it, a lower bound where the run was throttled, since work the
     quota held back shows up later or never; latency is then unknown)."""
-    per = analyze(run).periods
+    per = _periods(run)
     r = run.requests
     if r is None or not len(r):
         u = per.dropna(subset=["usage_us"])
@@ -197,7 +243,7 @@ def what_if(
         )
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = demand(run)
-    phase = analyze(run).grid.phase_ns
+    phase = _grid_phase(run)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     out = _replay(sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"])
     if d["source"] == "usage":  # work items, not requests: no latency to tell
@@ -430,7 +476,7 @@ def summarize(per: pd.DataFrame, latency_ms: np.ndarray | None = None) -> dict[s
 
 def measured(run: Run) -> dict[str, float]:
     """:func:`summarize` of the run itself, over the periods the replay covers."""
-    per = analyze(run).periods
+    per = _periods(run)
     d = demand(run)
     t0, t1 = d["span_ns"]
     span = per[(per["end_ns"] > t0) & (per["start_ns"] < t1)]

@@ -140,3 +140,22 @@ def test_a_limit_resized_in_place_is_replayed_as_it_was():
         W.what_if(run, gomaxprocs=1.5)
     with pytest.raises(UsageError, match="quota_us=nan"):
         W.what_if(run, quota_us=float("nan"))
+
+
+def test_a_run_without_a_limit_predicts_the_limited_ones(runs):
+    """The question an unlimited service asks: fixtures/whatif/unlimited-cpu-gmp2 is the
+    CPU-bound load of the three example runs (same seeded schedule) with no quota at all.
+    Replayed at 0.5 CPU and each GOMAXPROCS, it predicts what those runs measured: the
+    quota's exhaustion within 3 ms, the CPUs frozen within 0.1 and the stall per second
+    within 15 % (its throttled share is 3.5-7 points high and its p99 15-31 %: its requests
+    cost 32.2 ms of CPU there, 30.3-30.8 under the quota)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        free = gmp.load_run("fixtures/whatif/unlimited-cpu-gmp2")
+    assert W.measured(free)["throttled_pct"] == 0 and not W.what_if(free)["throttled"].any()
+    for name, run in runs.items():
+        g = int(name.rsplit("gmp", 1)[1])
+        got, truth = W.summarize(W.what_if(free, quota_us=50_000, gomaxprocs=g)), W.measured(run)
+        assert abs(got["exhausted_p50_ms"] - truth["exhausted_p50_ms"]) <= 3, (name, got, truth)
+        assert abs(got["cpus_frozen_p50"] - truth["cpus_frozen_p50"]) <= 0.1 + 1e-9, (name, got, truth)
+        assert abs(got["stall_ms_per_s"] - truth["stall_ms_per_s"]) <= 0.15 * truth["stall_ms_per_s"], name
