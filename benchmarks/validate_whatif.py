@@ -78,11 +78,8 @@ def main() -> int:
             mine = [x for x in runs if x["w"] == w]
             for cfg in sorted({(x["lim"], x["g"]) for x in mine}):
                 reps = [x for x in mine if (x["lim"], x["g"]) == cfg]
-                lim = W._limits(reps[0]["run"])
                 for src in (x for x in mine if (x["lim"], x["g"]) != cfg):
-                    got = W.summarize(
-                        W.what_if(src["run"], quota_us=lim["quota_us"], gomaxprocs=lim["gomaxprocs"], cpus=lim["cpus"])
-                    )
+                    got = W.summarize(W.replay_as(src["run"], reps[0]["run"]))
                     for fig in FIGURES:
                         vals = [r["truth"][fig] for r in reps]
                         rows.append(

@@ -24,7 +24,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gomaxprocs import rules
-from .whatif import _limits, demand, summarize, what_if
+from .whatif import demand, settings, summarize, what_if
 
 OBJECTIVES = ("throttle", "p99", "cost")
 
@@ -39,7 +39,7 @@ MODEL_ERROR = {
 }
 
 
-def _candidates(cpus: int, max_limit: float, own: float | None) -> list[float]:
+def _candidates(max_limit: float, own: float | None) -> list[float]:
     steps = [x / 4 for x in range(1, 8)] + [float(x) for x in range(2, 65)]
     out = sorted({x for x in steps if x <= max_limit + 1e-9} | ({own} if own and own <= max_limit else set()))
     return out or [max_limit]
@@ -74,14 +74,14 @@ def advise(
         raise UsageError("advise: give at least one run")
     if objective not in OBJECTIVES:
         raise UsageError(f"advise(objective={objective!r}): choose one of {list(OBJECTIVES)}")
-    lim0 = _limits(runs[0])
+    lim0 = settings(runs[0])
     ncpu = int(cpus or lim0["cpus"] or 1)
     if ncpu < 1 or (max_limit is not None and max_limit <= 0):
         raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
     top = float(max_limit or ncpu)
     period = int(lim0["period_us"])
     own = None if lim0["quota_us"] is None else lim0["quota_us"] / period
-    cand_limits = sorted(set(limits)) if limits is not None else _candidates(ncpu, top, own)
+    cand_limits = sorted(set(limits)) if limits is not None else _candidates(top, own)
     cand_g = sorted(set(gomaxprocs)) if gomaxprocs is not None else list(range(1, ncpu + 1))
     with_requests = all(demand(r)["source"] == "requests" for r in runs)
     rows = []
@@ -167,7 +167,7 @@ def _baselines(runs: list[Run], best: pd.Series, lim0: dict, ncpu: int) -> pd.Da
         rows.append({"setting": "the run as it was", **own})
     out = pd.DataFrame(rows)
     if len(out):
-        out["p99_worse_pct"] = 100 * (out["p99_ms"] / best.p99_ms - 1) if best.p99_ms == best.p99_ms else math.nan
+        out["p99_worse_pct"] = math.nan if math.isnan(best.p99_ms) else 100 * (out["p99_ms"] / best.p99_ms - 1)
         out["throttled_worse_points"] = out["throttled_pct"] - best.throttled_pct
         out["cost_worse_cpu"] = out["cost_cpu"] - best.cost_cpu
     return out

@@ -123,7 +123,10 @@ def _own_quota(run: Run) -> dict[int, float]:
     return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
 
 
-def _limits(run: Run) -> dict[str, Any]:
+def settings(run: Run) -> dict[str, Any]:
+    """The run's own settings as the replay takes them: ``quota_us`` (the first known; None:
+    no limit), ``period_us``, ``burst_us``, ``gomaxprocs``, ``cpus`` (None if not recorded),
+    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults)."""
     m = run.meta
     a = analyze(run)
     own = [x for x in _own_quota(run).values() if not math.isnan(x)]
@@ -211,7 +214,7 @@ def what_if(
     ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period).
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
-    lim = _limits(run)
+    lim = settings(run)
     P = lim["period_us"] if period_us is None else period_us
     burst = lim["burst_us"] if burst_us is None else burst_us
     G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
@@ -488,28 +491,33 @@ def measured(run: Run) -> dict[str, float]:
     return summarize(span, lat if lat is not None else np.zeros(0))
 
 
+def replay_as(source: Run, target: Run) -> pd.DataFrame:
+    """:func:`what_if` of ``source``'s demand under ``target``'s settings (limit, period,
+    burst, GOMAXPROCS, CPUs): what the target would have measured, predicted from the source."""
+    lim = settings(target)
+    return what_if(
+        source,
+        quota_us=lim["quota_us"],
+        period_us=lim["period_us"],
+        burst_us=lim["burst_us"],
+        gomaxprocs=lim["gomaxprocs"],
+        cpus=lim["cpus"],
+        unlimited=lim["quota_us"] is None,
+    )
+
+
 def validate(runs: list[Run]) -> pd.DataFrame:
     """Each run predicted from each other one (its settings replayed over the other's
     demand) beside what it measured: one row per (source, target) and figure."""
     rows = []
     for tgt in runs:
-        lim = _limits(tgt)
         truth = measured(tgt)
         for src in runs:
-            pred = what_if(
-                src,
-                quota_us=lim["quota_us"],
-                period_us=lim["period_us"],
-                burst_us=lim["burst_us"],
-                gomaxprocs=lim["gomaxprocs"],
-                cpus=lim["cpus"],
-                unlimited=lim["quota_us"] is None,
-            )
-            got = summarize(pred)
+            got = summarize(replay_as(src, tgt))
             for key, v in truth.items():
                 rows.append({"target": tgt.meta.get("name"), "source": src.meta.get("name"), "figure": key,
                              "measured": v, "predicted": got[key], "error": got[key] - v})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-__all__ = ["demand", "measured", "summarize", "validate", "what_if"]
+__all__ = ["demand", "measured", "replay_as", "settings", "summarize", "validate", "what_if"]

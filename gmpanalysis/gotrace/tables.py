@@ -772,11 +772,8 @@ class Builder:
         chunk would give them), with the swaps by sequence number found chunk by chunk (the
         intervals of one generation are always in one chunk)."""
         run = self.run
-        g, start, end, m = run.col("g"), run.col("start"), run.col("end"), run.col("m")
-        order = np.lexsort((m, start, g))
-        same = np.flatnonzero(g[order][1:] == g[order][:-1])
-        a, b = order[same], order[same + 1]
-        del order, same
+        start, end = run.col("start"), run.col("end")
+        a, b = _consecutive(run.col("g"), start, run.col("m"))
         ids = run.ids()
         swapped = {(x, y) for _, x, y, sw in self.clashes if sw}
         swap = np.zeros(len(a), dtype=bool)
@@ -818,7 +815,7 @@ class Builder:
                 is_open = np.zeros(len(cols["end"]), dtype=bool)
                 in_order = _in_time_order(cols["start"], cols["m"])
                 if not in_order:  # put in order among the rows taken together
-                    moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"])
+                    moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
             categories = sorted(self.names)
             at = {name: i for i, name in enumerate(categories)}
             remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
@@ -969,15 +966,18 @@ def _settle(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray, sw
     return bool(clash.size)
 
 
-def _resolve_overlaps(g: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
-    """:func:`_settle` for every pair of one goroutine's intervals that follow one another
-    in time (rows in any order), after the pairs found chunk by chunk were settled: only
-    needed when chunks overlap in time. In place; True if a start moved."""
-    order = np.lexsort((start, g))
-    gs = g[order]
-    same = np.flatnonzero(gs[1:] == gs[:-1])
-    del gs
-    a, b = order[same], order[same + 1]
+def _consecutive(g: np.ndarray, start: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (a, b) of one goroutine's intervals that follow one another in time (rows
+    in any order; by start, then thread, as one chunk would give them)."""
+    order = np.lexsort((m, start, g))
+    same = np.flatnonzero(g[order][1:] == g[order][:-1])
+    return order[same], order[same + 1]
+
+
+def _resolve_overlaps(g: np.ndarray, start: np.ndarray, end: np.ndarray, m: np.ndarray) -> bool:
+    """:func:`_settle` for every pair of :func:`_consecutive` intervals, none swapped by
+    sequence number: rows taken together out of time order. In place; True if a start moved."""
+    a, b = _consecutive(g, start, m)
     return _settle(start, end, a, b, np.zeros(len(a), dtype=bool))
 
 
