@@ -58,6 +58,11 @@ REQUEST_COLUMNS: dict[str, Any] = {
     "end_ns": np.int64,  # when the response was complete
     "status": np.int64,  # HTTP status; 0 = transport error or timeout
 }
+REQUEST_NULLABLE: dict[str, Any] = {
+    # the CPU the service says the request cost (its handler's thread CPU; gmp-demoapp's
+    # Gmp-Cpu-Ns header); NA where it said nothing; the column is absent from older files
+    "cpu_ns": "Int64",
+}
 
 
 # host_stat.csv: the node's aggregate /proc/stat "cpu" line, read by the sampler about once a
@@ -92,6 +97,7 @@ CPU_STAT_RANGES: dict[str, tuple[float, float]] = {
 REQUEST_RANGES: dict[str, tuple[float, float]] = {
     **{c: (1, MAX_NS) for c in ("sched_ns", "start_ns", "end_ns")},
     "status": (0, 999),
+    "cpu_ns": (0, MAX_NS),
 }
 HOST_STAT_RANGES: dict[str, tuple[float, float]] = {
     "t_ns": (1, MAX_NS),
@@ -488,7 +494,7 @@ def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_requests(data: bytes, *, source: str = "requests.csv") -> pd.DataFrame:
     """Parse requests.csv bytes; see :func:`read_requests`."""
-    return _parse_table(data, source, REQUEST_COLUMNS, ranges=REQUEST_RANGES)
+    return _parse_table(data, source, REQUEST_COLUMNS, REQUEST_NULLABLE, ranges=REQUEST_RANGES)
 
 
 def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -497,7 +503,9 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
     Columns (one row per request, in completion order): ``sched_ns`` int64 CLOCK_MONOTONIC
     ns the load schedule asked for the request (open loop; = start_ns in closed loop);
     ``start_ns`` int64 ns sent; ``end_ns`` int64 ns response complete; ``status`` int64
-    HTTP status, 0 for a transport error or timeout.
+    HTTP status, 0 for a transport error or timeout; ``cpu_ns`` (Int64, where the file has
+    it) the CPU ns the service reported for the request (its handler's own thread CPU), NA
+    where it reported none.
     """
     return parse_requests(_read_bytes(path), source=str(path))
 

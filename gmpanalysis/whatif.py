@@ -3,9 +3,9 @@
 A replay of the run's measured CPU demand through the kernel's CFS bandwidth mechanics:
 
 * **Demand.** Each request of the run arrives when the load generator scheduled it
-  (``sched_ns``) and needs ``cost`` of CPU, the run's CPU use over the requests' span
-  divided by their number (the demo service's handlers are uniform; the per-request spread
-  is not in the bundle, so it is not modelled). An open-loop generator sends each one on
+  (``sched_ns``) and needs its share of the run's CPU use over the requests' span: in
+  proportion to the CPU the service reported for it (requests.csv ``cpu_ns``, the handler's
+  own thread CPU), or, without that, the same for every request. An open-loop generator sends each one on
   time whatever is in flight (vegeta adds workers); a closed-loop one (``load.mode`` =
   "closed") has ``load.concurrency`` clients, each sending its next request when the last
   one is answered, and latency counts from the sending.
@@ -30,8 +30,7 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 Left out, and why: a second level with a quota of its own (a pod's, with its own timer
 phase); the runtime's own CPU (GC workers, spinning threads) beyond its share in the mean
 cost, and the GC's pauses, which keep an allocation-heavy handler's requests from running
-side by side (it would need the trace's runnable goroutines as the demand); the per-request
-spread of CPU cost (not in the bundle); and a stop-the-world stretched to the next boundary
+side by side (it would need the trace's runnable goroutines as the demand); and a stop-the-world stretched to the next boundary
 as a pause of its own (it is in the latency, through the stall). The validation sweep
 (benchmarks/validate_whatif.py, README) measures what these cost.
 """
@@ -152,7 +151,8 @@ def demand(run: Run) -> dict[str, Any]:
     CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
     generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
     open one), the measured CPU over the span, and where the demand came from
-    (``source``: "requests", or "usage" for a bundle without requests: each period's measured
+    (``source``: "requests", with ``cost_source`` "cpu_ns" or "mean": :func:`request_costs`;
+    or "usage" for a bundle without requests: each period's measured
     CPU as work arriving in it, a lower bound where the run was throttled, since work the
     quota held back shows up later or never; latency is then unknown)."""
     per = _periods(run)
@@ -176,20 +176,44 @@ def demand(run: Run) -> dict[str, Any]:
             "span_ns": (int(u["start_ns"].iloc[0]), int(u["end_ns"].iloc[-1])),
             "source": "usage",
         }
-    sched = np.sort(r["sched_ns"].to_numpy(dtype=np.int64))
+    r = r.sort_values("sched_ns", kind="stable")
+    sched = r["sched_ns"].to_numpy(dtype=np.int64)
     t0, t1 = int(sched[0]), int(r["end_ns"].max())
     inside = (per["end_ns"] > t0) & (per["start_ns"] < t1)
     used_us = float(per.loc[inside, "usage_us"].sum())
     load = run.meta.get("load") or {}
     conc = load.get("concurrency") if load.get("mode") == "closed" else None
+    cost, own = request_costs(r, used_us * 1000)
     return {
         "sched_ns": sched,
-        "cost_ns": used_us * 1000 / len(sched),
+        "cost_ns": cost,
         "concurrency": int(conc) if conc else None,
         "used_us": used_us,
         "span_ns": (t0, t1),
         "source": "requests",
+        "cost_source": own,
     }
+
+
+# requests.csv's cpu_ns is taken as the spread of the cost when at least this share of the
+# requests carry it (a timeout or a failure carries none and gets the others' mean)
+MIN_CPU_NS_SHARE = 0.5
+
+
+def request_costs(r: pd.DataFrame, used_ns: float) -> tuple[float | np.ndarray, str]:
+    """The CPU each request (rows in ``r``'s order) needs in the replay, adding up to
+    ``used_ns``, the group's CPU over the requests' span: where the service reported each
+    request's own CPU (``cpu_ns``), in proportion to it, so the runtime's CPU beside the
+    handlers (GC workers, the network) is spread over the requests as they cost; otherwise
+    one mean for all. Returns the costs and which it was ("cpu_ns" or "mean")."""
+    n = len(r)
+    if "cpu_ns" in r:
+        own = r["cpu_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        known = ~np.isnan(own)
+        if known.mean() >= MIN_CPU_NS_SHARE and own[known].sum() > 0:
+            own = np.where(known, own, own[known].mean())
+            return own * (used_ns / own.sum()), "cpu_ns"
+    return used_ns / n, "mean"
 
 
 def what_if(
@@ -261,6 +285,7 @@ def what_if(
         "gomaxprocs": G,
         "cpus": C,
         "cost_ms": float(np.mean(d["cost_ns"])) / 1e6,
+        "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
     }

@@ -8,6 +8,7 @@ import shutil
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import RUNS
 
@@ -137,6 +138,18 @@ def test_time_going_backwards_named():
 def test_requests_bad_rows():
     with pytest.raises(gmp.BundleError, match=r"r.csv line 3: malformed"):
         parse_requests(b"sched_ns,start_ns,end_ns,status\n1,2,3,200\n1,2,x,200\n", source="r.csv")
+
+
+def test_requests_cpu_ns_column():
+    """cpu_ns (the service's own CPU per request) is optional: absent in older files, empty
+    where the service reported nothing, a count of ns otherwise."""
+    r = parse_requests(b"sched_ns,start_ns,end_ns,status,cpu_ns\n1,2,3,200,30125000\n4,5,6,0,\n")
+    assert r["cpu_ns"].dtype == "Int64" and r["cpu_ns"].iloc[0] == 30_125_000 and pd.isna(r["cpu_ns"].iloc[1])
+    assert "cpu_ns" not in parse_requests(b"sched_ns,start_ns,end_ns,status\n1,2,3,200\n")
+    with pytest.raises(gmp.BundleError, match=r"line 2: cpu_ns -1 is outside 0"):
+        parse_requests(b"sched_ns,start_ns,end_ns,status,cpu_ns\n1,2,3,200,-1\n")
+    with pytest.raises(gmp.BundleError, match=r"line 3: malformed"):
+        parse_requests(b"sched_ns,start_ns,end_ns,status,cpu_ns\n1,2,3,200,5\n1,2,3,200,1.5e3x\n")
 
 
 def _copy(tmp_path, name="cpu-0.5cpu-gmp8"):

@@ -67,6 +67,13 @@ def test_short_lab_run_records_real_throttling(bins, tmp_path):
     r = run.requests
     assert len(r) > 20 and (r["status"] == 200).all()
     assert (r["start_ns"] >= r["sched_ns"] - 1_000_000).all()  # sent at (or after) its scheduled time
+    # each request's own CPU as the demo app reported it: the 20 ms asked for (calibrated
+    # on the thread CPU clock, which a throttled or waiting thread does not advance) and,
+    # all together, less than the group's CPU over the requests' span
+    cpu = r["cpu_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    assert not np.isnan(cpu).any() and 15e6 < np.median(cpu) < 30e6, np.median(cpu)
+    inside = s[(s["t_ns"] >= r["start_ns"].min()) & (s["t_ns"] <= r["end_ns"].max())]["usage_us"]
+    assert cpu.sum() / 1000 < inside.iloc[-1] - inside.iloc[0] + 2 * 50_000  # ± a period at each end
     # everything the run started is gone, and so is its cgroup
     assert not alive(m["app_pid"])
     assert not any(Path(p).exists() for p in m["cgroup_paths"])

@@ -7,6 +7,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import gmpanalysis as gmp
@@ -62,7 +63,8 @@ def test_replay_invariants_on_the_shipped_runs(runs):
         for q in (20_000, 50_000, 100_000, None):
             per = W.what_if(run, quota_us=q, unlimited=q is None)
             # all the work runs, and never on more CPUs than there are
-            assert per["usage_us"].sum() * 1000 == pytest.approx(d["cost_ns"] * len(d["sched_ns"]), rel=1e-6), name
+            need = np.broadcast_to(d["cost_ns"], d["sched_ns"].shape).sum()
+            assert per["usage_us"].sum() * 1000 == pytest.approx(need, rel=1e-6), name
             assert (per["usage_us"] <= per["end_ns"].sub(per["start_ns"]) / 1000 * run.meta["ncpu"] + 1).all()
             if q is None:
                 assert not per["throttled"].any() and per["stall_us"].sum() == 0
@@ -94,6 +96,33 @@ def test_each_run_is_predicted_from_the_others(runs, target, figure, request):
         row = v.loc[src]
         limit = GOALS[figure] if GOALS[figure] is not None else 0.15 * row["measured"]
         assert abs(row["error"]) <= limit, (src, row["measured"], row["predicted"])
+
+
+def test_each_request_costs_in_proportion_to_what_the_service_reported(runs):
+    """With requests.csv's cpu_ns, the run's CPU is shared out in proportion to it (so all
+    of it still runs), a request without one gets the others' mean, and the spread reaches
+    the latency: heavy and light requests alternating give a longer tail than their mean.
+    Under half the requests carrying it, the mean is used."""
+    import dataclasses
+
+    run = runs["cpu-0.5cpu-gmp2"]
+    r = run.requests.sort_values("sched_ns", kind="stable").reset_index(drop=True)
+    own = np.where(np.arange(len(r)) % 2 == 0, 10_000_000, 50_000_000)
+    r["cpu_ns"] = pd.array(own, dtype="Int64")
+    r.loc[3, "cpu_ns"] = pd.NA
+    spread = dataclasses.replace(run, requests=r)
+    d, flat = W.demand(spread), W.demand(run)
+    assert d["cost_source"] == "cpu_ns" and flat["cost_source"] == "mean"
+    assert d["cost_ns"].sum() == pytest.approx(d["used_us"] * 1000)
+    assert d["cost_ns"][1] / d["cost_ns"][0] == pytest.approx(5)
+    mean_known = np.delete(own, 3).mean()
+    assert d["cost_ns"][3] / d["cost_ns"][0] == pytest.approx(mean_known / 10e6)
+    per = W.what_if(spread)
+    assert per["usage_us"].sum() == pytest.approx(d["used_us"], rel=1e-6)
+    assert per.attrs["model"]["cost_per_request"] == "cpu_ns"
+    assert W.summarize(per)["p99_ms"] > W.summarize(W.what_if(run))["p99_ms"]
+    r.loc[: len(r) // 2 + 1, "cpu_ns"] = pd.NA
+    assert W.demand(dataclasses.replace(run, requests=r))["cost_source"] == "mean"
 
 
 def test_settings_are_checked(runs):

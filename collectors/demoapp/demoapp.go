@@ -15,6 +15,7 @@
 //	GET /work?ms=30&alloc_kb=0   burn `ms` milliseconds of calibrated CPU work; with
 //	                             alloc_kb, also allocate that much short-lived garbage and
 //	                             rewrite part of the live heap, interleaved with the work
+//	                             (its handler's thread CPU time in the Gmp-Cpu-Ns header)
 //	GET /info                    JSON: GOMAXPROCS, NumCPU, Go version, calibration
 //	GET /debug/pprof/...         net/http/pprof, including /debug/pprof/trace
 //
@@ -156,7 +157,13 @@ type app struct {
 	allocKB int64   // default /work garbage
 	liveMB  int
 	heap    *liveHeap
+	cpuHdr  bool // report each /work request's own CPU in CPUHeader
 }
+
+// CPUHeader carries the CPU time (ns, decimal) a /work request's handler ran on its own
+// thread, from the start of the work to the response: the load generator records it as
+// requests.csv's cpu_ns, the per-request cost the what-if replay takes.
+const CPUHeader = "Gmp-Cpu-Ns"
 
 func (a *app) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/work", a.work)
@@ -183,6 +190,17 @@ func (a *app) work(w http.ResponseWriter, r *http.Request) {
 		kb = n
 	}
 	total := int64(ms * float64(a.ipm))
+	var cpu0 int64
+	if a.cpuHdr {
+		// CLOCK_THREAD_CPUTIME_ID counts one OS thread, and a goroutine moves between
+		// threads whenever it is rescheduled; locked to its thread, a preempted handler
+		// hands its P to another thread and its own thread sleeps until it runs again, so
+		// the count is this handler's alone: its work, its allocation and the GC assists
+		// charged to it, not the GC's background workers or other goroutines.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu0 = threadCPUNs()
+	}
 	// Interleave work and allocation in chunks so GC cycles start while
 	// goroutines are burning CPU, as in a real allocation-heavy service.
 	const chunks = 10
@@ -197,6 +215,9 @@ func (a *app) work(w http.ResponseWriter, r *http.Request) {
 	sink.Add(acc)
 	if kb > 0 && a.heap != nil && len(a.heap.trees) > 0 {
 		a.heap.replaceOne(rng, treeDepth-2)
+	}
+	if a.cpuHdr {
+		w.Header().Set(CPUHeader, strconv.FormatInt(threadCPUNs()-cpu0, 10))
 	}
 	fmt.Fprintf(w, "ok %d\n", total)
 }
@@ -267,6 +288,8 @@ func Main() {
 	allocKB := flag.Int64("alloc-kb", 0, "default garbage per /work request, KiB")
 	liveMB := flag.Int("live-mb", 0, "live pointer-rich heap kept for the whole run, MiB")
 	itersPerMs := flag.Int64("iters-per-ms", 0, "work calibration (0: calibrate at start)")
+	cpuHdr := flag.Bool("cpu-header", true, "answer each /work request with its handler's thread CPU time in a "+CPUHeader+
+		" header (the handler holds its OS thread while it runs; false: not)")
 	calibrateOnly := flag.Bool("calibrate", false, "print iterations per ms of CPU and exit")
 	ready := flag.String("ready", "text", "first stdout line: text (\"listening http://ADDR ...\") or json ({\"listening\": {\"addr\": ...}})")
 	flag.Parse()
@@ -283,7 +306,7 @@ func Main() {
 		return
 	}
 
-	a := &app{ipm: ipm, workMs: *workMs, allocKB: *allocKB, liveMB: *liveMB, heap: newLiveHeap(*liveMB)}
+	a := &app{ipm: ipm, workMs: *workMs, allocKB: *allocKB, liveMB: *liveMB, heap: newLiveHeap(*liveMB), cpuHdr: *cpuHdr}
 	a.routes(http.DefaultServeMux) // beside net/http/pprof's handlers
 
 	ln, err := net.Listen("tcp", *addr)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 func testServer(t *testing.T) (*app, *httptest.Server) {
 	t.Helper()
-	a := &app{ipm: 2000, workMs: 1, allocKB: 0, liveMB: 1, heap: newLiveHeap(1)}
+	a := &app{ipm: 2000, workMs: 1, allocKB: 0, liveMB: 1, heap: newLiveHeap(1), cpuHdr: true}
 	mux := http.NewServeMux()
 	a.routes(mux)
 	srv := httptest.NewServer(mux)
@@ -112,5 +113,40 @@ func TestInfoAndReadyLine(t *testing.T) {
 	}
 	if _, err := a.readyLine("yaml", addr); err == nil {
 		t.Error("readyLine accepted format yaml")
+	}
+}
+
+// TestCPUHeader: a request's reported CPU is the calibrated work it was asked for (the
+// thread CPU clock counts only running, so other load on the machine does not inflate it),
+// and a server started without the header sends none.
+func TestCPUHeader(t *testing.T) {
+	a, srv := testServer(t)
+	a.ipm = calibrate()
+	for _, ms := range []float64{5, 20} {
+		resp, err := http.Get(fmt.Sprintf("%s/work?ms=%g", srv.URL, ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		v := resp.Header.Get(CPUHeader)
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("ms=%g: %s header %q is not an integer", ms, CPUHeader, v)
+		}
+		// the calibration is the best of seven rounds, so a request takes at least about
+		// its ms; a handler's own overhead is microseconds
+		if got := float64(ns) / 1e6; got < 0.8*ms || got > 2*ms {
+			t.Errorf("ms=%g: %s = %.2f ms of CPU, want about %g", ms, CPUHeader, got, ms)
+		}
+	}
+	a.cpuHdr = false
+	resp, err := http.Get(srv.URL + "/work?ms=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := resp.Header.Get(CPUHeader); v != "" {
+		t.Errorf("cpu header off: got %s: %q", CPUHeader, v)
 	}
 }

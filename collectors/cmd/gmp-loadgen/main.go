@@ -1,5 +1,7 @@
 // gmp-loadgen drives HTTP load at a loopback service with vegeta and records every request
-// as `sched_ns,start_ns,end_ns,status` on CLOCK_MONOTONIC, appended as results arrive.
+// as `sched_ns,start_ns,end_ns,status,cpu_ns` on CLOCK_MONOTONIC, appended as results
+// arrive; cpu_ns is the CPU the service says the request cost (gmp-demoapp's Gmp-Cpu-Ns
+// header), empty when it says nothing.
 //
 // Open loop (--mode open): arrivals at --rate per second, Poisson (exponential gaps from a
 // seeded generator) or constant. sched_ns is the arrival time the schedule asked for, so
@@ -24,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gmpanalysis/gmpanalysis/collectors/demoapp"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"golang.org/x/sys/unix"
 )
@@ -113,6 +116,51 @@ func offsets(arrivals string, rate float64, duration time.Duration, max int, see
 	return out, nil
 }
 
+// header is requests.csv's first line. cpu_ns came later: a file begun without it is
+// appended to in its own four columns.
+const header = "sched_ns,start_ns,end_ns,status,cpu_ns\n"
+
+// openOut opens the requests CSV for appending and says whether its rows carry cpu_ns,
+// writing the header to a new or empty file.
+func openOut(path string) (*os.File, bool, error) {
+	if path == "-" { // a redirect appending to a file already begun keeps its header
+		if st, err := os.Stdout.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
+			return os.Stdout, true, nil
+		}
+		_, err := os.Stdout.WriteString(header)
+		return os.Stdout, true, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	first := make([]byte, len(header))
+	n, _ := f.ReadAt(first, 0)
+	if n == 0 {
+		_, err = f.WriteString(header)
+		return f, true, err
+	}
+	return f, string(first[:n]) == header, nil
+}
+
+// appendRow appends one request's CSV line to row.
+func appendRow(row []byte, sched, start, end int64, status int, res *vegeta.Result, withCPU bool) []byte {
+	row = strconv.AppendInt(row, sched, 10)
+	row = append(row, ',')
+	row = strconv.AppendInt(row, start, 10)
+	row = append(row, ',')
+	row = strconv.AppendInt(row, end, 10)
+	row = append(row, ',')
+	row = strconv.AppendInt(row, int64(status), 10)
+	if withCPU {
+		row = append(row, ',')
+		if v, err := strconv.ParseInt(res.Headers.Get(demoapp.CPUHeader), 10, 64); err == nil && v >= 0 {
+			row = strconv.AppendInt(row, v, 10)
+		}
+	}
+	return append(row, '\n')
+}
+
 func fatalf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "gmp-loadgen: "+format+"\n", a...)
 	os.Exit(2)
@@ -143,14 +191,9 @@ func main() {
 		fatalf("--concurrency must be in [1, 10000]")
 	}
 
-	var w *os.File
-	if *out == "-" {
-		w = os.Stdout
-	} else if w, err = os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+	w, withCPU, err := openOut(*out)
+	if err != nil {
 		fatalf("%v", err)
-	}
-	if st, err := w.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
-		_, _ = w.WriteString("sched_ns,start_ns,end_ns,status\n")
 	}
 
 	opts := []func(*vegeta.Attacker){vegeta.Timeout(*timeout), vegeta.KeepAlive(true), vegeta.Redirects(0)}
@@ -197,14 +240,7 @@ func main() {
 			sch = clk.ns(sched.began.Add(sched.offsets[res.Seq]))
 		}
 		status := int(res.Code)
-		row = strconv.AppendInt(row[:0], sch, 10)
-		row = append(row, ',')
-		row = strconv.AppendInt(row, start, 10)
-		row = append(row, ',')
-		row = strconv.AppendInt(row, end, 10)
-		row = append(row, ',')
-		row = strconv.AppendInt(row, int64(status), 10)
-		row = append(row, '\n')
+		row = appendRow(row[:0], sch, start, end, status, res, withCPU)
 		if _, err := w.Write(row); err != nil {
 			fatalf("write: %v", err)
 		}

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/gmpanalysis/gmpanalysis/collectors/demoapp"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,5 +46,44 @@ func TestOffsets(t *testing.T) {
 	}
 	if _, err := offsets("bursty", 1, time.Second, 1, 1); err == nil {
 		t.Error("unknown arrivals accepted")
+	}
+}
+
+// TestRequestsFile: a new file gets the five-column header and rows with the service's CPU
+// (empty where it sent none or something that is not a count); a file begun by an older
+// generator without cpu_ns is appended to in its own four columns.
+func TestRequestsFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "requests.csv")
+	f, withCPU, err := openOut(p)
+	if err != nil || !withCPU {
+		t.Fatalf("new file: withCPU %v, err %v", withCPU, err)
+	}
+	res := &vegeta.Result{Headers: http.Header{}}
+	res.Headers.Set(demoapp.CPUHeader, "30125000")
+	row := appendRow(nil, 1, 2, 3, 200, res, withCPU)
+	res.Headers.Set(demoapp.CPUHeader, "-5")
+	row = appendRow(row, 4, 5, 6, 0, res, withCPU)
+	row = appendRow(row, 7, 8, 9, 200, &vegeta.Result{}, withCPU)
+	if _, err := f.Write(row); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, withCPU, _ = openOut(p); !withCPU { // reopened: the header is already there
+		t.Fatal("reopened file: withCPU false")
+	}
+	got, _ := os.ReadFile(p)
+	want := "sched_ns,start_ns,end_ns,status,cpu_ns\n1,2,3,200,30125000\n4,5,6,0,\n7,8,9,200,\n"
+	if string(got) != want {
+		t.Fatalf("file:\n%s\nwant:\n%s", got, want)
+	}
+
+	old := filepath.Join(dir, "old.csv")
+	_ = os.WriteFile(old, []byte("sched_ns,start_ns,end_ns,status\n1,2,3,200\n"), 0o644)
+	if _, withCPU, err = openOut(old); err != nil || withCPU {
+		t.Fatalf("old file: withCPU %v, err %v", withCPU, err)
+	}
+	if got := string(appendRow(nil, 4, 5, 6, 200, res, withCPU)); got != "4,5,6,200\n" {
+		t.Fatalf("old file row %q", got)
 	}
 }
