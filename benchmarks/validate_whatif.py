@@ -6,7 +6,8 @@ other configurations of its workload, beside what its own repeats measured.
 SWEEP_DIR (default benchmarks/data/sweep) holds the bundles of benchmarks/make-sweep.sh,
 named WORKLOAD-LIMITcpu-gmpG-rREPEAT. For each workload and configuration (limit,
 GOMAXPROCS) the printout gives, per figure, what the repeats measured (mean [min-max]),
-what the model predicted from each other configuration's runs (median [min-max]), the
+what the model predicted from each other configuration's runs (each run replayed under
+every repeat's settings, tick phase included, and averaged; median [min-max]), the
 median error, the goal and whether the worst prediction meets it:
 
 - throttled share of the periods: within 5 points;
@@ -53,6 +54,11 @@ def met(fig: str, pred: float, mean: float, lo: float, hi: float) -> bool:
     return err <= 0.25 * mean or lo <= pred <= hi
 
 
+def _mean(v: list[float]) -> float:
+    v = [x for x in v if not math.isnan(x)]
+    return statistics.fmean(v) if v else math.nan
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", nargs="?", default=str(ROOT / "benchmarks" / "data" / "sweep"))
@@ -79,7 +85,10 @@ def main() -> int:
             for cfg in sorted({(x["lim"], x["g"]) for x in mine}):
                 reps = [x for x in mine if (x["lim"], x["g"]) == cfg]
                 for src in (x for x in mine if (x["lim"], x["g"]) != cfg):
-                    got = W.summarize(W.replay_as(src["run"], reps[0]["run"]))
+                    # under each repeat's settings (its tick phase is its own), then averaged
+                    # as the repeats' measurements are
+                    each = [W.summarize(W.replay_as(src["run"], r["run"])) for r in reps]
+                    got = {f: _mean([e[f] for e in each]) for f in FIGURES}
                     for fig in FIGURES:
                         vals = [r["truth"][fig] for r in reps]
                         rows.append(

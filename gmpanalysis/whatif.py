@@ -5,8 +5,8 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 * **Demand.** Each request of the run arrives when the load generator scheduled it
   (``sched_ns``) and needs its share of the run's CPU use over the requests' span: in
   proportion to the CPU the service reported for it (requests.csv ``cpu_ns``, the handler's
-  own thread CPU), or, without that, the same for every request. An open-loop generator sends each one on
-  time whatever is in flight (vegeta adds workers); a closed-loop one (``load.mode`` =
+  own thread CPU), or, without that, the same for every request. An open-loop generator
+  sends each one on time whatever is in flight (vegeta adds workers); a closed-loop one (``load.mode`` =
   "closed") has ``load.concurrency`` clients, each sending its next request when the last
   one is answered, and latency counts from the sending.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
@@ -21,18 +21,31 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   refilled with the quota in force then (the run's own, period by period, resized or not,
   unless one is given; with ``burst_us``, unused runtime carries over up to quota + burst,
   Linux 5.14+), and a throttled CPU's overrun is paid first: one whose overrun the pool
-  cannot cover stays throttled. A period is *throttled* when a CPU is; it was *exhausted
-  at* the moment every CPU the work was on had been throttled (usage goes flat), its
-  *stall* is the time from then to the boundary, and its *CPUs throttled* the CPUs' frozen
-  time over the stall. A throttled CPU keeps its threads (they are dequeued there, not
-  moved). Work that could not run waits: nothing is lost.
+  cannot cover stays throttled. A period is *throttled* when its timer finds a CPU
+  throttled (nr_throttled's rule); it was *exhausted at* the moment every CPU the work was
+  on had been throttled for the rest of the period (usage goes flat; the period's end where
+  one CPU ran on to it), its *stall* is the time from then to the boundary, and its *CPUs
+  throttled* the CPUs' frozen time over the stall. A throttled CPU keeps its threads (they
+  are dequeued there, not moved). Work that could not run waits: nothing is lost.
+* **Levels.** Every level above with a quota of its own (a pod's: bundles that sample it)
+  is replayed beside the table's, each with its own pool, per-CPU runtime and period timer
+  at its own phase (``settings(run)["outer"]``); a CPU any level throttles stops, and each
+  level counts only its own throttling, as its cpu.stat does. Changing the container's
+  quota moves its pod's by as much (Kubernetes sets a pod's to the sum of its containers').
+* **The tick** comes at multiples of 1/HZ on CLOCK_MONOTONIC (the kernel aligns it at boot),
+  so where it falls relative to the boundaries is a fact of the run: the replay keeps it,
+  and a prediction for another run (:func:`replay_as`) takes the target's.
+* **Stop-the-world.** With a trace, GC pauses are expected at the run's rate per CPU-second,
+  and one that begins within its own length of the exhaustion is expected to last to the
+  boundary (the ``stw_stretched`` column): the world stays stopped while the group is frozen.
 
-Left out, and why: a second level with a quota of its own (a pod's, with its own timer
-phase); the runtime's own CPU (GC workers, spinning threads) beyond its share in the mean
-cost, and the GC's pauses, which keep an allocation-heavy handler's requests from running
-side by side (it would need the trace's runnable goroutines as the demand); and a stop-the-world stretched to the next boundary
-as a pause of its own (it is in the latency, through the stall). The validation sweep
-(benchmarks/validate_whatif.py, README) measures what these cost.
+Left out, and why: the runtime's own CPU (GC workers, spinning threads) is in each
+request's share, not a demand of its own, so a GOMAXPROCS that changes how much of it the
+GC takes (dedicated workers are a quarter of the Ps) is not seen; the GC's pauses, which
+keep an allocation-heavy handler's requests from running side by side (it would need the
+trace's runnable goroutines as the demand); where the run held work back (a bundle without
+requests replays what ran, a lower bound); a level's pool at the replay's start is full.
+The validation sweep (benchmarks/validate_whatif.py, README) measures what these cost.
 """
 
 from __future__ import annotations
@@ -48,7 +61,7 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
-from .errors import MissingDataError, UsageError
+from .errors import GmpError, MissingDataError, UsageError
 from .timeline import TICK_WINDOW_NS
 
 # sched_cfs_bandwidth_slice_us: the runtime a CPU takes from the pool at a time (the
@@ -122,13 +135,54 @@ def _own_quota(run: Run) -> dict[int, float]:
     return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
 
 
+def _outer_levels(run: Run) -> list[dict[str, Any]]:
+    """The levels of the run above the table's with a quota of their own (a pod's), each as
+    :func:`settings` lists it, with its quota period by period (``quota_by_period``) and its
+    grid's phase (``phase_ns``) for replaying the run itself."""
+    from .levels import level_names, level_run, table_level
+
+    names = level_names(run)
+    table = table_level(run)
+    if len(names) < 2:
+        return []
+    base = _grid_phase(run)
+    out = []
+    for name in names[names.index(table) + 1 :]:  # the levels above the table's
+        lr = level_run(run, name)
+        if _no_quota(lr):
+            continue
+        try:
+            g = analyze(lr).grid
+        except MissingDataError:  # its samples do not place its boundaries: it cannot be replayed
+            continue
+        q = _own_quota(lr)
+        known = [x for x in q.values() if not math.isnan(x)]
+        out.append(
+            {
+                "level": name,
+                "quota_us": known[0] if known else lr.meta.get("quota_us"),
+                "period_us": g.period_ns // 1000,
+                "burst_us": lr.meta.get("burst_us") or 0,
+                "offset_ns": (g.phase_ns - base) % g.period_ns,
+                "phase_ns": g.phase_ns,
+                "quota_by_period": q,
+            }
+        )
+    return out
+
+
 def settings(run: Run) -> dict[str, Any]:
     """The run's own settings as the replay takes them: ``quota_us`` (the first known; None:
     no limit), ``period_us``, ``burst_us``, ``gomaxprocs``, ``cpus`` (None if not recorded),
-    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults)."""
+    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults), ``tick_phase_ns`` (how long
+    after a scheduler tick the boundaries came), and ``outer``: the
+    levels above with a quota of their own (a pod's), each a dict of ``level``,
+    ``quota_us``, ``period_us``, ``burst_us`` and ``offset_ns`` (how long after the table
+    level's boundary its own comes)."""
     m = run.meta
     a = analyze(run)
     own = [x for x in _own_quota(run).values() if not math.isnan(x)]
+    outer = [{k: v for k, v in lv.items() if k not in ("phase_ns", "quota_by_period")} for lv in _outer_levels(run)]
     return {
         "quota_us": own[0] if own else m.get("quota_us"),
         "period_us": a.period_ns // 1000,
@@ -137,6 +191,10 @@ def settings(run: Run) -> dict[str, Any]:
         "cpus": m.get("ncpu"),
         "slice_us": float(m.get("cfs_slice_us") or SLICE_US),
         "hz": int(m.get("hz") or HZ),
+        "outer": outer,
+        # where the scheduler ticks fell relative to the boundaries (ticks at multiples of
+        # 1/HZ on CLOCK_MONOTONIC); None for a run without a grid
+        "tick_phase_ns": None if _no_quota(run) else a.grid.phase_ns % (1_000_000_000 // int(m.get("hz") or HZ)),
     }
 
 
@@ -225,17 +283,30 @@ def what_if(
     cpus: int | None = None,
     *,
     unlimited: bool = False,
+    outer: list[dict[str, Any]] | None = None,
+    tick_phase_ns: int | None = None,
 ) -> pd.DataFrame:
     """The periods this run would have had under other settings (the run's own where not
     given: its quota period by period, as resized in place if it was; ``unlimited=True``:
-    no quota). See the module docstring for the model.
+    no quota at any level). See the module docstring for the model.
+
+    ``outer``: the levels above with a quota of their own, as :func:`settings` lists them
+    (``quota_us``, ``period_us``, ``burst_us``, ``offset_ns`` after this level's boundary);
+    ``[]`` for none. By default the run's own (a pod's quota, its own timer phase), each
+    quota moved by as much as ``quota_us`` moves this level's: Kubernetes gives a pod the
+    sum of its containers' limits. ``tick_phase_ns``: how long after a scheduler tick this
+    level's boundaries come (by default as in the run; the tick decides when a CPU out of
+    runtime is caught, so exhaustion moves with it by up to a tick per level).
 
     Columns: ``period`` (index on the grid), ``start_ns``, ``end_ns`` (the boundaries, int64
     ns, same phase as the run's grid), ``quota_us``, ``usage_us`` (CPU used in the period),
     ``throttled`` (the runtime ran out), ``exhausted_at_us`` (offset into the period, NaN if
     not throttled), ``stall_us`` (wall time frozen to the boundary), ``cpus_throttled`` (CPUs
     running when it ran out), ``requests`` (scheduled in the period), ``latency_p50_ms`` and
-    ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period).
+    ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period);
+    with a trace, ``stw`` (GC stop-the-world pauses expected to begin in the period, at the
+    run's rate per CPU-second) and ``stw_stretched`` (of those, how many are expected to
+    run into the exhaustion and last to the boundary; NaN without a trace).
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
     lim = settings(run)
@@ -271,8 +342,24 @@ def what_if(
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = demand(run)
     phase = _grid_phase(run)
+    specs = [] if unlimited else _outer_specs(run, outer, quota_us, lim["quota_us"], phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
-    out = _replay(sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"])
+    out = _replay(
+        sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
+        tick_phase_ns,
+    )  # fmt: skip
+    stw = _stw_model(run)
+    if stw is not None:
+        # a GC stop-the-world begins while the group runs, about as often per CPU-second as
+        # in the run; one that begins within its own length of the exhaustion cannot finish
+        # before the CPUs freeze and lasts to the boundary (the world stays stopped)
+        out["stw"] = stw["per_cpu_s"] * out["usage_us"] / 1e6
+        ex = out["exhausted_at_us"].to_numpy() / 1000
+        with np.errstate(invalid="ignore", divide="ignore"):
+            risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
+        out["stw_stretched"] = out["stw"] * risk
+    else:
+        out["stw"] = out["stw_stretched"] = np.nan
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
@@ -288,8 +375,147 @@ def what_if(
         "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
+        "stw": stw,
+        "outer": [
+            {
+                "quota_us": x[0] if not isinstance(x[0], dict) else "period by period",
+                "period_us": x[1] // 1000,
+                "offset_ns": (x[2] - phase) % x[1],
+                "burst_us": x[3],
+            }
+            for x in specs
+        ],
     }
     return out
+
+
+def _stw_model(run: Run) -> dict[str, float] | None:
+    """The run's GC stop-the-world pauses as the replay takes them (None without a trace
+    holding any): how many began per CPU-second the group used over the trace window
+    (``per_cpu_s``), and how long the ones that did not run into a boundary lasted
+    (``mean_ms``), with ``count`` and ``stretched`` as measured."""
+    if run.trace_path is None or _no_quota(run):
+        return None
+    try:
+        a = analyze(run)
+        sp, per = a.stw_periods, a.periods
+    except (MissingDataError, GmpError):
+        return None
+    gc = sp[sp["kind"].astype(str).str.startswith("GC")]
+    seen = per["stw_count"].notna()
+    used_s = float(per.loc[seen, "usage_us"].sum()) / 1e6
+    plain = gc.loc[~gc["spans_boundary"].astype(bool), "dur_ms"]
+    if not len(gc) or not len(plain) or used_s <= 0:
+        return None
+    return {
+        "per_cpu_s": len(gc) / used_s,
+        "mean_ms": float(plain.mean()),
+        "count": len(gc),
+        "stretched": int(gc["spans_boundary"].astype(bool).sum()),
+    }
+
+
+# the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs
+MIN_QUOTA_US = 1000
+
+
+def _outer_specs(
+    run: Run, outer: list[dict[str, Any]] | None, quota_us: float | None, own_quota_us: float | None, phase: int
+) -> list[tuple[float | dict[int, float] | None, int, int, float]]:
+    """The levels above as the replay takes them: (quota, period_ns, phase_ns, burst_us)."""
+    if outer is None:  # the run's own, moved by as much as this level's quota moves
+        delta = 0.0 if quota_us is None or own_quota_us is None else float(quota_us) - float(own_quota_us)
+        specs: list[tuple[float | dict[int, float] | None, int, int, float]] = []
+        for lv in _outer_levels(run):
+            q = {k: v if math.isnan(v) else max(v + delta, MIN_QUOTA_US) for k, v in lv["quota_by_period"].items()}
+            specs.append((q, int(lv["period_us"]) * 1000, int(lv["phase_ns"]), float(lv["burst_us"])))
+        return specs
+    specs = []
+    for i, lv in enumerate(outer):
+        ok = isinstance(lv, dict) and all(
+            (
+                lv.get("quota_us") is None or (_num(lv["quota_us"]) and lv["quota_us"] > 0),
+                _num(lv.get("period_us")) and lv["period_us"] > 0 and float(lv["period_us"]).is_integer(),
+                _num(lv.get("burst_us", 0)) and lv.get("burst_us", 0) >= 0,
+                _num(lv.get("offset_ns", 0)),
+            )
+        )
+        if not ok:
+            raise UsageError(
+                f"what_if(outer[{i}]={lv!r}): each level above is a dict of quota_us (> 0 or None), a whole "
+                "period_us > 0, burst_us >= 0 and offset_ns (its boundary after this level's), as settings() lists them"
+            )
+        P = int(lv["period_us"]) * 1000
+        specs.append((lv.get("quota_us"), P, (phase + int(lv.get("offset_ns", 0))) % P, float(lv.get("burst_us", 0))))
+    return specs
+
+
+class _Level:
+    """One cgroup level's bandwidth control as the kernel keeps it: the group's pool, the
+    runtime each CPU's cfs_rq holds, which of them it throttled, its own period timer."""
+
+    def __init__(self, quota_us: float | dict[int, float] | None, period_ns: int, phase_ns: int,
+                 burst_us: float, origin: int, C: int) -> None:  # fmt: skip
+        self.period = float(period_ns)
+        # the first boundary after the origin, and that period's number on the level's grid
+        k = (origin - phase_ns) // period_ns
+        self.k = k
+        self.b = float(phase_ns + (k + 1) * period_ns - origin)
+        self.start = float(phase_ns + k * period_ns - origin)
+        # the quota of each period (ns; inf: no limit): one value, or one per period number
+        # (a period past the last known keeps the last)
+        if isinstance(quota_us, dict):
+            known = sorted(quota_us.items())
+            self.qk = [x for x, _ in known]
+            self.qv = [math.inf if math.isnan(v) else v * 1000.0 for _, v in known]
+        else:
+            self.qk, self.qv = [k], [math.inf if quota_us is None else float(quota_us) * 1000.0]
+        self.limited = any(not math.isinf(v) for v in self.qv)
+        self.burst = burst_us * 1000.0
+        self.quota = self.quota_of(k)
+        self.pool = self.quota
+        self.local = [0.0] * C  # runtime each CPU holds (below 0: what it overran)
+        self.frozen = [False] * C
+        self.froze_at = [math.nan] * C  # when each CPU was throttled in this period
+
+    def quota_of(self, k: int) -> float:
+        return self.qv[max(bisect.bisect_right(self.qk, k) - 1, 0)]
+
+    def draw(self, j: int, slice_ns: float) -> bool:
+        """CPU j takes runtime from the pool (a slice, and what it overran); False if it
+        still holds none: it is throttled."""
+        got = min(slice_ns - self.local[j], max(self.pool, 0.0))
+        self.local[j] += got
+        self.pool -= got
+        return self.local[j] > _EPS
+
+    def throttle(self, j: int, t: float) -> None:
+        self.frozen[j] = True
+        self.froze_at[j] = t
+
+    def refill(self, t: float) -> None:
+        """The period timer: the next period's quota (with burst: plus what was left, up to
+        quota + burst), each throttled CPU's overrun paid first, as far as it goes; a CPU
+        whose overrun the pool cannot cover stays throttled."""
+        self.k += 1
+        self.start, self.b = self.b, self.b + self.period
+        self.froze_at = [math.nan] * len(self.local)
+        self.quota = self.quota_of(self.k)
+        if not self.limited:
+            return
+        self.pool = min(self.pool + self.quota, self.quota + self.burst) if self.burst > 0 else self.quota
+        for j, fz in enumerate(self.frozen):
+            if fz:
+                got = min(-self.local[j] + 1.0, max(self.pool, 0.0))
+                self.local[j] += got
+                self.pool -= got
+                self.frozen[j] = self.local[j] <= 0
+                if self.frozen[j]:
+                    self.froze_at[j] = t
+
+
+_EPS = 1e-6
+THROTTLED_AT_BOUNDARY = True
 
 
 def _replay(
@@ -304,101 +530,88 @@ def _replay(
     C: int,
     slice_us: float = SLICE_US,
     hz: int = HZ,
+    outer: list[tuple[float | dict[int, float] | None, int, int, float]] = (),
+    tick_phase_ns: int | None = None,
 ) -> pd.DataFrame:
     """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
     changes, so each step is exact (times in ns from the first boundary, as floats).
 
-    The kernel's rules, per CPU (a cfs_rq): the runtime it holds is charged as it runs; at a
-    tick, one that holds none draws a slice (plus what it overran) from the pool and, if the
-    pool cannot cover it, is throttled; a CPU that starts to run the group's work with none
-    and an empty pool is throttled at once; one that goes idle hands back what it holds
-    beyond 1 ms. At a boundary the pool refills (with burst: plus what was left, up to
-    quota + burst), each throttled CPU's overrun is paid from it first, and a CPU whose
-    overrun the pool cannot cover stays throttled."""
+    The kernel's rules, per CPU (a cfs_rq) and per level: the runtime it holds is charged
+    as it runs; at a tick, one that holds none draws a slice (plus what it overran) from the
+    pool and, if the pool cannot cover it, is throttled; a CPU that starts to run the
+    group's work with none and an empty pool is throttled at once; one that goes idle hands
+    back what it holds beyond 1 ms. At a boundary the pool refills (:meth:`_Level.refill`).
+    ``outer``: the other levels above, each (quota, period_ns, phase_ns, burst_us) with its
+    own timer; their runtime is charged as the group's work runs, and a CPU any level
+    throttles stops. ``tick_phase_ns``: how long after a tick the first level's boundaries
+    come (default: as on the run's clock). The table is on the first level's grid, and its exhaustion, stall and
+    CPUs frozen are that level's own, as the level's cpu.stat counts them."""
     n = len(sched)
     cost = np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)).tolist()  # per request
     tol = 1e-6 * float(np.mean(cost))
     k0 = (int(sched[0]) - phase_ns) // period_ns
     origin = phase_ns + k0 * period_ns
     arr = (np.asarray(sched, dtype=np.int64) - origin).astype(np.float64).tolist()
-    P = float(period_ns)
-    t, b_next = 0.0, P
-    # the quota of each period (ns; inf: no limit): one value, or one per period number
-    # (a period past the last known keeps the last)
-    if isinstance(quota_us, dict):
-        known = sorted((k, v) for k, v in quota_us.items())
-        qk, qv = [k for k, _ in known], [math.inf if math.isnan(v) else v * 1000.0 for _, v in known]
-    else:
-        qk, qv = [k0], [math.inf if quota_us is None else float(quota_us) * 1000.0]
-
-    def quota_of(k: int) -> float:
-        at = max(bisect.bisect_right(qk, k) - 1, 0)
-        return qv[at]
-
-    quota = quota_of(k0)
-    limited = any(not math.isinf(v) for v in qv)
+    own = _Level(quota_us, period_ns, phase_ns, burst_us, origin, C)
+    levels = [own] + [_Level(q, p, ph, bu, origin, C) for q, p, ph, bu in outer]
+    gates = [lv for lv in levels if lv.limited]
+    t = 0.0
     slice_ns = slice_us * 1000.0
     tick = 1e9 / hz
-    tick0 = float((origin // int(tick) + 1) * int(tick) - origin)  # ticks on the clock's own multiples
+    # the tick comes at multiples of its length on CLOCK_MONOTONIC (the kernel aligns it at
+    # boot); the boundaries sit tick_phase_ns after one of them
+    tau = origin % int(tick) if tick_phase_ns is None else int(tick_phase_ns) % int(tick)
+    tick0 = float(int(tick) - tau)
     next_tick = tick0
-    pool = quota
-    q_col = {k0: quota}
-    local = [0.0] * C  # runtime each CPU holds (below 0: what it overran)
-    frozen = [False] * C
-    froze_at = [math.nan] * C  # when each CPU was throttled in this period
-    running_cpus: list[int] = []
+    q_col = {k0: own.quota}
+    busy: list[int] = []  # the CPUs the work is on
+    runnable: list[int] = []  # of those, the ones no level has throttled
     rem: list[float] = []  # CPU still needed by each request in the service
     ids: list[int] = []
     waiting: collections.deque[int] = collections.deque()
     end = np.full(n, np.nan)
     sent = np.asarray(arr, dtype=np.float64).copy()  # when each request enters the service
     rows: dict[int, list[float]] = {}  # period -> [used_ns, exhausted_ns, stall_ns, cpus]
-    k = k0
     i = 0
-    eps = 1e-6
+    eps = _EPS
 
-    def draw(j: int) -> bool:
-        """CPU j takes runtime from the pool (a slice, and what it overran); False if it
-        still holds none: it is throttled."""
-        nonlocal pool
-        want = slice_ns - local[j]
-        got = min(want, max(pool, 0.0))
-        local[j] += got
-        pool -= got
-        return local[j] > eps
-
-    def throttle(j: int) -> None:
-        frozen[j] = True
-        froze_at[j] = t
+    def free(j: int) -> bool:
+        return not any(lv.frozen[j] for lv in gates)
 
     while i < n or rem or waiting:
-        row = rows.setdefault(k, [0.0, math.nan, 0.0, 0.0])
+        row = rows.setdefault(own.k, [0.0, math.nan, 0.0, 0.0, 0.0])
         # the CPUs the work is on: as many as there is work for; a throttled CPU keeps its
         # threads (they are dequeued there, not moved), so its share of the work waits
-        used = list(range(min(len(rem), G, C)))
-        if limited:
-            for j in running_cpus:
-                if j not in used and not frozen[j] and local[j] > 1e6:
+        now_busy = list(range(min(len(rem), G, C)))
+        for lv in gates:
+            for j in busy:
+                if j not in now_busy and not lv.frozen[j] and lv.local[j] > 1e6:
                     # idle: it hands back what it holds beyond min_cfs_rq_runtime (1 ms)
-                    pool += local[j] - 1e6
-                    local[j] = 1e6
-            for j in used:
-                if not frozen[j] and j not in running_cpus and local[j] <= eps and not draw(j):
-                    throttle(j)  # woken with nothing to run on: throttled at once
-            used = [j for j in used if not frozen[j]]
-            if rem and not used and any(frozen) and math.isnan(row[1]):
-                row[1] = t - (b_next - P)  # usage goes flat: all the work could use is frozen
-                row[2] = b_next - t
-        running_cpus = used
-        running = len(used)
-        steps = [b_next - t]
+                    lv.pool += lv.local[j] - 1e6
+                    lv.local[j] = 1e6
+        busy = now_busy
+        for j in busy:
+            if j not in runnable and free(j):
+                for lv in gates:  # woken with nothing to run on: throttled at once
+                    if lv.local[j] <= eps and not lv.draw(j, slice_ns):
+                        lv.throttle(j, t)
+        runnable = [j for j in busy if free(j)]
+        if gates:
+            if rem and not runnable and any(own.frozen[j] for j in busy):
+                if math.isnan(row[1]):  # usage goes flat: the work is frozen, by this level too
+                    row[1] = t - own.start
+                    row[2] = own.b - t
+            elif runnable and not math.isnan(row[1]):  # it runs on (runtime left, or another level's refill)
+                row[1], row[2] = math.nan, 0.0
+        running = len(runnable)
+        steps = [min(lv.b for lv in levels) - t]
         if i < n:
             steps.append(max(arr[i] - t, 0.0))
         if running:
             steps.append(min(rem) * len(rem) / running)
-            if limited:
+            if gates:
                 # the next tick that finds a CPU out of runtime (the ones before change nothing)
-                out_at = t + max(min(local[j] for j in used), 0.0)
+                out_at = t + max(min(lv.local[j] for lv in gates for j in runnable), 0.0)
                 nt = tick0 + math.ceil((out_at - tick0) / tick - 1e-9) * tick
                 steps.append((nt if nt > t + eps else next_tick) - t)
         dt = max(min(steps), 0.0)
@@ -406,35 +619,31 @@ def _replay(
             share = dt * running / len(rem)
             rem = [x - share for x in rem]
             row[0] += dt * running
-            if limited:
-                for j in used:
-                    local[j] -= dt
+            for lv in gates:
+                for j in runnable:
+                    lv.local[j] -= dt
         t += dt
         while next_tick <= t + eps:
             next_tick += tick
-        if t >= b_next - eps:  # the boundary
-            if not math.isnan(row[1]) and row[2] > 0:
-                row[3] = sum(b_next - x for x in froze_at if not math.isnan(x)) / row[2]
-            k += 1
-            b_next += P
-            froze_at = [math.nan] * C
-            quota = quota_of(k)
-            q_col[k] = quota
-            if limited:
-                pool = min(pool + quota, quota + burst_us * 1000.0) if burst_us > 0 else quota
-                for j in range(C):  # a throttled CPU's overrun is paid first, as far as it goes
-                    if frozen[j]:
-                        got = min(-local[j] + 1.0, max(pool, 0.0))
-                        local[j] += got
-                        pool -= got
-                        frozen[j] = local[j] <= 0
-                        if frozen[j]:
-                            froze_at[j] = t
+        if any(t >= lv.b - eps for lv in levels):  # a boundary
+            for lv in levels[1:]:
+                if t >= lv.b - eps:
+                    lv.refill(t)
+            if t >= own.b - eps:
+                if not math.isnan(row[1]) and row[2] > 0:
+                    row[3] = sum(own.b - x for x in own.froze_at if not math.isnan(x)) / row[2]
+                # nr_throttled counts a period whose timer finds a CPU of the level throttled
+                row[4] = float(any(own.frozen))
+                own.refill(t)
+                q_col[own.k] = own.quota
+            runnable = [j for j in runnable if free(j)]
             continue
-        if limited and abs(t - (next_tick - tick)) <= eps:  # a tick
-            for j in used:
-                if local[j] <= eps and not draw(j):
-                    throttle(j)
+        if gates and abs(t - (next_tick - tick)) <= eps:  # a tick
+            for j in runnable:
+                for lv in gates:
+                    if lv.local[j] <= eps and not lv.draw(j, slice_ns):
+                        lv.throttle(j, t)
+            runnable = [j for j in runnable if free(j)]
         done = [j for j, x in enumerate(rem) if x <= tol]
         for j in reversed(done):
             end[ids[j]] = t
@@ -451,17 +660,25 @@ def _replay(
                 waiting.append(i)
             i += 1
     ks = np.array(sorted(rows), dtype=np.int64)
-    vals = np.array([rows[x] for x in ks.tolist()], dtype=np.float64).reshape(-1, 4)
+    vals = np.array([rows[x] for x in ks.tolist()], dtype=np.float64).reshape(-1, 5)
     start = phase_ns + ks * period_ns
+    ex = vals[:, 1]
+    if THROTTLED_AT_BOUNDARY:
+        # throttled as cpu.stat counts it; where the work ran on to the end on another CPU,
+        # usage rose to the end (as df_periods measures it: the last read where it still rose)
+        thr = (vals[:, 4] > 0) | ~np.isnan(ex)
+        ex = np.where(thr & np.isnan(ex), float(period_ns), ex)
+    else:
+        thr = ~np.isnan(ex)
     per = pd.DataFrame(
         {
             "period": ks,
             "start_ns": start,
             "end_ns": start + period_ns,
-            "quota_us": [_us(q_col.get(x, quota_of(x))) for x in ks.tolist()],
+            "quota_us": [_us(q_col.get(x, own.quota_of(x))) for x in ks.tolist()],
             "usage_us": vals[:, 0] / 1000,
-            "throttled": ~np.isnan(vals[:, 1]),
-            "exhausted_at_us": vals[:, 1] / 1000,
+            "throttled": thr,
+            "exhausted_at_us": ex / 1000,
             "stall_us": vals[:, 2] / 1000,
             # as measured: a stall shorter than a tick gives no CPU count (df_periods)
             "cpus_throttled": np.where(vals[:, 2] >= TICK_WINDOW_NS, vals[:, 3], np.nan),
@@ -527,7 +744,9 @@ def replay_as(source: Run, target: Run) -> pd.DataFrame:
         burst_us=lim["burst_us"],
         gomaxprocs=lim["gomaxprocs"],
         cpus=lim["cpus"],
-        unlimited=lim["quota_us"] is None,
+        unlimited=lim["quota_us"] is None and not lim["outer"],
+        outer=lim["outer"],
+        tick_phase_ns=lim["tick_phase_ns"],
     )
 
 

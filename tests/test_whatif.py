@@ -57,6 +57,81 @@ def test_two_cpus_share_the_quota_and_burst_carries_what_was_left():
     assert late["exhausted_at_us"].iloc[1] == pytest.approx(40_000)
 
 
+def test_a_pod_level_with_its_own_timer():
+    """100 ms of CPU on one CPU; the container 50 ms per 100 ms from 0, its pod 30 ms per
+    100 ms with boundaries at 50, 150...; 5 ms slices from both levels at 4 ms ticks. The
+    pod's draws at 8, 16, 24 leave it 1 ms; at the tick at 32 it cannot cover the next draw
+    and freezes the CPU (the container's cpu.stat does not count it), the pod's refill at 50
+    pays its 2 ms overrun, and the CPU runs on until the container's pool is empty at the
+    tick at 68: the container's period is exhausted at 68 ms, 50 ms used, 32 ms stalled."""
+    per = W._replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250,
+                    [(30_000, 100_000_000, 50_000_000, 0)])  # fmt: skip
+    assert per["exhausted_at_us"].iloc[0] == pytest.approx(68_000)
+    assert per["usage_us"].iloc[0] == pytest.approx(50_000) and per["stall_us"].iloc[0] == pytest.approx(32_000)
+    alone = W._replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250)
+    assert alone["exhausted_at_us"].iloc[0] == pytest.approx(52_000)
+
+
+def test_a_nested_run_is_replayed_with_both_timers(runs):
+    """fixtures/runs/nested-0.5cpu-pod0.5-gmp2: the container (500m) in a pod-like parent
+    with its own 500m quota whose boundaries came 28.8 ms after the container's. Its own
+    quota ran out at 52.7 ms (p50) because the parent froze it from about 8 to 29 ms first.
+    Replayed with both levels the exhaustion comes within 3 ms of that; with the container's
+    level alone the replay says ~28 ms, like the single-level runs. From the single-level
+    runs' demand under its settings (both levels, its tick phase) the replay comes within
+    10 ms (the steady state's cycle of draws depends on where each run's queue stood)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nested = gmp.load_run("fixtures/runs/nested-0.5cpu-pod0.5-gmp2")
+    lim = W.settings(nested)
+    (pod,) = lim["outer"]
+    lv = gmp.df_levels(nested).set_index("level")
+    assert pod["level"] == "pod" and pod["quota_us"] == lv.loc["pod", "quota_us"]
+    assert pod["offset_ns"] / 1e6 == pytest.approx(lv.loc["pod", "offset_ms"], abs=0.01)
+    truth = W.measured(nested)["exhausted_p50_ms"]
+    both = W.summarize(W.what_if(nested))["exhausted_p50_ms"]
+    alone = W.summarize(W.what_if(nested, outer=[]))["exhausted_p50_ms"]
+    assert abs(both - truth) <= 3 and truth - alone > 15, (truth, both, alone)
+    for name, src in runs.items():
+        got = W.summarize(W.replay_as(src, nested))["exhausted_p50_ms"]
+        assert abs(got - truth) <= 10, (name, got, truth)
+    # a pod's quota follows its container's: raised by 50 ms, the pod stops freezing it
+    more = W.what_if(nested, quota_us=100_000)
+    assert more.attrs["model"]["outer"][0]["quota_us"] == "period by period"
+    assert W.summarize(more)["throttled_pct"] < 20
+    with pytest.raises(UsageError, match=r"outer\[0\]"):
+        W.what_if(nested, outer=[{"quota_us": -1, "period_us": 100_000}])
+
+
+def test_stop_the_world_pauses_stretched_to_the_boundary():
+    """fixtures/runs/alloc-0.5cpu-gmp8's trace holds 26 GC stop-the-world pauses, 3 of them
+    stretched to the boundary (begun within a few ms of the exhaustion). The replay expects
+    GC pauses at the run's rate per CPU-second and a stretch for each one that begins
+    within its own (unstretched) length of the exhaustion: over the trace window the count
+    it expects lies in the exact 95 % Poisson interval of 3 observed events, [0.62, 8.77].
+    More quota, fewer stretched pauses, none where nothing is throttled; a run without a
+    trace has no figure."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run("fixtures/runs/alloc-0.5cpu-gmp8")
+    per = W.what_if(run)
+    m = per.attrs["model"]["stw"]
+    assert (m["count"], m["stretched"]) == (26, 3)
+    meas = gmp.df_periods(run)
+    seen = meas["stw_count"].notna()
+    lo, hi = meas.loc[seen, "start_ns"].min(), meas.loc[seen, "end_ns"].max()
+    win = per[(per["start_ns"] >= lo) & (per["end_ns"] <= hi)]
+    assert 0.62 < win["stw_stretched"].sum() < 8.77, win["stw_stretched"].sum()
+    assert (win["stw_stretched"] <= win["stw"]).all()
+    got = [W.what_if(run, quota_us=q)["stw_stretched"].sum() for q in (30_000, 50_000, 80_000, 150_000)]
+    assert got == sorted(got, reverse=True) and got[-1] == 0, got
+    assert W.what_if(run, unlimited=True)["stw_stretched"].sum() == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        free = gmp.load_run("fixtures/whatif/unlimited-cpu-gmp2")
+    assert W.what_if(free, quota_us=50_000)["stw_stretched"].isna().all()
+
+
 def test_replay_invariants_on_the_shipped_runs(runs):
     for name, run in runs.items():
         d = W.demand(run)
