@@ -9,7 +9,9 @@
 # at the same times in every run) and no execution trace (the replay needs the counters and
 # the requests; a trace would add its own CPU). Bundles go to OUT_DIR (default
 # benchmarks/data/sweep, not committed): 72 runs, about 12 minutes. Root, cgroup quotas:
-# run it on a quiet machine. benchmarks/validate_whatif.py reads them.
+# run it on a quiet machine. benchmarks/validate_whatif.py reads them. Extra `lab run`
+# options come from SWEEP_ARGS (e.g. SWEEP_ARGS=--no-cpu-header: the handlers do not hold
+# their threads, so requests.csv has no cpu_ns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/data/sweep}
@@ -28,7 +30,7 @@ for r in $(seq 1 "$repeats"); do
         echo "== $name"
         "$gmp" lab run --name "$name" --workload "$w" --work-ms 30 "${extra[@]}" \
           --cpu-limit "$lim" --gomaxprocs "$g" --rate 10 --seed 7 --duration 8 \
-          --trace-seconds 0 -o "$out/$name" > "$out/$name.log" 2>&1 || echo "   failed: see $out/$name.log"
+          --trace-seconds 0 ${SWEEP_ARGS:-} -o "$out/$name" > "$out/$name.log" 2>&1 || echo "   failed: see $out/$name.log"
       done
     done
   done

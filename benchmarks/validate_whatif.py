@@ -90,12 +90,13 @@ def main() -> int:
                     each = [W.summarize(W.replay_as(src["run"], r["run"])) for r in reps]
                     got = {f: _mean([e[f] for e in each]) for f in FIGURES}
                     for fig in FIGURES:
-                        vals = [r["truth"][fig] for r in reps]
+                        # a repeat without a throttled period has no exhaustion to average
+                        vals = [r["truth"][fig] for r in reps if not math.isnan(r["truth"][fig])] or [math.nan]
                         rows.append(
                             {"workload": w, "limit": cfg[0], "gomaxprocs": cfg[1], "figure": fig,
                              "source": src["run"].meta["name"], "predicted": got[fig],
                              "measured_mean": statistics.fmean(vals), "measured_min": min(vals),
-                             "measured_max": max(vals), "repeats": len(vals)}
+                             "measured_max": max(vals), "repeats": sum(not math.isnan(v) for v in vals)}
                         )  # fmt: skip
     df = pd.DataFrame(rows)
     if a.csv:
@@ -122,6 +123,14 @@ def main() -> int:
         print(s.to_string(index=False))
         print("\nshare of predictions within the goal, per figure and workload:")
         print((df.groupby(["workload", "figure"]).met.mean() * 100).round(1).unstack().to_string())
+        # advise.MODEL_ERROR's figures: absolute error over every prediction with both sides
+        # known, p99 as a share of the measured p99
+        ok = df.dropna(subset=["predicted", "measured_mean"])
+        err = ok.error.abs().where(ok.figure != "p99_ms", 100 * ok.error.abs() / ok.measured_mean)
+        q = err.groupby(ok.figure).quantile([0.5, 0.9]).unstack().round(1)
+        q.columns = ["median |error|", "p90 |error|"]
+        print("\nabsolute error over all predictions (p99_ms: % of the measured p99):")
+        print(q.to_string())
     return 0
 
 

@@ -113,6 +113,7 @@ def _lab_config(a: argparse.Namespace):  # -> LabConfig
         resize_at_s=a.resize_at,
         cpu_limit_after=None if a.cpu_limit_after is None else parse_cpu_limit(a.cpu_limit_after),
         app_build=a.app_build,
+        cpu_header=not a.no_cpu_header,
     )
 
 
@@ -263,6 +264,12 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
         default="default",
         help="demo app build: default (go 1.26 module: the runtime follows the limit), go124 (a go 1.24 module "
         "line: NumCPU), automaxprocs (go.uber.org/automaxprocs, set once at start)",
+    )
+    p.add_argument(
+        "--no-cpu-header",
+        action="store_true",
+        help="do not record each request's own CPU (requests.csv cpu_ns): the handler then does not hold its OS "
+        "thread while it runs",
     )
 
 

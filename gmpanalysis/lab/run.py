@@ -71,6 +71,9 @@ class LabConfig:
     resize_at_s: float | None = None  # rewrite the quota in place this long after the load starts
     cpu_limit_after: float | None = None  # the limit written then (CPUs; None: no limit)
     app_build: str = "default"  # demo app build: "default" (go 1.26 module), "go124", "automaxprocs"
+    # each request's own CPU in requests.csv's cpu_ns (the handler holds its OS thread while
+    # it runs, for the thread CPU clock: more thread hand-offs); False: not measured
+    cpu_header: bool = True
 
     def effective_rate(self) -> float:
         if self.rate is not None:
@@ -356,6 +359,8 @@ def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, a
     ]
     if cfg.workload == "alloc":
         app_cmd += ["-alloc-kb", str(cfg.alloc_kb), "-live-mb", str(cfg.live_mb)]
+    if not cfg.cpu_header:
+        app_cmd.append("-cpu-header=false")
     with open(app_log, "wb") as log:
         # preexec_fn runs in the child between fork and exec: the Go runtime then starts
         # inside the cgroup and sees its quota from its first instruction.
