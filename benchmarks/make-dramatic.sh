@@ -3,7 +3,9 @@
 # clients in a closed loop, an allocation-heavy handler (4 MiB of garbage per request, a
 # 64 MiB live pointer-rich heap), GOMAXPROCS 1 / 2 / 4 / 8, each with an execution trace
 # of most of the run. Two handlers: "heavy" (10 ms of CPU work per request) and "light"
-# (1 ms: the garbage and the GC dominate).
+# (1 ms: the garbage and the GC dominate). Without the per-request CPU header: a handler
+# holding its OS thread would turn every preemption and stop-the-world into a thread
+# hand-off, with 100 of them in flight.
 #
 #   bash benchmarks/make-dramatic.sh [OUT_DIR]
 #
@@ -26,6 +28,6 @@ for h in heavy light; do
     echo "== $name"
     "$gmp" lab run --name "$name" --workload alloc --work-ms "$ms" --alloc-kb 4096 --live-mb 64 \
       --cpu-limit 250m --gomaxprocs "$g" --mode closed --concurrency 100 --duration 10 \
-      --trace-start 1 --trace-seconds 8 -o "$out/$name" > "$out/$name.log" 2>&1 || echo "   failed: see $out/$name.log"
+      --trace-start 1 --trace-seconds 8 --no-cpu-header -o "$out/$name" > "$out/$name.log" 2>&1 || echo "   failed: see $out/$name.log"
   done
 done

@@ -7,7 +7,7 @@ SWEEP_DIR (default benchmarks/data/sweep) holds the bundles of benchmarks/make-s
 named WORKLOAD-LIMITcpu-gmpG-rREPEAT. For each workload and configuration (limit,
 GOMAXPROCS) the printout gives, per figure, what the repeats measured (mean [min-max]),
 what the model predicted from each other configuration's runs (each run replayed under
-every repeat's settings, tick phase included, and averaged; median [min-max]), the
+every repeat's settings over four tick phases, and averaged; median [min-max]), the
 median error, the goal and whether the worst prediction meets it:
 
 - throttled share of the periods: within 5 points;
@@ -85,9 +85,9 @@ def main() -> int:
             for cfg in sorted({(x["lim"], x["g"]) for x in mine}):
                 reps = [x for x in mine if (x["lim"], x["g"]) == cfg]
                 for src in (x for x in mine if (x["lim"], x["g"]) != cfg):
-                    # under each repeat's settings (its tick phase is its own), then averaged
-                    # as the repeats' measurements are
-                    each = [W.summarize(W.replay_as(src["run"], r["run"])) for r in reps]
+                    # under each repeat's settings (their tick phase taken as unknown:
+                    # W.predict averages over it), then averaged as the measurements are
+                    each = [W.predict(src["run"], r["run"]) for r in reps]
                     got = {f: _mean([e[f] for e in each]) for f in FIGURES}
                     for fig in FIGURES:
                         # a repeat without a throttled period has no exhaustion to average

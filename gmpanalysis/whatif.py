@@ -32,9 +32,11 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   at its own phase (``settings(run)["outer"]``); a CPU any level throttles stops, and each
   level counts only its own throttling, as its cpu.stat does. Changing the container's
   quota moves its pod's by as much (Kubernetes sets a pod's to the sum of its containers').
-* **The tick** comes at multiples of 1/HZ on CLOCK_MONOTONIC (the kernel aligns it at boot),
-  so where it falls relative to the boundaries is a fact of the run: the replay keeps it,
-  and a prediction for another run (:func:`replay_as`) takes the target's.
+* **The tick** comes at multiples of 1/HZ on CLOCK_MONOTONIC where the kernel aligns it
+  (this machine's 6.x kernels, ``skew_tick=0``: all CPUs tick together), so where it falls
+  relative to the boundaries is a fact of the run, and moves the exhaustion by up to a tick
+  per level: the replay of a run keeps its own; a prediction for a setting not yet run
+  (:func:`predict`) averages over tick phases, since its timer starts wherever its limit is set.
 * **Stop-the-world.** With a trace, GC pauses are expected at the run's rate per CPU-second,
   and one that begins within its own length of the exhaustion is expected to last to the
   boundary (the ``stw_stretched`` column): the world stays stopped while the group is frozen.
@@ -43,7 +45,8 @@ Left out, and why: the runtime's own CPU (GC workers, spinning threads) is in ea
 request's share, not a demand of its own, so a GOMAXPROCS that changes how much of it the
 GC takes (dedicated workers are a quarter of the Ps) is not seen; the GC's pauses, which
 keep an allocation-heavy handler's requests from running side by side (it would need the
-trace's runnable goroutines as the demand); where the run held work back (a bundle without
+trace's runnable goroutines as the demand); the slack timer that hands runtime an idle CPU
+returned to a throttled one before the boundary; where the run held work back (a bundle without
 requests replays what ran, a lower bound); a level's pool at the replay's start is full.
 The validation sweep (benchmarks/validate_whatif.py, README) measures what these cost.
 """
@@ -153,7 +156,10 @@ def _outer_levels(run: Run) -> list[dict[str, Any]]:
             continue
         try:
             g = analyze(lr).grid
-        except MissingDataError:  # its samples do not place its boundaries: it cannot be replayed
+        except GmpError as e:  # its samples do not place its boundaries: it cannot be replayed
+            note = f"level {name!r} left out of the what-if replay: its period boundaries cannot be placed ({e})"
+            if note not in run.notes:
+                run.notes.append(note)
             continue
         q = _own_quota(lr)
         known = [x for x in q.values() if not math.isnan(x)]
@@ -306,7 +312,9 @@ def what_if(
     ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period);
     with a trace, ``stw`` (GC stop-the-world pauses expected to begin in the period, at the
     run's rate per CPU-second) and ``stw_stretched`` (of those, how many are expected to
-    run into the exhaustion and last to the boundary; NaN without a trace).
+    run into the exhaustion and last to the boundary; NaN without a trace or for a run
+    without a quota). They are estimates beside the table: they do not change its stall,
+    usage or latency.
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
     lim = settings(run)
@@ -331,18 +339,22 @@ def what_if(
             ("burst_us", burst, _num(burst) and burst >= 0),
             ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
             ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
+            ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (_num(tick_phase_ns) and tick_phase_ns >= 0)),
         )
         if not ok
     ]
+    if unlimited and outer:
+        bad.append(f"unlimited=True with outer={outer!r}")
     if bad:
         raise UsageError(
             f"what_if({', '.join(bad)}): give a whole positive period (µs), GOMAXPROCS and CPU count "
-            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0"
+            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0, tick_phase_ns >= 0; "
+            "unlimited=True takes no levels above"
         )
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = demand(run)
     phase = _grid_phase(run)
-    specs = [] if unlimited else _outer_specs(run, outer, quota_us, lim["quota_us"], phase)
+    specs = [] if unlimited else _outer_specs(run, outer, q, P * 1000, phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     out = _replay(
         sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
@@ -391,7 +403,8 @@ def what_if(
 
 def _stw_model(run: Run) -> dict[str, float] | None:
     """The run's GC stop-the-world pauses as the replay takes them (None without a trace
-    holding any): how many began per CPU-second the group used over the trace window
+    holding any, or without a quota: no period grid to place them on): how many began per
+    CPU-second the group used over the trace window
     (``per_cpu_s``), and how long the ones that did not run into a boundary lasted
     (``mean_ms``), with ``count`` and ``stretched`` as measured."""
     if run.trace_path is None or _no_quota(run):
@@ -401,8 +414,9 @@ def _stw_model(run: Run) -> dict[str, float] | None:
         sp, per = a.stw_periods, a.periods
     except (MissingDataError, GmpError):
         return None
-    gc = sp[sp["kind"].astype(str).str.startswith("GC")]
     seen = per["stw_count"].notna()
+    # the pauses that began in the periods the trace covers whole, over those periods' CPU
+    gc = sp[sp["kind"].astype(str).str.startswith("GC") & sp["period"].isin(per.loc[seen, "period"])]
     used_s = float(per.loc[seen, "usage_us"].sum()) / 1e6
     plain = gc.loc[~gc["spans_boundary"].astype(bool), "dur_ms"]
     if not len(gc) or not len(plain) or used_s <= 0:
@@ -420,15 +434,37 @@ MIN_QUOTA_US = 1000
 
 
 def _outer_specs(
-    run: Run, outer: list[dict[str, Any]] | None, quota_us: float | None, own_quota_us: float | None, phase: int
+    run: Run,
+    outer: list[dict[str, Any]] | None,
+    q: float | dict[int, float] | None,
+    period_ns: int,
+    phase: int,
 ) -> list[tuple[float | dict[int, float] | None, int, int, float]]:
-    """The levels above as the replay takes them: (quota, period_ns, phase_ns, burst_us)."""
-    if outer is None:  # the run's own, moved by as much as this level's quota moves
-        delta = 0.0 if quota_us is None or own_quota_us is None else float(quota_us) - float(own_quota_us)
+    """The levels above as the replay takes them: (quota, period_ns, phase_ns, burst_us).
+    By default the run's own, each period's quota moved by as many CPUs as this level's
+    moves at that time (``q`` over ``period_ns`` against the run's own quota then)."""
+    if outer is None:
+        own = _own_quota(run)
+        own_p = analyze(run).period_ns if not _no_quota(run) else period_ns
+        base = _grid_phase(run)
+        ks = sorted(own)
+
+        def cpus_then(t: int) -> float:
+            """This level's CPUs at time t: as replayed, minus as the run had them."""
+            if q is None or isinstance(q, dict) or not ks:  # the run's own, period by period: no change
+                return 0.0
+            k = (t - base) // own_p
+            was = own[ks[max(bisect.bisect_right(ks, k) - 1, 0)]]
+            return 0.0 if math.isnan(was) else float(q) / (period_ns / 1000) - was / (own_p / 1000)
+
         specs: list[tuple[float | dict[int, float] | None, int, int, float]] = []
         for lv in _outer_levels(run):
-            q = {k: v if math.isnan(v) else max(v + delta, MIN_QUOTA_US) for k, v in lv["quota_by_period"].items()}
-            specs.append((q, int(lv["period_us"]) * 1000, int(lv["phase_ns"]), float(lv["burst_us"])))
+            P = int(lv["period_us"]) * 1000
+            moved = {}
+            for k, v in lv["quota_by_period"].items():
+                d = cpus_then(int(lv["phase_ns"]) + k * P) * lv["period_us"]
+                moved[k] = v if math.isnan(v) else max(v + d, MIN_QUOTA_US)
+            specs.append((moved, P, int(lv["phase_ns"]), float(lv["burst_us"])))
         return specs
     specs = []
     for i, lv in enumerate(outer):
@@ -592,9 +628,12 @@ def _replay(
         busy = now_busy
         for j in busy:
             if j not in runnable and free(j):
-                for lv in gates:  # woken with nothing to run on: throttled at once
+                # woken with nothing to run on: throttled at once; the enqueue goes up the
+                # levels from the group's own and stops at the first that throttles
+                for lv in gates:
                     if lv.local[j] <= eps and not lv.draw(j, slice_ns):
                         lv.throttle(j, t)
+                        break
         runnable = [j for j in busy if free(j)]
         if gates:
             if rem and not runnable and any(own.frozen[j] for j in busy):
@@ -637,8 +676,7 @@ def _replay(
                 own.refill(t)
                 q_col[own.k] = own.quota
             runnable = [j for j in runnable if free(j)]
-            continue
-        if gates and abs(t - (next_tick - tick)) <= eps:  # a tick
+        if gates and abs(t - (next_tick - tick)) <= eps:  # a tick (at a boundary too)
             for j in runnable:
                 for lv in gates:
                     if lv.local[j] <= eps and not lv.draw(j, slice_ns):
@@ -733,9 +771,11 @@ def measured(run: Run) -> dict[str, float]:
     return summarize(span, lat if lat is not None else np.zeros(0))
 
 
-def replay_as(source: Run, target: Run) -> pd.DataFrame:
+def replay_as(source: Run, target: Run, tick_phase_ns: int | None = None) -> pd.DataFrame:
     """:func:`what_if` of ``source``'s demand under ``target``'s settings (limit, period,
-    burst, GOMAXPROCS, CPUs): what the target would have measured, predicted from the source."""
+    burst, GOMAXPROCS, CPUs, the levels above): what the target would have measured,
+    predicted from the source. The ticks fall as on the source's clock unless
+    ``tick_phase_ns`` is given (:func:`predict` averages over them)."""
     lim = settings(target)
     return what_if(
         source,
@@ -746,22 +786,41 @@ def replay_as(source: Run, target: Run) -> pd.DataFrame:
         cpus=lim["cpus"],
         unlimited=lim["quota_us"] is None and not lim["outer"],
         outer=lim["outer"],
-        tick_phase_ns=lim["tick_phase_ns"],
+        tick_phase_ns=tick_phase_ns,
     )
 
 
+# a run not yet made has no known tick phase (its bandwidth timer starts wherever the limit
+# is set): predictions for one average over this many phases spread evenly over a tick
+TICK_PHASES = 4
+
+
+def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
+    """:func:`summarize` of ``source``'s demand replayed under ``target``'s settings,
+    averaged over ``phases`` tick phases spread evenly over a tick (NaN where none has the
+    figure): the prediction for a setting whose tick phase is not known."""
+    tick = 1_000_000_000 // settings(target)["hz"]
+    each = [summarize(replay_as(source, target, tick_phase_ns=i * tick // phases)) for i in range(phases)]
+    out = {}
+    for k in each[0]:
+        v = [x[k] for x in each if not math.isnan(x[k])]
+        out[k] = float(np.mean(v)) if v else math.nan
+    return out
+
+
 def validate(runs: list[Run]) -> pd.DataFrame:
-    """Each run predicted from each other one (its settings replayed over the other's
-    demand) beside what it measured: one row per (source, target) and figure."""
+    """Each run predicted from each other one (:func:`predict`: its settings replayed over
+    the other's demand, its tick phase taken as unknown) beside what it measured: one row
+    per (source, target) and figure."""
     rows = []
     for tgt in runs:
         truth = measured(tgt)
         for src in runs:
-            got = summarize(replay_as(src, tgt))
+            got = predict(src, tgt)
             for key, v in truth.items():
                 rows.append({"target": tgt.meta.get("name"), "source": src.meta.get("name"), "figure": key,
                              "measured": v, "predicted": got[key], "error": got[key] - v})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-__all__ = ["demand", "measured", "replay_as", "settings", "summarize", "validate", "what_if"]
+__all__ = ["demand", "measured", "predict", "replay_as", "settings", "summarize", "validate", "what_if"]

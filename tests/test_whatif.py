@@ -78,8 +78,10 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
     quota ran out at 52.7 ms (p50) because the parent froze it from about 8 to 29 ms first.
     Replayed with both levels the exhaustion comes within 3 ms of that; with the container's
     level alone the replay says ~28 ms, like the single-level runs. From the single-level
-    runs' demand under its settings (both levels, its tick phase) the replay comes within
-    10 ms (the steady state's cycle of draws depends on where each run's queue stood)."""
+    runs' demand under its settings (both levels, the tick phase unknown) the prediction
+    lands between the two, 42.5-48.5 ms: more than 10 ms nearer than the container's level
+    alone, not past the measurement (the steady state's cycle of draws depends on the tick
+    phase and on where each run's queue stood)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         nested = gmp.load_run("fixtures/runs/nested-0.5cpu-pod0.5-gmp2")
@@ -93,9 +95,14 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
     alone = W.summarize(W.what_if(nested, outer=[]))["exhausted_p50_ms"]
     assert abs(both - truth) <= 3 and truth - alone > 15, (truth, both, alone)
     for name, src in runs.items():
-        got = W.summarize(W.replay_as(src, nested))["exhausted_p50_ms"]
-        assert abs(got - truth) <= 10, (name, got, truth)
-    # a pod's quota follows its container's: raised by 50 ms, the pod stops freezing it
+        got = W.predict(src, nested)["exhausted_p50_ms"]
+        assert alone + 10 < got <= truth + 3, (name, got, truth, alone)
+    # a pod's quota follows its container's in CPUs: raised by 0.5 CPU, the pod's is too
+    # (and it stops freezing the work); the same 0.5 CPU in 10 ms periods leaves it alone
+    phase = W._grid_phase(nested)
+    for q, period, pod_q in ((100_000, 100_000, 100_000), (5_000, 10_000, 50_000), (50_000, 100_000, 50_000)):
+        ((got_q, *_),) = W._outer_specs(nested, None, q, period * 1000, phase)
+        assert set(got_q.values()) == {pod_q}, (q, period, set(got_q.values()))
     more = W.what_if(nested, quota_us=100_000)
     assert more.attrs["model"]["outer"][0]["quota_us"] == "period by period"
     assert W.summarize(more)["throttled_pct"] < 20
@@ -104,8 +111,9 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
 
 
 def test_stop_the_world_pauses_stretched_to_the_boundary():
-    """fixtures/runs/alloc-0.5cpu-gmp8's trace holds 26 GC stop-the-world pauses, 3 of them
-    stretched to the boundary (begun within a few ms of the exhaustion). The replay expects
+    """fixtures/runs/alloc-0.5cpu-gmp8's trace holds 25 GC stop-the-world pauses begun in the
+    periods it covers whole, 3 of them stretched to the boundary (begun within a few ms of
+    the exhaustion). The replay expects
     GC pauses at the run's rate per CPU-second and a stretch for each one that begins
     within its own (unstretched) length of the exhaustion: over the trace window the count
     it expects lies in the exact 95 % Poisson interval of 3 observed events, [0.62, 8.77].
@@ -116,7 +124,7 @@ def test_stop_the_world_pauses_stretched_to_the_boundary():
         run = gmp.load_run("fixtures/runs/alloc-0.5cpu-gmp8")
     per = W.what_if(run)
     m = per.attrs["model"]["stw"]
-    assert (m["count"], m["stretched"]) == (26, 3)
+    assert (m["count"], m["stretched"]) == (25, 3)
     meas = gmp.df_periods(run)
     seen = meas["stw_count"].notna()
     lo, hi = meas.loc[seen, "start_ns"].min(), meas.loc[seen, "end_ns"].max()
@@ -150,11 +158,8 @@ def test_replay_invariants_on_the_shipped_runs(runs):
 
 
 GOALS = {"exhausted_p50_ms": 3.0, "cpus_frozen_p50": 0.1 + 1e-9, "stall_ms_per_s": None}
-KNOWN_MISS = {
-    ("cpu-0.5cpu-gmp2", "exhausted_p50_ms"): "this run's quota ran out at 28.5 ms (p50); the replay "
-    "says 24.8 from every run: at 0.5 CPU with GOMAXPROCS >= 2 the sweeps measured 31-40 ms, the model "
-    "28-33 (README)",
-}
+# (target, figure) pairs the model is known to miss, each with the numbers: a strict xfail
+KNOWN_MISS: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("figure", list(GOALS))

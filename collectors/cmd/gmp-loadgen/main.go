@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/url"
@@ -123,9 +124,17 @@ const header = "sched_ns,start_ns,end_ns,status,cpu_ns\n"
 // openOut opens the requests CSV for appending and says whether its rows carry cpu_ns,
 // writing the header to a new or empty file.
 func openOut(path string) (*os.File, bool, error) {
-	if path == "-" { // a redirect appending to a file already begun keeps its header
+	if path == "-" {
+		// a redirect appending to a file already begun (>>) keeps that file's columns;
+		// stdout is write-only, so its file is read through /proc
 		if st, err := os.Stdout.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
-			return os.Stdout, true, nil
+			r, err := os.Open("/proc/self/fd/1")
+			if err != nil {
+				return os.Stdout, false, nil // unknown: the four columns every reader takes
+			}
+			defer r.Close()
+			ok, err := begunWithCPU(r)
+			return os.Stdout, ok, err
 		}
 		_, err := os.Stdout.WriteString(header)
 		return os.Stdout, true, err
@@ -134,13 +143,22 @@ func openOut(path string) (*os.File, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	first := make([]byte, len(header))
-	n, _ := f.ReadAt(first, 0)
-	if n == 0 {
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
 		_, err = f.WriteString(header)
 		return f, true, err
 	}
-	return f, string(first[:n]) == header, nil
+	ok, err := begunWithCPU(f)
+	return f, ok, err
+}
+
+// begunWithCPU says whether a requests file already begun has the cpu_ns column.
+func begunWithCPU(f *os.File) (bool, error) {
+	first := make([]byte, len(header))
+	n, err := f.ReadAt(first, 0)
+	if err != nil && err != io.EOF {
+		return false, fmt.Errorf("%s: reading its header: %w", f.Name(), err)
+	}
+	return string(first[:n]) == header, nil
 }
 
 // appendRow appends one request's CSV line to row.
