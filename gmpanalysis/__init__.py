@@ -5,6 +5,7 @@ run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
 run.samples            # cpu.stat reads, units normalised
 """
 
+from . import fleet
 from .advise import advise
 from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests
@@ -28,6 +29,7 @@ from .errors import (
 )
 from .examples import example_dir, example_run, example_runs
 from .export import to_chrome_trace
+from .fleet import fleet_periods
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, iter_generations, read_trace
 from .levels import df_freezes, df_levels
@@ -93,6 +95,8 @@ __all__ = [
     "read_limits",
     "read_requests",
     "what_if",
+    "fleet",
+    "fleet_periods",
     "read_trace",
     "iter_generations",
     "sampling_summary",

@@ -722,7 +722,15 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     ``run.notes``) a truncated last CSV line, any other :class:`GmpWarning` of the readers,
     an empty trace.out and a collection that did not finish (even one killed before its
     first sample: its samples are then empty, and the analysis says so).
+
+    ``path`` may also be a URL (``s3://...``, ``file://...``: any fsspec location, such as a
+    bundle in a store, :mod:`gmpanalysis.fleet.store`): the bundle is copied into a local
+    cache first (``$GMP_CACHE``, else ~/.cache/gmpanalysis/bundles).
     """
+    if "://" in str(path):
+        from .fleet.store import fetch_bundle
+
+        path = fetch_bundle(str(path))
     d = Path(path)
     if not d.exists():
         raise NotFoundError(f"{d}: no such directory; a run bundle is a directory holding meta.json and cpu_stat.csv")

@@ -357,6 +357,40 @@ def cmd_advise(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .fleet import df_fleet_workloads, fleet
+    from .fleet.compute import REPORT, default_out
+
+    out = a.out or default_out(a.sources)
+    summary = fleet(a.sources, out, scheduler=a.scheduler, workers=a.workers, progress=not a.no_progress)
+    wl = df_fleet_workloads(summary)
+    cols = ["namespace", "workload", "bundles", "frozen_cpu_s_per_h", "throttled_wall_pct", "stw_spanning_per_h",
+            "gomaxprocs", "limit_cpus"]  # fmt: skip
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
+        print(wl[cols].head(a.top).to_string(index=False))
+    bad = int(summary["error"].notna().sum())
+    print(f"\n{len(summary)} bundles ({bad} not analysed); tables under {out}, report {out.rstrip('/')}/{REPORT}")
+    return 0
+
+
+def cmd_store_put(a: argparse.Namespace) -> int:
+    from .fleet import put_bundle
+
+    for b in a.bundles:
+        print(put_bundle(b, a.store, cluster=a.cluster))
+    return 0
+
+
+def cmd_store_ls(a: argparse.Namespace) -> int:
+    from .fleet import list_bundles
+
+    for k in list_bundles(a.store)["key"]:
+        print(k)
+    return 0
+
+
 def cmd_trace(a: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -548,6 +582,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     av.add_argument("--top", type=_int_in(1), default=10, help="rows to print (default: 10)")
     av.set_defaults(func=cmd_advise)
+
+    fl = sub.add_parser("fleet", help="every bundle of a store or of bundle directories analysed on Dask")
+    fl.add_argument("sources", nargs="+", help="a store (local directory or fsspec URL) or bundle directories")
+    fl.add_argument("-o", "--out", default=None, help="where the Parquet tables and report go (default: STORE/derived)")
+    fl.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (default: a local cluster)")
+    fl.add_argument("--workers", type=_int_in(1, 1024), default=None, help="local cluster workers (default: the CPUs)")
+    fl.add_argument("--top", type=_int_in(1), default=20, help="workloads to print (default: 20)")
+    fl.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fl.set_defaults(func=cmd_fleet)
+    st = sub.add_parser("store", help="the bundle store: put bundles in, list them")
+    stsub = st.add_subparsers(dest="storecmd", required=True)
+    sp = stsub.add_parser("put", help="copy bundle directories into a store (a capture stored twice is one bundle)")
+    sp.add_argument("bundles", nargs="+", help="run bundle directories")
+    sp.add_argument("--store", required=True, help="the store: a local directory or an fsspec URL")
+    sp.add_argument("--cluster", default=None, help="cluster name for bundles whose meta.json has none")
+    sp.set_defaults(func=cmd_store_put)
+    sl = stsub.add_parser("ls", help="the keys of a store's bundles")
+    sl.add_argument("store", help="the store")
+    sl.set_defaults(func=cmd_store_ls)
     lab = sub.add_parser("lab", help="experiments under real cgroup quotas (root)")
     labsub = lab.add_subparsers(dest="labcmd", required=True)
     lr = labsub.add_parser("run", help="one run -> one bundle")

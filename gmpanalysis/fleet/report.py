@@ -1,0 +1,104 @@
+"""The fleet report: which workloads freeze, how much it costs them, what to set."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+
+def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per workload (cluster, namespace, workload), ranked by frozen CPU-seconds per
+    hour, from the fleet's summary rows (:func:`gmpanalysis.fleet.compute.read_summary`).
+
+    Columns: ``cluster``, ``namespace``, ``workload``; ``bundles`` analysed and ``errors``
+    (bundles that could not be); ``hours`` of periods covered; ``frozen_cpu_s_per_h``
+    CPU-seconds its run queues stood throttled per hour (cpu.stat throttled time);
+    ``throttled_wall_pct`` share of wall-clock time the group stood frozen (Σ stall / Σ
+    span: what users feel, not the classic ratio); ``throttled_periods_pct`` the classic
+    nr_throttled / nr_periods; ``stw_spanning_per_h`` stop-the-world pauses stretched over a
+    boundary per hour (bundles with a trace); ``gomaxprocs`` and ``limit_cpus`` (medians
+    over its bundles) and ``gomaxprocs_per_limit`` their ratio; ``advice`` the what-if
+    advisor's sentence for its latest bundle that has one, ``advice_limit_cpus``,
+    ``advice_gomaxprocs``.
+    """
+    cols = [
+        "cluster", "namespace", "workload", "bundles", "errors", "hours", "frozen_cpu_s_per_h",
+        "throttled_wall_pct", "throttled_periods_pct", "stw_spanning_per_h", "gomaxprocs", "limit_cpus",
+        "gomaxprocs_per_limit", "advice", "advice_limit_cpus", "advice_gomaxprocs",
+    ]  # fmt: skip
+    if summary.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (c, ns, w), g in summary.groupby(["cluster", "namespace", "workload"], sort=False, dropna=False):
+        ok = g[g["error"].isna()]
+        span = float(ok["span_s"].sum())
+        hours = span / 3600
+        adv = ok.dropna(subset=["advice"]).sort_values("capture")
+        last = adv.iloc[-1] if len(adv) else None
+        gm, lim = float(ok["gomaxprocs"].median()), float(ok["limit_cpus"].median())
+        rows.append(
+            {
+                "cluster": c,
+                "namespace": ns,
+                "workload": w,
+                "bundles": len(ok),
+                "errors": len(g) - len(ok),
+                "hours": hours,
+                "frozen_cpu_s_per_h": float(ok["frozen_cpu_s"].sum()) / hours if hours else np.nan,
+                "throttled_wall_pct": 100 * float(ok["stall_s"].sum()) / span if span else np.nan,
+                "throttled_periods_pct": 100 * float(ok["throttled_periods"].sum()) / float(ok["periods"].sum())
+                if float(ok["periods"].sum())
+                else np.nan,
+                "stw_spanning_per_h": float(ok["stw_spanning"].sum()) / hours if hours else np.nan,
+                "gomaxprocs": gm,
+                "limit_cpus": lim,
+                "gomaxprocs_per_limit": gm / lim if lim and not np.isnan(lim) else np.nan,
+                "advice": None if last is None else last["advice"],
+                "advice_limit_cpus": np.nan if last is None else float(last["advice_limit_cpus"]),
+                "advice_gomaxprocs": np.nan if last is None else float(last["advice_gomaxprocs"]),
+            }
+        )
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values("frozen_cpu_s_per_h", ascending=False, na_position="last", kind="stable").reset_index(
+        drop=True
+    )
+
+
+def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
+    """Write the fleet report (HTML, one file) and return its path: workloads ranked by
+    frozen CPU-seconds per hour, then every bundle, failures with their messages."""
+    from .store import fs_of
+
+    wl = df_fleet_workloads(summary)
+    fmt = {c: "{:.2f}".format for c in wl.columns if wl[c].dtype.kind == "f"}
+    shown = wl.copy()
+    for c, f in fmt.items():
+        shown[c] = [("" if pd.isna(v) else f(v)) for v in shown[c]]
+    bad = summary[summary["error"].notna()][["key", "error"]]
+    n, hours = len(summary), float(summary["span_s"].sum()) / 3600 if len(summary) else 0.0
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>gmpanalysis fleet report</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:nth-child(-n+3){text-align:left}</style>",
+        "</head><body><h1>Fleet report</h1>",
+        f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
+        "<h2>Workloads by frozen CPU-seconds per hour</h2>",
+        "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "
+        "Throttled wall %: share of wall-clock time the group stood frozen, not the classic "
+        "nr_throttled / nr_periods (given beside it). GOMAXPROCS per limit above 1: more Go threads "
+        "than the quota's CPUs. Advice: the what-if replay of the workload's latest bundle.</p>",
+        shown.to_html(index=False, na_rep="", escape=True),
+    ]
+    if len(bad):
+        parts += ["<h2>Bundles not analysed</h2>", bad.to_html(index=False, escape=True)]
+    parts.append("</body></html>")
+    text = "\n".join(parts)
+    fs, p = fs_of(path)
+    with fs.open(p, "w") as f:
+        f.write(text)
+    return str(path)
+
+
+__all__ = ["df_fleet_workloads", "to_fleet_report"]

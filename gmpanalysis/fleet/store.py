@@ -1,0 +1,211 @@
+"""The bundle store: many run bundles, kept raw, and the tables derived from them.
+
+A store is a directory, local or any fsspec URL (``s3://bucket/prefix`` with the s3fs
+package), laid out in Hive partitions so that Parquet readers (pyarrow, Dask) see the
+partition values as columns::
+
+    STORE/bundles/cluster=C/namespace=N/workload=W/pod=P/capture=ID/   the bundle's files
+    STORE/derived/periods/cluster=C/.../capture=ID/periods.parquet     df_periods, keyed
+    STORE/derived/bundles/.../capture=ID/bundle.parquet                one summary row
+
+A bundle is stored as the collector wrote it (meta.json, cpu_stat.csv, trace.out, ...):
+the store never rewrites raw data. It lands under a temporary name and is renamed into
+place, so a reader never sees half a bundle, and storing the same capture twice keeps the
+first. Its key, ``C/N/W/P/ID``, names it in every derived table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import BundleError, NotFoundError, UsageError
+
+PARTS = ("cluster", "namespace", "workload", "pod", "capture")
+BUNDLES = "bundles"
+DERIVED = "derived"
+# the files of a bundle the store keeps (anything else in the directory stays behind)
+BUNDLE_FILES = ("meta.json", "cpu_stat.csv", "limits.csv", "host_stat.csv", "requests.csv", "trace.out")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# a pod of a Deployment is named <deployment>-<replicaset hash>-<5 characters>, of a
+# ReplicaSet or DaemonSet <name>-<5 characters>, of a StatefulSet <name>-<ordinal>
+_DEPLOYMENT_POD = re.compile(r"^(?P<w>.+)-[a-z0-9]{6,10}-[a-z0-9]{5}$")
+_SET_POD = re.compile(r"^(?P<w>.+)-(?:[a-z0-9]{5}|\d+)$")
+
+
+def fs_of(url: str | os.PathLike[str]) -> tuple[Any, str]:
+    """(fsspec filesystem, path inside it) of a store or bundle location."""
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError:
+        raise UsageError("the bundle store needs fsspec: pip install 'gmpanalysis[fleet]'") from None
+    try:
+        fs, path = url_to_fs(str(url))
+    except (ImportError, ValueError) as e:  # an unknown protocol, or its package missing (s3fs)
+        raise UsageError(f"{url}: cannot open this location ({e}); s3:// needs pip install s3fs") from None
+    return fs, path.rstrip("/") or "/"
+
+
+def _safe(v: object, default: str) -> str:
+    s = _SAFE.sub("_", str(v)).strip("._") if v not in (None, "") else ""
+    return s[:100] or default
+
+
+def workload_of(meta: dict[str, Any]) -> str:
+    """The workload a bundle belongs to: meta.json ``workload`` where the collector knew the
+    pod's owner, else the owner's name as Kubernetes builds pod names from it, else the
+    run's name (lab runs)."""
+    w = meta.get("workload")
+    if isinstance(w, str) and w:
+        return w
+    pod = meta.get("pod")
+    if isinstance(pod, str) and pod:
+        for rx in (_DEPLOYMENT_POD, _SET_POD):
+            m = rx.match(pod)
+            if m:
+                return m["w"]
+        return pod
+    return str(meta.get("name") or "run")
+
+
+def bundle_parts(meta: dict[str, Any], cluster: str | None = None) -> dict[str, str]:
+    """The partition values of a bundle from its meta.json: ``cluster`` (meta ``cluster``,
+    else the one given, else "local"), ``namespace`` ("lab" for lab runs), ``workload``
+    (:func:`workload_of`), ``pod`` (the run's name for lab runs) and ``capture`` (meta
+    ``capture``, else the collection's start in UTC and a hash of what identifies it), each
+    reduced to letters, digits and ``._-``."""
+    lab = meta.get("source") == "lab"
+    start = str(meta.get("wall_start") or "")
+    stamp = re.sub(r"[^0-9]", "", start)[:14]
+    ids = ("node", "pod_uid", "container_id", "name", "mono_start_ns", "wall_start")
+    ident = "|".join(str(meta.get(k)) for k in ids)
+    capture = meta.get("capture") or f"{stamp or 'unknown'}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}"
+    return {
+        "cluster": _safe(meta.get("cluster") or cluster, "local"),
+        "namespace": _safe(meta.get("namespace") or ("lab" if lab else None), "_"),
+        "workload": _safe(workload_of(meta), "_"),
+        "pod": _safe(meta.get("pod") or meta.get("name"), "_"),
+        "capture": _safe(capture, "_"),
+    }
+
+
+def bundle_key(parts: dict[str, str]) -> str:
+    """The key that names a bundle in the derived tables: ``cluster/namespace/workload/pod/capture``."""
+    return "/".join(parts[p] for p in PARTS)
+
+
+def partition_path(parts: dict[str, str]) -> str:
+    return "/".join(f"{p}={parts[p]}" for p in PARTS)
+
+
+def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *, cluster: str | None = None) -> str:
+    """Store a bundle directory (checked with :func:`gmpanalysis.load_run` first) and return
+    where it now lives. A capture already in the store is left as it is (the same capture
+    stored twice is one bundle); the copy lands under a temporary name first, so a crash
+    leaves no half bundle under its real name."""
+    import json
+
+    from ..bundle import load_run
+
+    src = Path(bundle)
+    load_run(src)  # a broken bundle is refused before it reaches the store, with the reader's message
+    try:
+        meta = json.loads((src / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{src / 'meta.json'}: {e}") from None
+    parts = bundle_parts(meta, cluster)
+    fs, root = fs_of(store)
+    dest = f"{root}/{BUNDLES}/{partition_path(parts)}"
+    if fs.exists(f"{dest}/meta.json"):
+        return _url(store, dest)
+    tmp = f"{root}/{BUNDLES}/.incoming/{uuid.uuid4().hex}"
+    fs.makedirs(tmp, exist_ok=True)
+    for name in BUNDLE_FILES:
+        f = src / name
+        if f.is_file():
+            fs.put_file(str(f), f"{tmp}/{name}")
+    fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
+    try:
+        fs.mv(tmp, dest, recursive=True)
+    except FileExistsError:  # stored meanwhile by another writer: theirs stays
+        fs.rm(tmp, recursive=True)
+    return _url(store, dest)
+
+
+def _url(store: str | os.PathLike[str], path: str) -> str:
+    s = str(store)
+    if "://" not in s:
+        return path
+    proto = s.split("://", 1)[0]
+    return f"{proto}://{path}"
+
+
+def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> pd.DataFrame:
+    """The bundles of a store, or of plain bundle directories (a directory holding
+    meta.json, or one whose subdirectories do, as ``report`` takes them).
+
+    Columns: ``key`` (:func:`bundle_key`), ``path`` (where the bundle lives: a path or URL),
+    and the partition values ``cluster``, ``namespace``, ``workload``, ``pod``,
+    ``capture``; one row per bundle, sorted by key. Two sources holding the same capture
+    give one row (the first)."""
+    import json
+
+    srcs = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    rows: list[dict[str, str]] = []
+    for src in srcs:
+        fs, root = fs_of(src)
+        if not fs.exists(root):
+            raise NotFoundError(f"{src}: no such store or bundle directory")
+        if fs.exists(f"{root}/{BUNDLES}") and not fs.exists(f"{root}/meta.json"):
+            for m in sorted(fs.glob(f"{root}/{BUNDLES}/" + "/".join(f"{p}=*" for p in PARTS) + "/meta.json")):
+                d = m.rsplit("/", 1)[0]
+                parts = dict(seg.split("=", 1) for seg in d[len(root) + len(BUNDLES) + 2 :].split("/"))
+                rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
+            continue
+        if fs.exists(f"{root}/meta.json"):
+            dirs = [root]
+        else:
+            dirs = sorted(m.rsplit("/", 1)[0] for m in fs.glob(f"{root}/*/meta.json"))
+        if not dirs:
+            raise NotFoundError(f"{src}: neither a store (no {BUNDLES}/ inside) nor a bundle directory (no meta.json)")
+        for d in dirs:
+            try:
+                meta = json.loads(fs.cat_file(f"{d}/meta.json"))
+            except (OSError, ValueError) as e:
+                raise BundleError(f"{d}/meta.json: not readable as JSON ({e}); fix or remove that bundle") from None
+            if not isinstance(meta, dict):
+                raise BundleError(f"{d}/meta.json: not a JSON object; fix or remove that bundle")
+            parts = bundle_parts(meta)
+            rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
+    df = pd.DataFrame(rows, columns=["key", "path", *PARTS])
+    return df.drop_duplicates("key", keep="first").sort_values("key", kind="stable").reset_index(drop=True)
+
+
+def fetch_bundle(url: str, cache: str | os.PathLike[str] | None = None) -> Path:
+    """A bundle at an fsspec URL copied into a local cache directory (once per URL), for
+    :func:`gmpanalysis.load_run`."""
+    fs, path = fs_of(url)
+    base = Path(cache or os.environ.get("GMP_CACHE") or Path.home() / ".cache" / "gmpanalysis" / "bundles")
+    dest = base / hashlib.sha256(url.encode()).hexdigest()[:24]
+    if (dest / "meta.json").is_file():
+        return dest
+    if not fs.exists(f"{path}/meta.json"):
+        raise NotFoundError(f"{url}: no bundle there (no meta.json)")
+    tmp = base / f".incoming-{uuid.uuid4().hex}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in BUNDLE_FILES:
+        if fs.exists(f"{path}/{name}"):
+            fs.get_file(f"{path}/{name}", str(tmp / name))
+    try:
+        tmp.rename(dest)
+    except OSError:  # fetched meanwhile by another process
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest

@@ -1,0 +1,206 @@
+"""The bundle store and the fleet analysis on Dask: real Dask (a local cluster of worker
+processes, and a scheduler and two workers started as separate processes, one of them
+killed mid-run), real bundles from fixtures/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gmpanalysis as gmp
+from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
+from gmpanalysis.fleet.store import BUNDLES, fetch_bundle
+
+RUNS = Path("fixtures/runs")
+SOME = ("cpu-0.5cpu-gmp1", "cpu-0.5cpu-gmp2", "alloc-0.5cpu-gmp8")
+
+
+def _load(p: str | Path) -> gmp.Run:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gmp.load_run(p)
+
+
+def test_store_holds_bundles_once_and_loads_them(tmp_path):
+    store = tmp_path / "store"
+    paths = [put_bundle(RUNS / n, store) for n in SOME]
+    assert paths == [put_bundle(RUNS / n, store) for n in SOME]  # the same capture twice: one bundle
+    ls = list_bundles(store)
+    assert len(ls) == 3 and ls["key"].is_unique
+    row = ls[ls["pod"] == "cpu-0.5cpu-gmp2"].iloc[0]
+    assert (row["cluster"], row["namespace"], row["workload"]) == ("local", "lab", "cpu-0.5cpu-gmp2")
+    where = "cluster=local/namespace=lab/workload=cpu-0.5cpu-gmp2/pod=cpu-0.5cpu-gmp2/capture="
+    assert f"/{BUNDLES}/{where}" in row["path"]
+    # the keys come from meta.json: the same whether listed from the store or the directories
+    assert set(list_bundles([RUNS / n for n in SOME])["key"]) == set(ls["key"])
+    assert not list((store / BUNDLES / ".incoming").iterdir())
+    # a stored bundle loads as the original did, from its path and from a URL
+    orig = _load(RUNS / "cpu-0.5cpu-gmp2")
+    for where in (row["path"], f"file://{row['path']}"):
+        os.environ["GMP_CACHE"] = str(tmp_path / "cache")
+        try:
+            run = _load(where)
+        finally:
+            del os.environ["GMP_CACHE"]
+        pd.testing.assert_frame_equal(run.samples, orig.samples)
+        pd.testing.assert_frame_equal(run.requests, orig.requests)
+    assert fetch_bundle(f"file://{row['path']}", tmp_path / "cache").is_dir()
+    # a broken bundle is refused with the reader's message, and nothing of it is stored
+    bad = tmp_path / "bad"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
+    (bad / "cpu_stat.csv").write_text("t_ns,read_ns\n1,2\n")
+    with pytest.raises(gmp.BundleError, match="cpu_stat.csv"):
+        put_bundle(bad, store)
+    assert len(list_bundles(store)) == 3
+
+
+def test_workload_from_kubernetes_pod_names():
+    from gmpanalysis.fleet.store import bundle_parts
+
+    base = {"source": "kube", "namespace": "shop", "wall_start": "2026-11-24T01:02:03Z", "node": "n1"}
+    assert bundle_parts({**base, "pod": "checkout-7d9c8b6f5d-x2k4q"})["workload"] == "checkout"
+    assert bundle_parts({**base, "pod": "ledger-0"})["workload"] == "ledger"
+    assert bundle_parts({**base, "pod": "agent-x2k4q"})["workload"] == "agent"
+    assert bundle_parts({**base, "pod": "checkout-7d9c8b6f5d-x2k4q", "workload": "co"})["workload"] == "co"
+    p = bundle_parts({**base, "pod": "a/../b", "cluster": "prod eu"})
+    assert p["pod"] == "a_.._b" and p["cluster"] == "prod_eu" and p["capture"].startswith("20261124010203-")
+
+
+def _same_periods(key_path: str, got: pd.DataFrame) -> None:
+    want = gmp.df_periods(_load(key_path))
+    assert len(got) == len(want)
+    for c in ("period", "start_ns", "end_ns", "usage_us", "stall_us", "throttled_rq_us"):
+        np.testing.assert_allclose(got[c].to_numpy(dtype=float), want[c].to_numpy(dtype=float), equal_nan=True)
+    assert got["throttled"].astype("boolean").equals(want["throttled"].astype("boolean").reset_index(drop=True))
+
+
+def test_fleet_on_a_local_cluster(tmp_path):
+    """Four bundles on a local cluster of two worker processes: one summary row each, the
+    periods in Parquet equal to df_periods of the bundle, the report ranking the workloads;
+    a second run computes nothing; a damaged bundle is a row with its error."""
+    store = tmp_path / "store"
+    for n in (*SOME, "nested-0.5cpu-pod0.5-gmp2"):
+        put_bundle(RUNS / n, store)
+    seen: list[str] = []
+    s = fleet(store, workers=2, progress=False, on_result=lambda r: seen.append(r["key"]))
+    assert sorted(seen) == sorted(s["key"]) and len(s) == 4 and s["error"].isna().all()
+    ls = list_bundles(store).set_index("key")
+    per = fleet_periods(store).compute()
+    assert set(per["bundle"]) == set(s["key"])
+    for key in s["key"]:
+        _same_periods(ls.loc[key, "path"], per[per["bundle"] == key].sort_values("period").reset_index(drop=True))
+    # frozen CPU-seconds are cpu.stat's throttled time over the periods (a sum over CPUs);
+    # the wall time frozen counts every level's freezes (the nested run's pod's too)
+    for r in s.itertuples():
+        want = gmp.df_periods(_load(ls.loc[r.key, "path"]))
+        known = want["throttled"].notna()
+        assert r.frozen_cpu_s == pytest.approx(want.loc[known, "throttled_rq_us"].sum() / 1e6)
+        assert r.stall_s == pytest.approx(want.loc[known, "frozen_us"].sum() / 1e6)
+        if r.workload.startswith("nested"):
+            assert r.stall_s > want.loc[known, "stall_us"].sum() / 1e6 + 0.5
+    wl = df_fleet_workloads(s)
+    assert list(wl["frozen_cpu_s_per_h"]) == sorted(wl["frozen_cpu_s_per_h"], reverse=True)
+    assert wl["advice"].notna().all() and (wl["limit_cpus"] == 0.5).all()
+    report = (store / "derived" / "report.html").read_text()
+    assert all(w in report for w in wl["workload"])
+    again: list[str] = []
+    s2 = fleet(store, workers=1, progress=False, on_result=lambda r: again.append(r["key"]))
+    assert again == [] and s2["key"].tolist() == sorted(s["key"])
+    # plain directories, one of them damaged: its row says why, the others are analysed
+    bad = tmp_path / "dirs" / "broken"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
+    (bad / "cpu_stat.csv").write_bytes(b"")
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", tmp_path / "dirs" / "ok")
+    out = fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False)
+    assert len(out) == 2 and out["error"].notna().sum() == 1
+    assert "cpu_stat.csv" in out["error"].dropna().iloc[0]
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
+    """A scheduler and two workers as separate processes (dask scheduler / dask worker, no
+    nanny: a killed worker stays dead). Eight bundles; at the first result one worker is
+    killed with SIGKILL. Dask moves its tasks to the other worker, and the output holds
+    every bundle once, each with its periods."""
+    store = tmp_path / "store"
+    for cluster in ("c1", "c2"):
+        for n in (*SOME, "cpu-0.5cpu-gmp8"):
+            src = tmp_path / "relabel" / cluster / n
+            shutil.copytree(RUNS / n, src)
+            meta = json.loads((src / "meta.json").read_text())
+            meta["cluster"] = cluster  # real captures, labelled as another cluster's
+            (src / "meta.json").write_text(json.dumps(meta))
+            put_bundle(src, store)
+    assert len(list_bundles(store)) == 8
+    dask = str(Path(sys.executable).with_name("dask"))
+    sched_file = tmp_path / "scheduler.json"
+    procs = [
+        _start(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            tmp_path / "scheduler.log",
+        )  # fmt: skip
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        addr = json.loads(sched_file.read_text())["address"]
+        for i in range(2):
+            cmd = [dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
+                   "--no-dashboard", "--name", f"w{i}", "--host", "127.0.0.1"]  # fmt: skip
+            procs.append(_start(cmd, tmp_path / f"worker{i}.log"))
+        _wait_workers(addr, 2)
+        killed = threading.Event()
+
+        def kill_one(_row: dict) -> None:
+            if not killed.is_set():
+                killed.set()
+                procs[1].send_signal(signal.SIGKILL)
+
+        s = fleet(store, scheduler=addr, progress=False, on_result=kill_one)
+        assert killed.is_set() and procs[1].wait(timeout=10) == -signal.SIGKILL
+        assert len(s) == 8 and s["key"].is_unique and s["error"].isna().all(), s[["key", "error"]]
+        per = fleet_periods(store).compute()
+        assert set(per["bundle"]) == set(s["key"])
+        assert (per.groupby("bundle")["period"].agg(lambda x: x.is_unique)).all()  # no bundle written twice
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _wait_workers(addr: str, n: int) -> None:
+    from distributed import Client
+
+    with Client(addr, timeout=30) as c:
+        c.wait_for_workers(n, timeout=60)
