@@ -173,4 +173,15 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         row.update(latency_ci(r))
         row["phase_uncertainty_us"] = per.attrs["grid"].uncertainty_ns / 1e3 if "grid" in per.attrs else np.nan
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _frame(rows)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """The rows as a frame, the run names kept as Python objects: a name may hold a lone
+    surrogate (an undecodable byte of a directory name), which pandas' Arrow-backed string
+    columns (pandas 3 with pyarrow installed) refuse."""
+    names = [r.get("name") for r in rows]
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "name"} for r in rows])
+    if rows and "name" in rows[0]:
+        df.insert(list(rows[0]).index("name"), "name", pd.Series(names, dtype=object, index=df.index))
+    return df

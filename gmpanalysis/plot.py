@@ -281,7 +281,7 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
     colors = [color_of[v] for v in g]
     loads = cmp["load"].astype(str).to_numpy() if "load" in cmp else np.full(len(cmp), "")
     load_ids = {v: i for i, v in enumerate(dict.fromkeys(loads))}
-    names = [plain_text(n) for n in cmp["name"].astype(str)]
+    names = [plain_text(str(n)) for n in cmp["name"]]  # str(): a name may hold a lone surrogate
     for ax, (col, label) in zip(np.ravel(axes), COMPARE_METRICS, strict=False):
         v = cmp[col].to_numpy(dtype=float) if col in cmp else np.full(len(cmp), np.nan)
         # a gap between load groups where the metric depends on the load

@@ -122,10 +122,11 @@ def test_fleet_on_a_local_cluster(tmp_path):
     bad = tmp_path / "dirs" / "broken"
     shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
     (bad / "cpu_stat.csv").write_bytes(b"")
-    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", tmp_path / "dirs" / "ok")
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", tmp_path / "dirs" / "ok \udcff")  # an undecodable byte
     out = fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False)
     assert len(out) == 2 and out["error"].notna().sum() == 1
     assert "cpu_stat.csv" in out["error"].dropna().iloc[0]
+    assert out["path"].str.endswith("ok \\xff").sum() == 1  # the undecodable byte as a backslash escape
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:

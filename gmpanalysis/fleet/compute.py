@@ -151,8 +151,15 @@ def _advice(run: Any) -> tuple[str | None, float, float]:
     return str(t.attrs.get("recommendation")), float(best["limit_cpu"]), float(best["gomaxprocs"])
 
 
+def _text(v: object) -> object:
+    """Text Parquet can hold: a path's undecodable bytes (lone surrogates) as backslash escapes."""
+    if not isinstance(v, str):
+        return v
+    return v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=SUMMARY_COLUMNS)
     for c in ("key", *PARTS, "path", "error", "advice"):
         df[c] = df[c].astype("string")
     for c in ("periods", "throttled_periods", "stw_spanning"):

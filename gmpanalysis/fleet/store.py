@@ -183,7 +183,10 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
                 raise BundleError(f"{d}/meta.json: not a JSON object; fix or remove that bundle")
             parts = bundle_parts(meta)
             rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
-    df = pd.DataFrame(rows, columns=["key", "path", *PARTS])
+    # paths stay Python objects: a directory name may hold a lone surrogate (an undecodable
+    # byte), which pandas' Arrow-backed strings refuse, and the path must open as it is
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "path"} for r in rows], columns=["key", *PARTS])
+    df.insert(1, "path", pd.Series([r["path"] for r in rows], dtype=object, index=df.index))
     return df.drop_duplicates("key", keep="first").sort_values("key", kind="stable").reset_index(drop=True)
 
 
