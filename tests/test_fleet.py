@@ -5,12 +5,10 @@ killed mid-run), real bundles from fixtures/."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -33,7 +31,7 @@ def _load(p: str | Path) -> gmp.Run:
         return gmp.load_run(p)
 
 
-def test_store_holds_bundles_once_and_loads_them(tmp_path):
+def test_store_holds_bundles_once_and_loads_them(tmp_path, monkeypatch):
     store = tmp_path / "store"
     paths = [put_bundle(RUNS / n, store) for n in SOME]
     assert paths == [put_bundle(RUNS / n, store) for n in SOME]  # the same capture twice: one bundle
@@ -45,18 +43,26 @@ def test_store_holds_bundles_once_and_loads_them(tmp_path):
     assert f"/{BUNDLES}/{where}" in row["path"]
     # the keys come from meta.json: the same whether listed from the store or the directories
     assert set(list_bundles([RUNS / n for n in SOME])["key"]) == set(ls["key"])
-    assert not list((store / BUNDLES / ".incoming").iterdir())
+    assert not list(store.rglob(".*.tmp"))  # meta.json went last, renamed into place
     # a stored bundle loads as the original did, from its path and from a URL
     orig = _load(RUNS / "cpu-0.5cpu-gmp2")
+    monkeypatch.setenv("GMP_CACHE", str(tmp_path / "cache"))
     for where in (row["path"], f"file://{row['path']}"):
-        os.environ["GMP_CACHE"] = str(tmp_path / "cache")
-        try:
-            run = _load(where)
-        finally:
-            del os.environ["GMP_CACHE"]
+        run = _load(where)
         pd.testing.assert_frame_equal(run.samples, orig.samples)
         pd.testing.assert_frame_equal(run.requests, orig.requests)
-    assert fetch_bundle(f"file://{row['path']}", tmp_path / "cache").is_dir()
+    got = fetch_bundle(f"file://{row['path']}", tmp_path / "other-cache")
+    assert (got / "meta.json").read_bytes() == (RUNS / "cpu-0.5cpu-gmp2" / "meta.json").read_bytes()
+    # another bundle under a key already taken is refused; listing two such is warned about
+    other = tmp_path / "other"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp2", other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["note"] = "a different bundle, the same identity"
+    (other / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(gmp.BundleError, match="already holds another bundle"):
+        put_bundle(other, store)
+    with pytest.warns(gmp.GmpWarning, match="the same key as"):
+        assert len(list_bundles([RUNS / "cpu-0.5cpu-gmp2", other])) == 1
     # a broken bundle is refused with the reader's message, and nothing of it is stored
     bad = tmp_path / "bad"
     shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
@@ -130,14 +136,15 @@ def test_fleet_on_a_local_cluster(tmp_path):
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
     """A scheduler and two workers as separate processes (dask scheduler / dask worker, no
-    nanny: a killed worker stays dead). Eight bundles; at the first result one worker is
-    killed with SIGKILL. Dask moves its tasks to the other worker, and the output holds
-    every bundle once, each with its periods."""
+    nanny: a killed worker stays dead). Eight bundles; at the first result a worker is
+    killed with SIGKILL, one that holds tasks at that moment. Dask moves its tasks to the
+    other worker, and the output holds every bundle once, each with its periods."""
     store = tmp_path / "store"
     for cluster in ("c1", "c2"):
         for n in (*SOME, "cpu-0.5cpu-gmp8"):
@@ -167,28 +174,37 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
         )  # fmt: skip
     ]
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        addr = json.loads(sched_file.read_text())["address"]
+        addr = _scheduler_address(sched_file)
         for i in range(2):
             cmd = [dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
                    "--no-dashboard", "--name", f"w{i}", "--host", "127.0.0.1"]  # fmt: skip
             procs.append(_start(cmd, tmp_path / f"worker{i}.log"))
-        _wait_workers(addr, 2)
-        killed = threading.Event()
+        from distributed import Client
 
-        def kill_one(_row: dict) -> None:
-            if not killed.is_set():
-                killed.set()
-                procs[1].send_signal(signal.SIGKILL)
+        with Client(addr, timeout=30) as watcher:
+            watcher.wait_for_workers(2, timeout=60)
+            killed: list[tuple[str, int]] = []
 
-        s = fleet(store, scheduler=addr, progress=False, on_result=kill_one)
-        assert killed.is_set() and procs[1].wait(timeout=10) == -signal.SIGKILL
+            def kill_one(_row: dict) -> None:
+                """At the first result: SIGKILL a worker that holds tasks at that moment."""
+                if killed:
+                    return
+                info = watcher.scheduler_info()["workers"]
+                busy = [a for a, tasks in watcher.processing().items() if tasks]
+                addr_w = busy[0]
+                name = str(info[addr_w]["name"])
+                killed.append((name, len(watcher.processing()[addr_w])))
+                procs[1 + int(name[1:])].send_signal(signal.SIGKILL)
+
+            s = fleet(store, scheduler=addr, progress=False, on_result=kill_one)
+        (name, held) = killed[0]
+        assert held >= 1 and procs[1 + int(name[1:])].wait(timeout=10) == -signal.SIGKILL
         assert len(s) == 8 and s["key"].is_unique and s["error"].isna().all(), s[["key", "error"]]
         per = fleet_periods(store).compute()
         assert set(per["bundle"]) == set(s["key"])
-        assert (per.groupby("bundle")["period"].agg(lambda x: x.is_unique)).all()  # no bundle written twice
+        # one visible periods file per bundle (a killed task's temporary file is hidden)
+        files = [f for f in (store / "derived" / "periods").rglob("*.parquet") if not f.name.startswith(".")]
+        assert len(files) == 8
     finally:
         for p in procs:
             if p.poll() is None:
@@ -200,8 +216,12 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
                 p.kill()
 
 
-def _wait_workers(addr: str, n: int) -> None:
-    from distributed import Client
-
-    with Client(addr, timeout=30) as c:
-        c.wait_for_workers(n, timeout=60)
+def _scheduler_address(f: Path) -> str:
+    """The address in the scheduler's file, once it is there whole (it is not written atomically)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(f.read_text())["address"]
+        except (FileNotFoundError, ValueError, KeyError):
+            time.sleep(0.2)
+    raise AssertionError(f"{f}: the scheduler wrote no address in 60 s")

@@ -25,7 +25,7 @@ from ..errors import GmpError, UsageError
 from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, partition_path
 
 PERIODS_DIR = "periods"
-SUMMARY_DIR = "bundles"
+SUMMARY_DIR = "summary"
 REPORT = "report.html"
 
 # the summary row of a bundle: its key and partitions, then these (units in the names)
@@ -34,7 +34,9 @@ SUMMARY_COLUMNS = [
     *PARTS,
     "path",
     "error",
+    "wall_start",
     "span_s",
+    "trace_s",
     "periods",
     "throttled_periods",
     "frozen_cpu_s",
@@ -63,8 +65,10 @@ def _write_parquet(df: pd.DataFrame, out: str, rel: str) -> None:
     """One Parquet file, landed under a temporary name and renamed into place."""
     fs, root = fs_of(out)
     dest = f"{root}/{rel}"
-    fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
-    tmp = f"{dest}.{uuid.uuid4().hex}.tmp"
+    d, name = dest.rsplit("/", 1)
+    fs.makedirs(d, exist_ok=True)
+    # hidden (a leading dot): Parquet dataset readers skip it if a killed task leaves it
+    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
     df = df.copy(deep=False)
     df.attrs = {}  # pandas would write them as JSON metadata; the tables' attrs hold objects
     with fs.open(tmp, "wb") as f:
@@ -80,16 +84,21 @@ def summarize_bundle(run: Any, per: pd.DataFrame) -> dict[str, Any]:
     by any level (Σ frozen_us; Σ stall_us for a table without it);
     ``stw_spanning`` stop-the-world pauses still open when a throttled period ended;
     ``gomaxprocs`` (in force at the start), ``limit_cpus`` (quota / period, NaN: none),
-    ``ncpu``."""
+    ``ncpu``; ``wall_start`` (meta.json, ISO) and ``trace_s`` the seconds of those periods
+    the trace covers. Throttled time that fell in gaps between samples is not in
+    ``frozen_cpu_s`` (the periods around a gap are NA)."""
     known = per["throttled"].notna().to_numpy()
     k = per[known]
     span = float((k["end_ns"] - k["start_ns"]).sum() / 1e9)
+    traced = k[k["stw_count"].notna()] if "stw_count" in k else k.iloc[:0]
     m = run.meta
     q, p = m.get("quota_us"), m.get("period_us")
     g = per["gomaxprocs"].dropna()
     frozen = "frozen_us" if "frozen_us" in k else "stall_us"
     return {
+        "wall_start": str(m.get("wall_start") or ""),
         "span_s": span,
+        "trace_s": float((traced["end_ns"] - traced["start_ns"]).sum() / 1e9),
         "periods": int(known.sum()),
         "throttled_periods": int(k["throttled"].astype(bool).sum()),
         "frozen_cpu_s": float(np.nansum(k["throttled_rq_us"].to_numpy(dtype=np.float64)) / 1e6),
@@ -104,8 +113,8 @@ def summarize_bundle(run: Any, per: pd.DataFrame) -> dict[str, Any]:
 
 def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:
     """One task: a bundle's periods and summary row written under ``out``; returns the row.
-    A bundle that cannot be analysed (a :class:`GmpError`: damaged, missing data; or an
-    internal error) gives a row with its ``error`` and no periods: the fleet goes on."""
+    A bundle that cannot be analysed (a :class:`GmpError`: damaged, missing data) gives a
+    row with its ``error`` and no periods: the fleet goes on."""
     import warnings
 
     from ..analysis import analyze
@@ -127,10 +136,14 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
             if per[c].dtype == object:
                 per[c] = per[c].astype("string")
         _write_parquet(per, out, f"{PERIODS_DIR}/{partition_path(parts)}/periods.parquet")
-    except GmpError as e:
+    except GmpError as e:  # the bundle itself: analysing it again gives the same answer
         row["error"] = str(e)
-    except Exception as e:  # a bug on one bundle is reported with it; the fleet goes on
-        row["error"] = f"internal error ({type(e).__name__}: {e}); please report it with this bundle"
+        fs, root = fs_of(out)
+        stale = f"{root}/{PERIODS_DIR}/{partition_path(parts)}/periods.parquet"
+        if fs.exists(stale):  # from an earlier run of a bundle that has since changed
+            fs.rm(stale)
+    # anything else (a lost connection to the store, a bug) propagates: Dask retries the
+    # task, and the fleet names the bundles that still failed; they stay unprocessed
     row["analysis_s"] = time.perf_counter() - t0
     _write_parquet(_summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
     return row
@@ -160,7 +173,7 @@ def _text(v: object) -> object:
 
 def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=SUMMARY_COLUMNS)
-    for c in ("key", *PARTS, "path", "error", "advice"):
+    for c in ("key", *PARTS, "path", "error", "advice", "wall_start"):
         df[c] = df[c].astype("string")
     for c in ("periods", "throttled_periods", "stw_spanning"):
         df[c] = pd.array(df[c].to_numpy(dtype=np.float64), dtype="Float64").round().astype("Int64")
@@ -254,31 +267,54 @@ def _run(
         cluster = distributed.LocalCluster(
             n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
         )
+    failed: list[tuple[str, str]] = []
     try:
-        with distributed.Client(cluster if cluster is not None else scheduler) as client:
-            futs = [
+        try:
+            client = distributed.Client(cluster if cluster is not None else scheduler, timeout=30)
+        except OSError as e:
+            raise GmpError(f"fleet: cannot reach the Dask scheduler at {scheduler} ({e}); is it running?") from None
+        with client:
+            futs = {
                 client.submit(
                     analyse_bundle,
                     r.path,
                     r.key,
                     {p: getattr(r, p) for p in PARTS},
                     out,
-                    key=f"gmp-bundle-{uuid.uuid5(uuid.NAMESPACE_URL, r.key).hex}",
+                    # one task per bundle and output: two fleets writing elsewhere do not share it
+                    key=f"gmp-bundle-{_task_id(r.key, r.path, out)}",
                     retries=2,
                     pure=False,
-                )
+                ): r.key
                 for r in todo.itertuples(index=False)
-            ]
+            }
             bar = tqdm(total=len(futs), desc="fleet", unit="bundle", disable=not progress)
-            for fut in distributed.as_completed(futs):
-                row = fut.result()
+            for fut in distributed.as_completed(list(futs)):
                 bar.update(1)
+                try:
+                    row = fut.result()
+                except Exception as e:  # failed after Dask's retries (or its worker kept dying)
+                    failed.append((futs[fut], f"{type(e).__name__}: {e}"))
+                    continue
                 if on_result is not None:
                     on_result(row)
             bar.close()
     finally:
         if cluster is not None:
             cluster.close()
+    if failed:
+        key, why = failed[0]
+        raise GmpError(
+            f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
+            f"{why[:300]}); the others are under {out}: run fleet again to retry them"
+        )
+
+
+def _task_id(*parts: str) -> str:
+    """A stable id for a task (paths may hold undecodable bytes: hashed as bytes)."""
+    import hashlib
+
+    return hashlib.sha256("|".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def fleet_periods(out: str | os.PathLike[str]) -> Any:
@@ -287,6 +323,8 @@ def fleet_periods(out: str | os.PathLike[str]) -> Any:
     for the user's own queries. ``out`` is a fleet output (a store's derived/) or a store."""
     _require()
     import dask.dataframe as dd
+    import pyarrow as pa
+    import pyarrow.dataset as pds
 
     fs, root = fs_of(out)
     if fs.exists(f"{root}/{DERIVED}/{PERIODS_DIR}"):
@@ -295,4 +333,6 @@ def fleet_periods(out: str | os.PathLike[str]) -> Any:
         raise UsageError(f"{out}: no {PERIODS_DIR}/ here: run `gmpanalysis fleet` first")
     s = str(out)
     url = f"{s.split('://', 1)[0]}://{root}" if "://" in s else root
-    return dd.read_parquet(f"{url}/{PERIODS_DIR}", dataset={"partitioning": "hive"})
+    # partition values are names: text, even where they look like numbers ("007")
+    part = pds.partitioning(pa.schema([(p, pa.string()) for p in PARTS]), flavor="hive")
+    return dd.read_parquet(f"{url}/{PERIODS_DIR}", dataset={"partitioning": part})

@@ -16,11 +16,13 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     (bundles that could not be); ``hours`` of periods covered; ``frozen_cpu_s_per_h``
     CPU-seconds its run queues stood throttled per hour (cpu.stat throttled time);
     ``throttled_wall_pct`` share of wall-clock time the group stood frozen (Σ stall / Σ
-    span: what users feel, not the classic ratio); ``throttled_periods_pct`` the classic
-    nr_throttled / nr_periods; ``stw_spanning_per_h`` stop-the-world pauses stretched over a
-    boundary per hour (bundles with a trace); ``gomaxprocs`` and ``limit_cpus`` (medians
+    span: what users feel); ``throttled_periods_pct`` the share of its periods whose end
+    found the group throttled (nr_throttled rose); ``stw_spanning_per_h`` stop-the-world
+    pauses stretched over a boundary per hour of traced periods (NaN without a trace);
+    ``gomaxprocs`` and ``limit_cpus`` (medians
     over its bundles) and ``gomaxprocs_per_limit`` their ratio; ``advice`` the what-if
-    advisor's sentence for its latest bundle that has one, ``advice_limit_cpus``,
+    advisor's sentence for its latest bundle (by meta.json wall_start) that has one,
+    ``advice_limit_cpus``,
     ``advice_gomaxprocs``.
     """
     cols = [
@@ -35,7 +37,8 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
         ok = g[g["error"].isna()]
         span = float(ok["span_s"].sum())
         hours = span / 3600
-        adv = ok.dropna(subset=["advice"]).sort_values("capture")
+        traced = float(ok["trace_s"].sum())
+        adv = ok.dropna(subset=["advice"]).sort_values(["wall_start", "capture"])
         last = adv.iloc[-1] if len(adv) else None
         gm, lim = float(ok["gomaxprocs"].median()), float(ok["limit_cpus"].median())
         rows.append(
@@ -51,7 +54,7 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
                 "throttled_periods_pct": 100 * float(ok["throttled_periods"].sum()) / float(ok["periods"].sum())
                 if float(ok["periods"].sum())
                 else np.nan,
-                "stw_spanning_per_h": float(ok["stw_spanning"].sum()) / hours if hours else np.nan,
+                "stw_spanning_per_h": float(ok["stw_spanning"].sum()) / (traced / 3600) if traced else np.nan,
                 "gomaxprocs": gm,
                 "limit_cpus": lim,
                 "gomaxprocs_per_limit": gm / lim if lim and not np.isnan(lim) else np.nan,
@@ -86,8 +89,8 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
         "<h2>Workloads by frozen CPU-seconds per hour</h2>",
         "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "
-        "Throttled wall %: share of wall-clock time the group stood frozen, not the classic "
-        "nr_throttled / nr_periods (given beside it). GOMAXPROCS per limit above 1: more Go threads "
+        "Throttled wall %: share of wall-clock time the group stood frozen (by any level), not the "
+        "share of periods that ended throttled (given beside it). GOMAXPROCS per limit above 1: more Go threads "
         "than the quota's CPUs. Advice: the what-if replay of the workload's latest bundle.</p>",
         shown.to_html(index=False, na_rep="", escape=True),
     ]
@@ -95,9 +98,13 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         parts += ["<h2>Bundles not analysed</h2>", bad.to_html(index=False, escape=True)]
     parts.append("</body></html>")
     text = "\n".join(parts)
+    import uuid
+
     fs, p = fs_of(path)
-    with fs.open(p, "w") as f:
-        f.write(text)
+    d, name = p.rsplit("/", 1)
+    tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
+    fs.pipe_file(tmp, text.encode("utf-8"))
+    fs.mv(tmp, p)
     return str(path)
 
 

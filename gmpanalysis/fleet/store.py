@@ -6,12 +6,13 @@ partition values as columns::
 
     STORE/bundles/cluster=C/namespace=N/workload=W/pod=P/capture=ID/   the bundle's files
     STORE/derived/periods/cluster=C/.../capture=ID/periods.parquet     df_periods, keyed
-    STORE/derived/bundles/.../capture=ID/bundle.parquet                one summary row
+    STORE/derived/summary/.../capture=ID/bundle.parquet                one summary row
 
 A bundle is stored as the collector wrote it (meta.json, cpu_stat.csv, trace.out, ...):
-the store never rewrites raw data. It lands under a temporary name and is renamed into
-place, so a reader never sees half a bundle, and storing the same capture twice keeps the
-first. Its key, ``C/N/W/P/ID``, names it in every derived table.
+the store never rewrites raw data. Its meta.json, which makes it visible, is written last
+and renamed into place, so a reader never sees half a bundle; storing the same capture
+twice keeps the first, and another bundle under the same key is refused. Its key,
+``C/N/W/P/ID``, names it in every derived table.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import hashlib
 import os
 import re
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..errors import BundleError, NotFoundError, UsageError
+from ..errors import BundleError, GmpWarning, NotFoundError, UsageError
 
 PARTS = ("cluster", "namespace", "workload", "pod", "capture")
 BUNDLES = "bundles"
@@ -107,8 +109,9 @@ def partition_path(parts: dict[str, str]) -> str:
 def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *, cluster: str | None = None) -> str:
     """Store a bundle directory (checked with :func:`gmpanalysis.load_run` first) and return
     where it now lives. A capture already in the store is left as it is (the same capture
-    stored twice is one bundle); the copy lands under a temporary name first, so a crash
-    leaves no half bundle under its real name."""
+    stored twice is one bundle; a different bundle under the same key is a
+    :class:`BundleError`); meta.json goes last, so a crash leaves no bundle a reader takes
+    for whole."""
     import json
 
     from ..bundle import load_run
@@ -122,19 +125,27 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
     parts = bundle_parts(meta, cluster)
     fs, root = fs_of(store)
     dest = f"{root}/{BUNDLES}/{partition_path(parts)}"
+    mine = (src / "meta.json").read_bytes()
     if fs.exists(f"{dest}/meta.json"):
+        if fs.cat_file(f"{dest}/meta.json") != mine:
+            raise BundleError(
+                f"{src}: the store already holds another bundle under {dest} (its meta.json differs; the "
+                "partition values are reduced to letters, digits and ._-): give the capture its own meta.json "
+                "capture or cluster"
+            )
         return _url(store, dest)
-    tmp = f"{root}/{BUNDLES}/.incoming/{uuid.uuid4().hex}"
-    fs.makedirs(tmp, exist_ok=True)
+    # meta.json is what makes a bundle visible (list_bundles, fetch_bundle look for it): the
+    # other files go first, then meta.json under a hidden name renamed into place, so a
+    # reader never takes half a bundle for a whole one; a second writer of the same capture
+    # writes the same bytes
+    fs.makedirs(dest, exist_ok=True)
     for name in BUNDLE_FILES:
         f = src / name
-        if f.is_file():
-            fs.put_file(str(f), f"{tmp}/{name}")
-    fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
-    try:
-        fs.mv(tmp, dest, recursive=True)
-    except FileExistsError:  # stored meanwhile by another writer: theirs stays
-        fs.rm(tmp, recursive=True)
+        if f.is_file() and name != "meta.json":
+            fs.put_file(str(f), f"{dest}/{name}")
+    tmp = f"{dest}/.meta.json.{uuid.uuid4().hex}.tmp"
+    fs.pipe_file(tmp, mine)
+    fs.mv(tmp, f"{dest}/meta.json")
     return _url(store, dest)
 
 
@@ -152,8 +163,8 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
 
     Columns: ``key`` (:func:`bundle_key`), ``path`` (where the bundle lives: a path or URL),
     and the partition values ``cluster``, ``namespace``, ``workload``, ``pod``,
-    ``capture``; one row per bundle, sorted by key. Two sources holding the same capture
-    give one row (the first)."""
+    ``capture``; one row per bundle, sorted by key. Two sources holding the same key give
+    one row (the first), with a :class:`GmpWarning` naming both."""
     import json
 
     srcs = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
@@ -185,6 +196,16 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
             rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
     # paths stay Python objects: a directory name may hold a lone surrogate (an undecodable
     # byte), which pandas' Arrow-backed strings refuse, and the path must open as it is
+    seen: dict[str, str] = {}
+    for r in rows:
+        other = seen.setdefault(r["key"], r["path"])
+        if other != r["path"]:
+            warnings.warn(
+                f"{r['path']}: the same key as {other} ({r['key']}); the first is kept. Two captures with one key "
+                "are one capture stored twice, or names that differ only in characters a key cannot hold",
+                GmpWarning,
+                stacklevel=2,
+            )
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "path"} for r in rows], columns=["key", *PARTS])
     df.insert(1, "path", pd.Series([r["path"] for r in rows], dtype=object, index=df.index))
     return df.drop_duplicates("key", keep="first").sort_values("key", kind="stable").reset_index(drop=True)
@@ -207,8 +228,10 @@ def fetch_bundle(url: str, cache: str | os.PathLike[str] | None = None) -> Path:
             fs.get_file(f"{path}/{name}", str(tmp / name))
     try:
         tmp.rename(dest)
-    except OSError:  # fetched meanwhile by another process
+    except OSError:  # fetched meanwhile by another process: theirs stays
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / "meta.json").is_file():
+            raise NotFoundError(f"{url}: could not be cached in {dest}; check that directory and retry") from None
     return dest
