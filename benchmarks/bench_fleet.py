@@ -1,0 +1,88 @@
+"""The fleet analysis at scale: a store of N bundles processed on 1 and on 2 Dask workers.
+
+    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR]
+
+The store is made of the shipped example runs (fixtures/runs, real lab captures), each
+stored N / 8 times re-labelled as another pod of another workload (meta.json's cluster,
+namespace, pod and capture changed, nothing else): real data, not real diversity. Each
+worker count gets its own output directory; the run prints, per worker count, the wall
+time, bundles/s and cpu.stat samples/s, the scaling ratio (2 workers against 1), and each
+worker's peak memory (VmHWM from /proc/self/status, read inside the worker after its
+tasks). Not a test; numbers move with the machine and whatever else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vmhwm_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def build_store(n: int, work: Path) -> tuple[Path, int]:
+    from gmpanalysis.fleet import put_bundle
+
+    runs = sorted(p for p in (ROOT / "fixtures" / "runs").iterdir() if (p / "meta.json").exists())
+    store = work / "store"
+    tmp = work / "relabel"
+    samples = 0
+    for i in range(n):
+        src = runs[i % len(runs)]
+        dst = tmp / f"b{i}"
+        if not dst.exists():
+            shutil.copytree(src, dst)
+            meta = json.loads((src / "meta.json").read_text())
+            meta.update(cluster=f"bench{i % 4}", namespace=f"ns{i % 10}", pod=f"{src.name}-{i}", capture=f"c{i}")
+            (dst / "meta.json").write_text(json.dumps(meta))
+        put_bundle(dst, store)
+        samples += sum(1 for _ in (dst / "cpu_stat.csv").open()) - 1
+    return store, samples
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", nargs="?", type=int, default=1000, help="bundles in the store (default: 1000)")
+    ap.add_argument("--work", default="/tmp/gmp-bench-fleet", help="scratch directory (default: /tmp/gmp-bench-fleet)")
+    a = ap.parse_args()
+    import distributed
+
+    from gmpanalysis.fleet import fleet
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    store, samples = build_store(a.n, work)
+    print(f"store: {a.n} bundles, {samples:,} cpu.stat samples, built in {time.perf_counter() - t0:.0f} s")
+    rates = {}
+    for w in (1, 2):
+        out = work / f"out-{w}"
+        shutil.rmtree(out, ignore_errors=True)
+        with distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+            with distributed.Client(c) as client:
+                t = time.perf_counter()
+                s = fleet(store, out, scheduler=c.scheduler_address, progress=False)
+                wall = time.perf_counter() - t
+                peaks = client.run(vmhwm_mib)
+        rates[w] = len(s) / wall
+        print(
+            f"{w} worker(s): {wall:.1f} s, {len(s) / wall:.2f} bundles/s, {samples / wall:,.0f} samples/s, "
+            f"errors {int(s['error'].notna().sum())}, peak memory per worker (VmHWM) "
+            + ", ".join(f"{v:.0f} MiB" for v in peaks.values())
+        )
+    print(f"scaling 2 workers / 1: {rates[2] / rates[1]:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
