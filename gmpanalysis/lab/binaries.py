@@ -1,5 +1,5 @@
 """Locate or build the Go collector binaries (gmp-sampler, gmp-demoapp and its variants,
-gmp-loadgen, gmp-tracedump, gmp-spinner, gmp-tracepeer).
+gmp-agent, gmp-loadgen, gmp-tracedump, gmp-spinner, gmp-tracepeer).
 
 The Go sources come from a source checkout (``collectors/``) or, in an installed package,
 from the copy the wheel carries (``gmpanalysis/_collectors``). Either is built once per
@@ -28,7 +28,7 @@ from ..errors import LabError
 from .sources import build_inputs
 
 # built by ``go build ./cmd/...`` in the collectors module
-CMDS = ("gmp-sampler", "gmp-demoapp", "gmp-loadgen", "gmp-tracedump", "gmp-spinner", "gmp-tracepeer")
+CMDS = ("gmp-sampler", "gmp-agent", "gmp-demoapp", "gmp-loadgen", "gmp-tracedump", "gmp-spinner", "gmp-tracepeer")
 # the demo app built by modules of their own under collectors/ (the main module's go line
 # and imports decide how the Go runtime picks GOMAXPROCS): program -> module directory
 VARIANTS = {

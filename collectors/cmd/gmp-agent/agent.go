@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
+)
+
+// level is one watched cgroup of a container: its own, or its pod's.
+type level struct {
+	name string // container, pod
+	spec string // the sampler's --cgroup argument
+	r    *cgroup.Reader
+	h    history
+	v    verdict
+}
+
+// watched is one container under watch.
+type watched struct {
+	spec      spec
+	static    bool // from --watch-cgroup
+	levels    []*level
+	firing    bool   // the trigger held at the last read (events are sent on changes only)
+	skipWhy   string // the rate limit that last held a capture back
+	capturing bool
+}
+
+func (w *watched) close() {
+	for _, l := range w.levels {
+		l.r.Close()
+	}
+}
+
+// workload names the container's workload for the rate limits: a Deployment's pods carry
+// <deployment>-<pod-template-hash> as their ReplicaSet, other controllers their own name;
+// a bare pod is its own workload.
+func (w *watched) workload() string {
+	s := w.spec
+	name := s.Pod
+	if o := s.Owner; o != nil {
+		name = o.Name
+		if o.Kind == "ReplicaSet" && o.TemplateHash != "" {
+			name = strings.TrimSuffix(name, "-"+o.TemplateHash)
+		}
+	}
+	return s.Namespace + "/" + name + "/" + s.Container
+}
+
+type agent struct {
+	cfg     *config
+	ev      *events
+	mount   cgroup.Mount
+	api     *apiClient
+	targets map[string]*watched
+	done    chan captureResult
+	running int
+	// captures started in the last hour (node budget) and the last per workload
+	recent   []time.Duration
+	lastByWl map[string]time.Duration
+	reads    uint64
+}
+
+func newAgent(cfg *config, ev *events) (*agent, error) {
+	m, err := cgroup.Detect(cfg.root)
+	if err != nil {
+		return nil, err
+	}
+	a := &agent{cfg: cfg, ev: ev, mount: m, targets: map[string]*watched{}, done: make(chan captureResult, 16),
+		lastByWl: map[string]time.Duration{}}
+	if cfg.api != "" {
+		if a.api, err = newAPIClient(cfg.api, cfg.node, cfg.tokenFile, cfg.caFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range cfg.watch {
+		name, sp, ok := strings.Cut(w, "=")
+		if !ok || name == "" || sp == "" {
+			return nil, fmt.Errorf("--watch-cgroup %q: expected NAME=SPEC", w)
+		}
+		t := &watched{spec: spec{Pod: name, Container: name}, static: true}
+		l, err := a.open("container", sp)
+		if err != nil {
+			return nil, fmt.Errorf("--watch-cgroup %q: %w", w, err)
+		}
+		t.levels = []*level{l}
+		a.targets["static/"+name] = t
+	}
+	return a, nil
+}
+
+func (a *agent) open(name, sp string) (*level, error) {
+	t, err := a.mount.Resolve(sp)
+	if err != nil {
+		return nil, err
+	}
+	r, err := t.Open()
+	if err != nil {
+		return nil, err
+	}
+	return &level{name: name, spec: sp, r: r, h: history{max: a.historyLen()}}, nil
+}
+
+// historyLen keeps a minute and a half of reads (the frozen rate looks back a minute) and
+// at least enough for the trigger's periods at one period per read.
+func (a *agent) historyLen() int {
+	n := int(90*time.Second/a.cfg.watchEvery) + 2
+	if p := a.cfg.trig.periods + 2; p > n {
+		n = p
+	}
+	return n
+}
+
+func (a *agent) run(ctx context.Context) error {
+	a.ev.emit("started", map[string]any{"node": a.cfg.node, "cgroup_version": a.mount.Version,
+		"watch_every_ns": a.cfg.watchEvery.Nanoseconds(), "static": len(a.targets)})
+	if a.api != nil {
+		a.refresh(ctx)
+	}
+	watchT := time.NewTicker(a.cfg.watchEvery)
+	defer watchT.Stop()
+	var listC <-chan time.Time
+	if a.api != nil {
+		listT := time.NewTicker(a.cfg.listEvery)
+		defer listT.Stop()
+		listC = listT.C
+	}
+	a.tick(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			// captures see the same context: their samplers are stopped and their bundles
+			// finished before the agent exits
+			for a.running > 0 {
+				a.finish(<-a.done)
+			}
+			a.ev.emit("stopped", map[string]any{"watched": len(a.targets), "reads": a.reads})
+			for _, t := range a.targets {
+				t.close()
+			}
+			return nil
+		case <-listC:
+			a.refresh(ctx)
+		case <-watchT.C:
+			a.tick(ctx)
+		case r := <-a.done:
+			a.finish(r)
+		}
+	}
+}
+
+// refresh lists the node's pods and brings the watched set in line: new containers are
+// opened, containers gone (or restarted: a new ID is a new cgroup) are closed.
+func (a *agent) refresh(ctx context.Context) {
+	specs, err := a.api.list(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.ev.emit("error", map[string]any{"error": err.Error()})
+		}
+		return
+	}
+	seen := map[string]bool{}
+	for _, s := range specs {
+		k := s.key()
+		seen[k] = true
+		if t, ok := a.targets[k]; ok {
+			t.spec = s // deletion, restarts, annotations may change
+			continue
+		}
+		t := &watched{spec: s}
+		cspec := fmt.Sprintf("kube-container:%s:%s:%s", s.UID, s.QoS, s.ContainerID)
+		l, err := a.open("container", cspec)
+		if err != nil {
+			// the API may list a container an instant before its cgroup exists (or after
+			// it is gone): tried again at the next listing
+			a.ev.emit("unwatchable", map[string]any{"pod": s.Pod, "namespace": s.Namespace, "container": s.Container, "error": err.Error()})
+			continue
+		}
+		t.levels = append(t.levels, l)
+		if pl, err := a.open("pod", fmt.Sprintf("kube-pod:%s:%s", s.UID, s.QoS)); err == nil {
+			t.levels = append(t.levels, pl)
+		}
+		a.targets[k] = t
+		a.ev.emit("watch", map[string]any{"pod": s.Pod, "namespace": s.Namespace, "container": s.Container,
+			"cpu_limit": s.CPULimit, "pprof_port": s.PprofPort, "cgroup": l.r.Rel})
+	}
+	for k, t := range a.targets {
+		if !t.static && !seen[k] && !t.capturing {
+			t.close()
+			delete(a.targets, k)
+		}
+	}
+}
+
+// tick reads every watched level once and applies the trigger.
+func (a *agent) tick(ctx context.Context) {
+	now := monoNow()
+	var firing []*watched
+	for k, t := range a.targets {
+		if t.capturing {
+			continue // its sampler reads it 1000 times a second meanwhile
+		}
+		ok := true
+		fire := false
+		for _, l := range t.levels {
+			var s cgroup.Stat
+			if err := l.r.Read(&s); err != nil {
+				ok = false
+				if !errors.Is(err, fs.ErrNotExist) && !isGone(err) {
+					a.ev.emit("error", map[string]any{"pod": t.spec.Pod, "error": err.Error()})
+				}
+				break
+			}
+			a.reads++
+			thr := s.ThrottledTime
+			if s.NsUnits {
+				thr /= 1000
+			}
+			l.h.add(point{t: now, periods: s.Periods, throttled: s.Throttled, frozenUs: thr})
+			l.v = a.cfg.trig.judge(&l.h)
+			fire = fire || l.v.Fire
+		}
+		if !ok {
+			// the cgroup went away (container ended or restarted): the next listing
+			// finds its successor, if any
+			if !t.static {
+				t.close()
+				delete(a.targets, k)
+			}
+			continue
+		}
+		if fire && !t.firing {
+			a.ev.emit("trigger", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
+				"container": t.spec.Container, "levels": t.verdicts()})
+		}
+		t.firing = fire
+		if fire {
+			firing = append(firing, t)
+		}
+	}
+	// the most throttled first, when the budget allows only some
+	sort.Slice(firing, func(i, j int) bool { return firing[i].worst() > firing[j].worst() })
+	for _, t := range firing {
+		if why := a.allowed(t, now); why != "" {
+			if why != t.skipWhy {
+				a.ev.emit("skip", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
+					"container": t.spec.Container, "reason": why})
+			}
+			t.skipWhy = why
+			continue
+		}
+		t.skipWhy = ""
+		a.start(ctx, t, now)
+	}
+}
+
+func isGone(err error) bool {
+	var g *cgroup.GoneError
+	return errors.As(err, &g)
+}
+
+func (t *watched) verdicts() map[string]verdict {
+	m := map[string]verdict{}
+	for _, l := range t.levels {
+		m[l.name] = l.v
+	}
+	return m
+}
+
+func (t *watched) worst() float64 {
+	w := -1.0
+	for _, l := range t.levels {
+		if l.v.Share > w {
+			w = l.v.Share
+		}
+	}
+	return w
+}
+
+// allowed applies the rate limits; "" when a capture may start. A refusal is told once per
+// trigger crossing (the trigger event), not every second.
+func (a *agent) allowed(t *watched, now time.Duration) string {
+	if a.running >= a.cfg.maxConcurrent {
+		return "a capture is running"
+	}
+	kept := a.recent[:0]
+	for _, s := range a.recent {
+		if now-s < time.Hour {
+			kept = append(kept, s)
+		}
+	}
+	a.recent = kept
+	if len(a.recent) >= a.cfg.perHour {
+		return fmt.Sprintf("node budget: %d captures in the last hour", len(a.recent))
+	}
+	if last, ok := a.lastByWl[t.workload()]; ok && now-last < a.cfg.cooldown {
+		return fmt.Sprintf("workload %s captured %v ago", t.workload(), (now - last).Round(time.Second))
+	}
+	return ""
+}
+
+func (a *agent) start(ctx context.Context, t *watched, now time.Duration) {
+	a.running++
+	a.recent = append(a.recent, now)
+	a.lastByWl[t.workload()] = now
+	t.capturing = true
+	c := newCapture(a.cfg, t)
+	a.ev.emit("capture_start", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
+		"container": t.spec.Container, "workload": t.workload(), "bundle": c.dir, "levels": t.verdicts()})
+	go func() { a.done <- c.run(ctx) }()
+}
+
+func (a *agent) finish(r captureResult) {
+	a.running--
+	r.target.capturing = false
+	// the capture's own reads moved the counters on: the trigger looks at what follows
+	for _, l := range r.target.levels {
+		l.h.pts = l.h.pts[:0]
+	}
+	r.target.firing = false
+	facts := map[string]any{"pod": r.target.spec.Pod, "namespace": r.target.spec.Namespace,
+		"container": r.target.spec.Container, "bundle": r.dir, "complete": r.complete}
+	if r.err != "" {
+		facts["error"] = r.err
+	}
+	a.ev.emit("capture", facts)
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// capture is one bundle being written: the sampler at 997 µs on the container's levels for
+// the window, and the trace over the same window where the pod declares a pprof port.
+type capture struct {
+	cfg    *config
+	target *watched
+	dir    string
+	meta   map[string]any
+	mu     sync.Mutex // meta: the trace goroutine and the sampler's stderr both fill it
+}
+
+type captureResult struct {
+	target   *watched
+	dir      string
+	complete bool
+	err      string
+}
+
+var unsafeRe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// safe makes an API name a path component (a hostile "../x" stays inside --out).
+func safe(s string) string {
+	s = unsafeRe.ReplaceAllString(s, "_")
+	if s == "" || s == "." || s == ".." {
+		return "_"
+	}
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return s
+}
+
+func newCapture(cfg *config, t *watched) *capture {
+	stamp := time.Now().UTC().Format("20060102T150405Z")
+	s := t.spec
+	name := safe(s.Pod) + "-" + safe(s.Container) + "-" + stamp
+	if s.Namespace != "" {
+		name = safe(s.Namespace) + "-" + name
+	}
+	return &capture{cfg: cfg, target: t, dir: filepath.Join(cfg.out, name)}
+}
+
+func (c *capture) run(ctx context.Context) captureResult {
+	res := captureResult{target: c.target, dir: c.dir}
+	if err := os.MkdirAll(c.cfg.out, 0o755); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	if err := os.Mkdir(c.dir, 0o755); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	c.meta = newMeta(c.cfg, c.target, filepath.Base(c.dir))
+	if err := c.writeMeta(); err != nil {
+		res.err = err.Error()
+		return res
+	}
+	var wg sync.WaitGroup
+	var traceErr error
+	traced := c.target.spec.PprofPort > 0
+	if traced {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			traceErr = c.trace(ctx)
+		}()
+	}
+	rc, stopReason, err := c.sample(ctx)
+	wg.Wait()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var problems []string
+	if err != nil {
+		problems = append(problems, "sampler: "+err.Error())
+	} else if rc == 3 {
+		// the sampler exits 3 when a cgroup it reads goes away: the container ended,
+		// restarted or its pod was deleted mid-capture; what was read is in the bundle
+		problems = append(problems, "the container went away mid-capture (sampler: "+stopReason+")")
+	} else if rc != 0 && ctx.Err() == nil {
+		problems = append(problems, fmt.Sprintf("sampler exit %d: %s", rc, stopReason))
+	}
+	if ctx.Err() != nil {
+		problems = append(problems, "the agent stopped before the end of the window")
+	}
+	if traced && traceErr != nil {
+		problems = append(problems, "trace: "+traceErr.Error())
+	}
+	start, end := rowSpan(filepath.Join(c.dir, "cpu_stat.csv"))
+	c.meta["mono_start_ns"], c.meta["mono_end_ns"] = start, end
+	c.meta["complete"] = len(problems) == 0
+	if len(problems) > 0 {
+		msg := problems[0]
+		for _, p := range problems[1:] {
+			msg += "; " + p
+		}
+		c.meta["error"] = msg
+		res.err = msg
+	}
+	if err := c.writeMetaLocked(); err != nil && res.err == "" {
+		res.err = err.Error()
+	}
+	res.complete = len(problems) == 0
+	return res
+}
+
+// sample runs gmp-sampler on the container's levels for the window, its rows into the
+// bundle's cpu_stat.csv, host_stat.csv and limits.csv (each appended and flushed by the
+// sampler itself), and reads its JSON start and summary lines from stderr into meta.
+func (c *capture) sample(ctx context.Context) (rc int, stopReason string, err error) {
+	args := []string{"--root", c.cfg.root, "--interval", c.cfg.interval.String(),
+		"--duration", c.cfg.capture.String(), "--out", filepath.Join(c.dir, "cpu_stat.csv"),
+		"--host-stat", filepath.Join(c.dir, "host_stat.csv"), "--limits-out", filepath.Join(c.dir, "limits.csv"),
+		"--summary", "stderr"}
+	if c.cfg.fifo {
+		args = append(args, "--fifo")
+	}
+	for _, l := range c.target.levels {
+		args = append(args, "--cgroup", l.name+"="+l.spec)
+	}
+	cmd := exec.Command(c.cfg.sampler, args...)
+	// the sampler ends with the agent, writing its summary on the way out (SIGTERM)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return 0, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, "", err
+	}
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Signal(syscall.SIGTERM) })
+	defer stop()
+	var prose []string
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var m map[string]json.RawMessage
+		if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &m) == nil {
+			for k, raw := range m {
+				facts, err := decodeFacts(raw)
+				if err != nil {
+					continue
+				}
+				switch k {
+				case "start", "summary":
+					c.mu.Lock()
+					recordSampler(c.meta, facts, k == "summary")
+					if k == "summary" {
+						stopReason, _ = facts["stop_reason"].(string)
+					}
+					werr := c.writeMetaLocked()
+					c.mu.Unlock()
+					if werr != nil {
+						prose = append(prose, werr.Error())
+					}
+				case "error":
+					stopReason = fmt.Sprint(facts["message"])
+				}
+			}
+			continue
+		}
+		prose = append(prose, string(line))
+	}
+	werr := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		if ee.ExitCode() < 0 && ctx.Err() != nil {
+			return 0, stopReason, nil
+		}
+		if stopReason == "" && len(prose) > 0 {
+			stopReason = prose[len(prose)-1]
+		}
+		return ee.ExitCode(), stopReason, nil
+	}
+	return 0, stopReason, werr
+}
+
+// trace fetches /debug/pprof/trace for the window from the pod's declared port, appending
+// the body to trace.out as it arrives. A host-network pod shares the node's network, and
+// the agent runs on that node: it is asked on the loopback address.
+func (c *capture) trace(ctx context.Context) error {
+	s := c.target.spec
+	host := s.PodIP
+	if s.HostNetwork || host == "" {
+		host = "127.0.0.1"
+	}
+	secs := int(c.cfg.capture.Round(time.Second).Seconds())
+	u := "http://" + net.JoinHostPort(host, strconv.Itoa(s.PprofPort)) + "/debug/pprof/trace?seconds=" + strconv.Itoa(secs)
+	facts := map[string]any{"url": u, "mono_request_ns": monoNow().Nanoseconds()}
+	defer func() {
+		facts["mono_done_ns"] = monoNow().Nanoseconds()
+		if st, err := os.Stat(filepath.Join(c.dir, "trace.out")); err == nil {
+			facts["bytes"] = st.Size()
+		} else {
+			facts["bytes"] = 0
+		}
+		c.mu.Lock()
+		c.meta["trace"] = facts
+		c.mu.Unlock()
+	}()
+	tctx, cancel := context.WithTimeout(ctx, c.cfg.capture+c.cfg.traceTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u, nil)
+	if err != nil {
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
+	}
+	defer resp.Body.Close()
+	facts["http_status_line"] = resp.Proto + " " + resp.Status
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		err := fmt.Errorf("GET %s answered %s: %q", u, resp.Status, body)
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(c.dir, "trace.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
+	}
+	defer f.Close()
+	// os.File writes go to the kernel at once: what arrived is on disk if the agent dies
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		facts["complete"], facts["error"] = false, fmt.Sprintf("the body broke off: %v", err)
+		return fmt.Errorf("the body broke off: %w", err)
+	}
+	facts["complete"] = true
+	return nil
+}
+
+// rowSpan is the t_ns of the first and last whole rows of cpu_stat.csv (nil when none).
+func rowSpan(path string) (first, last any) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] < '0' || line[0] > '9' {
+			continue
+		}
+		i := 0
+		for i < len(line) && line[i] != ',' {
+			i++
+		}
+		if i == len(line) {
+			continue // a cut last line
+		}
+		v, err := strconv.ParseInt(line[:i], 10, 64)
+		if err != nil {
+			continue
+		}
+		if first == nil {
+			first = v
+		}
+		last = v
+	}
+	return first, last
+}
+
+func (c *capture) writeMeta() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeMetaLocked()
+}
+
+// writeMetaLocked replaces meta.json atomically (a temporary file renamed over it): a
+// reader sees the old or the new file, never half of one.
+func (c *capture) writeMetaLocked() error {
+	b, err := json.MarshalIndent(c.meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(c.dir, ".meta.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(c.dir, "meta.json"))
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PprofAnnotation is the pod annotation naming the port net/http/pprof listens on: a pod
+// that carries it gets a Go execution trace with its captures.
+const PprofAnnotation = "gmpanalysis/pprof-port"
+
+// spec is one container to watch, as the API server describes it. Only the facts the
+// agent writes into meta.json or needs to find the cgroups are kept.
+type spec struct {
+	Namespace   string
+	Pod         string
+	UID         string
+	Node        string
+	QoS         string
+	Container   string
+	ContainerID string // runtime://hex
+	CPULimit    string
+	Restarts    int
+	GomaxEnv    *string // a literal GOMAXPROCS env value (valueFrom is not resolved)
+	PprofPort   int     // 0: none declared
+	PodIP       string
+	HostNetwork bool
+	Owner       *owner
+	Deleting    bool
+}
+
+type owner struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// pod-template-hash: a Deployment names its ReplicaSet <deployment>-<hash>
+	TemplateHash string `json:"pod_template_hash,omitempty"`
+}
+
+// key identifies a container instance: a restart changes the ID and so the cgroup.
+func (s *spec) key() string { return s.UID + "/" + s.Container + "/" + s.ContainerID }
+
+// podList is the part of a PodList the agent reads.
+type podList struct {
+	Items []struct {
+		Metadata struct {
+			Name              string            `json:"name"`
+			Namespace         string            `json:"namespace"`
+			UID               string            `json:"uid"`
+			Annotations       map[string]string `json:"annotations"`
+			Labels            map[string]string `json:"labels"`
+			DeletionTimestamp *string           `json:"deletionTimestamp"`
+			OwnerReferences   []struct {
+				Kind       string `json:"kind"`
+				Name       string `json:"name"`
+				Controller *bool  `json:"controller"`
+			} `json:"ownerReferences"`
+		} `json:"metadata"`
+		Spec struct {
+			NodeName    string `json:"nodeName"`
+			HostNetwork bool   `json:"hostNetwork"`
+			Containers  []struct {
+				Name      string `json:"name"`
+				Resources struct {
+					Limits map[string]string `json:"limits"`
+				} `json:"resources"`
+				Env []struct {
+					Name  string  `json:"name"`
+					Value *string `json:"value"`
+				} `json:"env"`
+			} `json:"containers"`
+		} `json:"spec"`
+		Status struct {
+			Phase             string `json:"phase"`
+			QOSClass          string `json:"qosClass"`
+			PodIP             string `json:"podIP"`
+			ContainerStatuses []struct {
+				Name         string `json:"name"`
+				ContainerID  string `json:"containerID"`
+				RestartCount int    `json:"restartCount"`
+				State        struct {
+					Running *struct{} `json:"running"`
+				} `json:"state"`
+			} `json:"containerStatuses"`
+		} `json:"status"`
+	} `json:"items"`
+}
+
+// specsFrom turns a PodList into the containers worth watching: running, in a running
+// pod, with a CPU limit (no limit, no quota, nothing to throttle).
+func specsFrom(body []byte) ([]spec, error) {
+	var pl podList
+	if err := json.Unmarshal(body, &pl); err != nil {
+		return nil, fmt.Errorf("pod list: %w", err)
+	}
+	var out []spec
+	for _, p := range pl.Items {
+		if p.Status.Phase != "Running" {
+			continue
+		}
+		var own *owner
+		for _, o := range p.Metadata.OwnerReferences {
+			if o.Controller != nil && *o.Controller {
+				own = &owner{Kind: o.Kind, Name: o.Name, TemplateHash: p.Metadata.Labels["pod-template-hash"]}
+			}
+		}
+		port := 0
+		if v, ok := p.Metadata.Annotations[PprofAnnotation]; ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 && n < 65536 {
+				port = n
+			}
+		}
+		for _, c := range p.Spec.Containers {
+			lim := c.Resources.Limits["cpu"]
+			if lim == "" {
+				continue
+			}
+			for _, st := range p.Status.ContainerStatuses {
+				if st.Name != c.Name || st.State.Running == nil || st.ContainerID == "" {
+					continue
+				}
+				s := spec{Namespace: p.Metadata.Namespace, Pod: p.Metadata.Name, UID: p.Metadata.UID,
+					Node: p.Spec.NodeName, QoS: p.Status.QOSClass, Container: c.Name, ContainerID: st.ContainerID,
+					CPULimit: lim, Restarts: st.RestartCount, PprofPort: port, PodIP: p.Status.PodIP,
+					HostNetwork: p.Spec.HostNetwork, Owner: own, Deleting: p.Metadata.DeletionTimestamp != nil}
+				for _, e := range c.Env {
+					if e.Name == "GOMAXPROCS" && e.Value != nil {
+						v := *e.Value
+						s.GomaxEnv = &v
+					}
+				}
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// apiClient lists the pods of one node: GET /api/v1/pods?fieldSelector=spec.nodeName=NODE,
+// the one request the agent makes (RBAC: list pods, cluster-wide, read-only).
+type apiClient struct {
+	base      string
+	node      string
+	tokenFile string
+	http      *http.Client
+}
+
+func newAPIClient(base, node, tokenFile, caFile string) (*apiClient, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", caFile)
+		}
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &apiClient{base: strings.TrimRight(base, "/"), node: node, tokenFile: tokenFile,
+		http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+}
+
+func (c *apiClient) list(ctx context.Context) ([]spec, error) {
+	q := url.Values{"fieldSelector": {"spec.nodeName=" + c.node}}
+	u := c.base + "/api/v1/pods?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.tokenFile != "" {
+		tok, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", c.node, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", c.node, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		hint := ""
+		if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized {
+			hint = " (the agent's ServiceAccount needs list on pods: collectors/deploy/agent.yaml's ClusterRole gmp-agent)"
+		}
+		return nil, fmt.Errorf("list pods on node %s: %s%s: %.300s", c.node, resp.Status, hint, body)
+	}
+	return specsFrom(body)
+}
