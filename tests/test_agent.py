@@ -93,7 +93,9 @@ def test_agent_captures_only_throttled_cgroups_within_its_budget(bins, tmp_path)
         "idle": cgroup("idle", 50_000, ["sleep", "600"]),
     }
     try:
-        agent = Agent(bins, tmp_path, {n: cg.rel for n, (cg, _) in groups.items()}, "--capture", "3s", "--max-per-hour", "1")
+        agent = Agent(
+            bins, tmp_path, {n: cg.rel for n, (cg, _) in groups.items()}, "--capture", "3s", "--max-per-hour", "1"
+        )
         try:
             start = agent.wait_for("capture_start", 30)
             done = agent.wait_for("capture", 30)

@@ -45,8 +45,8 @@ func (h *history) add(p point) {
 // verdict is what the trigger saw on one level.
 type verdict struct {
 	Fire         bool    `json:"fire"`
-	Share        float64 `json:"throttled_share"`  // over Periods periods; -1 when fewer have run
-	Periods      uint64  `json:"periods"`          // periods the share is taken over
+	Share        float64 `json:"throttled_share"`      // over Periods periods; -1 when fewer have run
+	Periods      uint64  `json:"periods"`              // periods the share is taken over
 	FrozenPerMin float64 `json:"frozen_cpu_s_per_min"` // -1 when less than 10 s is known
 	Span         float64 `json:"frozen_span_s"`
 }
