@@ -377,9 +377,21 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
 def cmd_store_put(a: argparse.Namespace) -> int:
     from .fleet import put_bundle
+    from .fleet.store import finished_bundles
 
     for b in a.bundles:
-        print(put_bundle(b, a.store, cluster=a.cluster))
+        if (Path(b) / "meta.json").exists():
+            print(put_bundle(b, a.store, cluster=a.cluster))
+            continue
+        # a directory of bundles (gmp-agent's spool): the finished ones; one still being
+        # written is left for the next put
+        done, busy = finished_bundles(b)
+        for d in busy:
+            print(
+                f"{d}: still being written (meta.json has no mono_end_ns yet): left for the next put", file=sys.stderr
+            )
+        for d in done:
+            print(put_bundle(d, a.store, cluster=a.cluster))
     return 0
 
 
@@ -594,7 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("store", help="the bundle store: put bundles in, list them")
     stsub = st.add_subparsers(dest="storecmd", required=True)
     sp = stsub.add_parser("put", help="copy bundle directories into a store (a capture stored twice is one bundle)")
-    sp.add_argument("bundles", nargs="+", help="run bundle directories")
+    sp.add_argument(
+        "bundles", nargs="+", help="run bundle directories, or directories of them (gmp-agent's --out: finished ones)"
+    )
     sp.add_argument("--store", required=True, help="the store: a local directory or an fsspec URL")
     sp.add_argument("--cluster", default=None, help="cluster name for bundles whose meta.json has none")
     sp.set_defaults(func=cmd_store_put)

@@ -55,6 +55,22 @@ def bins() -> dict[str, Path]:
     return ensure_binaries()
 
 
+@pytest.fixture(scope="session")
+def cluster(bins, tmp_path_factory):
+    """A real one-node Kubernetes (gmpanalysis.kube.local) for the kube tests: started once
+    per session, torn down at its end whatever happens. A test that adds workloads removes
+    them again (the next module's tests expect the demo pod alone)."""
+    pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
+    from gmpanalysis.kube import local
+
+    local.build()
+    base = tmp_path_factory.mktemp("k8s")
+    try:
+        yield local.start(base, bins)
+    finally:
+        local.stop(base)
+
+
 @pytest.fixture
 def busy_cgroup():
     """A real lab cgroup at 0.5 CPU with two busy threads inside it (they exhaust the

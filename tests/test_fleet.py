@@ -80,8 +80,34 @@ def test_workload_from_kubernetes_pod_names():
     assert bundle_parts({**base, "pod": "ledger-0"})["workload"] == "ledger"
     assert bundle_parts({**base, "pod": "agent-x2k4q"})["workload"] == "agent"
     assert bundle_parts({**base, "pod": "checkout-7d9c8b6f5d-x2k4q", "workload": "co"})["workload"] == "co"
+    # the controller gmp-agent read from the API wins over the pod name's shape
+    rs = {"kind": "ReplicaSet", "name": "checkout-v2-7d9c8b6f5d", "pod_template_hash": "7d9c8b6f5d"}
+    assert bundle_parts({**base, "pod": "checkout-v2-7d9c8b6f5d-x2k4q", "owner": rs})["workload"] == "checkout-v2"
+    job = {"kind": "Job", "name": "nightly-29123"}
+    assert bundle_parts({**base, "pod": "nightly-29123-abcde", "owner": job})["workload"] == "nightly-29123"
     p = bundle_parts({**base, "pod": "a/../b", "cluster": "prod eu"})
     assert p["pod"] == "a_.._b" and p["cluster"] == "prod_eu" and p["capture"].startswith("20261124010203-")
+
+
+def test_store_put_of_a_collectors_output_directory(tmp_path, capsys):
+    """`store put DIR` of gmp-agent's --out: the finished bundles are stored, one still being
+    written (no mono_end_ns, not complete, no error) is left for the next put, and a
+    directory with no bundle is refused by name."""
+    from gmpanalysis.cli import main
+
+    spool = tmp_path / "spool"
+    for n in SOME[:2]:
+        shutil.copytree(RUNS / n, spool / n)
+    meta = json.loads((spool / SOME[1] / "meta.json").read_text())
+    meta.update(mono_end_ns=None, complete=False, error=None)
+    (spool / SOME[1] / "meta.json").write_text(json.dumps(meta))
+    assert main(["store", "put", "--store", str(tmp_path / "store"), str(spool)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and "still being written" in err and SOME[1] in err
+    assert list(list_bundles(tmp_path / "store")["pod"]) == [SOME[0]]
+    (tmp_path / "empty").mkdir()
+    assert main(["store", "put", "--store", str(tmp_path / "store"), str(tmp_path / "empty")]) != 0
+    assert "no meta.json in it" in capsys.readouterr().err
 
 
 def _same_periods(key_path: str, got: pd.DataFrame) -> None:

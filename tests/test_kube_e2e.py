@@ -30,17 +30,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cluster(bins, tmp_path_factory):
-    pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
-    local.build()
-    base = tmp_path_factory.mktemp("k8s")
-    try:
-        yield local.start(base, bins)
-    finally:
-        local.stop(base)
-
-
 def wait_running(core, timeout=120):
     return local.wait_running(core, timeout)
 

@@ -60,12 +60,19 @@ def _safe(v: object, default: str) -> str:
 
 
 def workload_of(meta: dict[str, Any]) -> str:
-    """The workload a bundle belongs to: meta.json ``workload`` where the collector knew the
-    pod's owner, else the owner's name as Kubernetes builds pod names from it, else the
-    run's name (lab runs)."""
+    """The workload a bundle belongs to: meta.json ``workload`` where the collector named it,
+    else the pod's controller (``owner``: a ReplicaSet's Deployment), else the owner's name
+    as Kubernetes builds pod names from it, else the run's name (lab runs)."""
     w = meta.get("workload")
     if isinstance(w, str) and w:
         return w
+    owner = meta.get("owner")  # the pod's controller, as gmp-agent read it from the API
+    if isinstance(owner, dict) and isinstance(owner.get("name"), str) and owner["name"]:
+        name, h = owner["name"], owner.get("pod_template_hash")
+        # a Deployment names its ReplicaSet <deployment>-<pod-template-hash>
+        if owner.get("kind") == "ReplicaSet" and isinstance(h, str) and h and name.endswith(f"-{h}"):
+            return name[: -len(h) - 1]
+        return name
     pod = meta.get("pod")
     if isinstance(pod, str) and pod:
         for rx in (_DEPLOYMENT_POD, _SET_POD):
@@ -147,6 +154,35 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
     fs.pipe_file(tmp, mine)
     fs.mv(tmp, f"{dest}/meta.json")
     return _url(store, dest)
+
+
+def finished_bundles(spool: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
+    """The bundle directories directly under ``spool`` (a collector's output directory, such
+    as gmp-agent's --out): those whose collection has ended (meta.json has its
+    ``mono_end_ns``, its ``complete`` true or its ``error``: each collector writes them at
+    the end) and those still being written. A directory holding none is a BundleError."""
+    import json
+
+    root = Path(spool)
+    if not root.is_dir():
+        raise BundleError(f"{root}: not a directory; give bundle directories or a directory of them")
+    done: list[Path] = []
+    busy: list[Path] = []
+    for d in sorted(p for p in root.iterdir() if (p / "meta.json").is_file()):
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError) as e:
+            raise BundleError(f"{d / 'meta.json'}: {e}; remove the bundle or mend its meta.json") from None
+        ended = isinstance(meta, dict) and (
+            meta.get("mono_end_ns") is not None or meta.get("complete") is True or bool(meta.get("error"))
+        )
+        (done if ended else busy).append(d)
+    if not done and not busy:
+        raise BundleError(
+            f"{root}: no meta.json in it nor in a directory directly under it; give bundle directories or a "
+            "collector's output directory"
+        )
+    return done, busy
 
 
 def _url(store: str | os.PathLike[str], path: str) -> str:

@@ -35,6 +35,8 @@ DEPLOY = REPO / "collectors" / "deploy"
 # each as localhost/<name>:dev: the manifests' images, the demo app built with automaxprocs and
 # the spinner (threads that log their own gaps: a record of freezes independent of cpu.stat)
 IMAGES = ("gmp-sampler", "gmp-demoapp", "gmp-demoapp-automaxprocs", "gmp-spinner")
+# other binaries an image holds beside its own (the agent runs the sampler for its captures)
+IMAGE_EXTRAS = {"gmp-sampler": ("gmp-agent",)}
 
 
 def unavailable_reason() -> str | None:
@@ -128,6 +130,7 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
                 f"localhost/{prog}:dev",
                 f"/{prog}",
                 f"{bins[prog]}:/{prog}",
+                *(f"{bins[x]}:/{x}" for x in IMAGE_EXTRAS.get(prog, ())),
             ],
             check=True,
             stdout=subprocess.DEVNULL,

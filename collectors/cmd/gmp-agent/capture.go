@@ -78,14 +78,22 @@ func (c *capture) run(ctx context.Context) captureResult {
 	var wg sync.WaitGroup
 	var traceErr error
 	traced := c.target.spec.PprofPort > 0
+	// With a trace, the sampling runs from the request until the trace's body has ended:
+	// a throttled, overloaded process begins its trace late (measured: 15 s after the
+	// request at 0.3 CPU under a growing backlog) and ends it later still, and the samples
+	// must cover the trace's whole span to be aligned with it.
+	window := c.cfg.capture
+	traceDone := make(chan struct{})
 	if traced {
+		window += c.cfg.traceTimeout
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(traceDone)
 			traceErr = c.trace(ctx)
 		}()
 	}
-	rc, stopReason, err := c.sample(ctx)
+	rc, stopReason, err := c.sample(ctx, window, traceDone)
 	wg.Wait()
 
 	c.mu.Lock()
@@ -107,6 +115,9 @@ func (c *capture) run(ctx context.Context) captureResult {
 		problems = append(problems, "trace: "+traceErr.Error())
 	}
 	start, end := rowSpan(filepath.Join(c.dir, "cpu_stat.csv"))
+	if start == nil && len(problems) == 0 {
+		problems = append(problems, "the sampler wrote no rows")
+	}
 	c.meta["mono_start_ns"], c.meta["mono_end_ns"] = start, end
 	c.meta["complete"] = len(problems) == 0
 	if len(problems) > 0 {
@@ -124,12 +135,12 @@ func (c *capture) run(ctx context.Context) captureResult {
 	return res
 }
 
-// sample runs gmp-sampler on the container's levels for the window, its rows into the
-// bundle's cpu_stat.csv, host_stat.csv and limits.csv (each appended and flushed by the
+// sample runs gmp-sampler on the container's levels for the window (or, once done is
+// closed, for the capture's length at least), its rows into the bundle's cpu_stat.csv, host_stat.csv and limits.csv (each appended and flushed by the
 // sampler itself), and reads its JSON start and summary lines from stderr into meta.
-func (c *capture) sample(ctx context.Context) (rc int, stopReason string, err error) {
+func (c *capture) sample(ctx context.Context, window time.Duration, done <-chan struct{}) (rc int, stopReason string, err error) {
 	args := []string{"--root", c.cfg.root, "--interval", c.cfg.interval.String(),
-		"--duration", c.cfg.capture.String(), "--out", filepath.Join(c.dir, "cpu_stat.csv"),
+		"--duration", window.String(), "--out", filepath.Join(c.dir, "cpu_stat.csv"),
 		"--host-stat", filepath.Join(c.dir, "host_stat.csv"), "--limits-out", filepath.Join(c.dir, "limits.csv"),
 		"--summary", "stderr"}
 	if c.cfg.fifo {
@@ -148,8 +159,28 @@ func (c *capture) sample(ctx context.Context) (rc int, stopReason string, err er
 	if err := cmd.Start(); err != nil {
 		return 0, "", err
 	}
+	begun := time.Now()
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Signal(syscall.SIGTERM) })
 	defer stop()
+	exited := make(chan struct{})
+	defer close(exited)
+	go func() {
+		select {
+		case <-done:
+			// the trace has ended (or failed): a few periods after it, and at least the
+			// capture's length in all, then stop
+			wait := 300 * time.Millisecond
+			if left := time.Until(begun.Add(c.cfg.capture)); left > wait {
+				wait = left
+			}
+			select {
+			case <-time.After(wait):
+				cmd.Process.Signal(syscall.SIGTERM)
+			case <-exited:
+			}
+		case <-exited:
+		}
+	}()
 	var prose []string
 	sc := bufio.NewScanner(stderr)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
