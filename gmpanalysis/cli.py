@@ -366,7 +366,8 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     out = a.out or default_out(a.sources)
     summary = fleet(a.sources, out, scheduler=a.scheduler, workers=a.workers, progress=not a.no_progress)
     wl = df_fleet_workloads(summary)
-    cols = ["namespace", "workload", "bundles", "frozen_cpu_s_per_h", "throttled_wall_pct", "stw_spanning_per_h",
+    cols = ["namespace", "workload", "bundles", "frozen_cpu_s_per_h", "frozen_wall_pct", "throttled_pct_wall",
+            "stw_spanning_per_h",
             "gomaxprocs", "limit_cpus"]  # fmt: skip
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
         print(wl[cols].head(a.top).to_string(index=False))
@@ -376,23 +377,34 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
 
 def cmd_store_put(a: argparse.Namespace) -> int:
+    import shutil
+
+    from .errors import GmpError
     from .fleet import put_bundle
     from .fleet.store import finished_bundles
 
+    failed = 0
     for b in a.bundles:
         if (Path(b) / "meta.json").exists():
-            print(put_bundle(b, a.store, cluster=a.cluster))
-            continue
-        # a directory of bundles (gmp-agent's spool): the finished ones; one still being
-        # written is left for the next put
-        done, busy = finished_bundles(b)
-        for d in busy:
-            print(
-                f"{d}: still being written (meta.json has no mono_end_ns yet): left for the next put", file=sys.stderr
-            )
-        for d in done:
-            print(put_bundle(d, a.store, cluster=a.cluster))
-    return 0
+            todo = [Path(b)]
+        else:
+            # a directory of bundles (gmp-agent's spool): the finished ones; those still
+            # being written are left for the next put
+            todo, busy = finished_bundles(b)
+            for d in busy:
+                print(f"{d}: still being written: left for the next put", file=sys.stderr)
+        for d in todo:
+            try:
+                print(put_bundle(d, a.store, cluster=a.cluster))
+            except GmpError as e:  # one bad bundle does not hold the others back
+                print(f"gmpanalysis: {e}", file=sys.stderr)
+                failed += 1
+                continue
+            if a.move:
+                shutil.rmtree(d)  # it is in the store (its meta.json last): the copy may go
+    if failed:
+        print(f"gmpanalysis: {failed} bundle(s) not stored (above); the others are", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_store_ls(a: argparse.Namespace) -> int:
@@ -611,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--store", required=True, help="the store: a local directory or an fsspec URL")
     sp.add_argument("--cluster", default=None, help="cluster name for bundles whose meta.json has none")
+    sp.add_argument("--move", action="store_true", help="remove each bundle once it is in the store (empties a spool)")
     sp.set_defaults(func=cmd_store_put)
     sl = stsub.add_parser("ls", help="the keys of a store's bundles")
     sl.add_argument("store", help="the store")

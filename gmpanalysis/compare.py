@@ -34,7 +34,8 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     stall_ms_per_s (ms frozen per second of wall time, over periods that know it),
     exhausted_p10_ms, exhausted_p50_ms, exhausted_p90_ms (quota-exhaustion offset inside
     throttled periods), cpus_throttled_p50, throttled_rq_ms_per_throttled (throttled time, a
-    sum over CPUs, per throttled period), usage_ms_per_active (CPU per active period: about
+    sum over CPUs, per throttled period), throttled_rq_s (all of it: CPU-seconds the group's
+    run queues stood frozen, the counter's delta), usage_ms_per_active (CPU per active period: about
     the quota when quota-bound).
     """
     n = len(per)
@@ -72,6 +73,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "exhausted_p90_ms": _pct(ex, 90),
         "cpus_throttled_p50": _pct(per["cpus_throttled"], 50),
         "throttled_rq_ms_per_throttled": thr_us / 1e3 / thr if thr else np.nan,
+        "throttled_rq_s": thr_us / 1e6,
         # every row's usage (an idle period uses about none), over the kernel's active count
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
     }

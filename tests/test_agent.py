@@ -31,6 +31,12 @@ def cgroup(name: str, quota_us: int, argv: list[str]):
     return cg, p
 
 
+def cpu_stat(cg) -> dict[str, int]:
+    """The cgroup's cpu.stat as the kernel has it now."""
+    text = (Path(cg.dirs[0]) / "cpu.stat").read_text()
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
+
+
 def end(cg, p) -> None:
     if p.poll() is None:
         os.killpg(p.pid, 9)
@@ -90,7 +96,10 @@ def test_agent_captures_only_throttled_cgroups_within_its_budget(bins, tmp_path)
     groups = {
         "busy1": cgroup("busy1", 30_000, BUSY),
         "busy2": cgroup("busy2", 30_000, BUSY),
-        "idle": cgroup("idle", 50_000, ["sleep", "600"]),
+        # light but real use: its periods run (nr_periods moves), none ends throttled
+        "idle": cgroup(
+            "idle", 50_000, ["sh", "-c", "while :; do i=0; while [ $i -lt 300 ]; do i=$((i+1)); done; sleep 0.02; done"]
+        ),
     }
     try:
         agent = Agent(
@@ -103,6 +112,7 @@ def test_agent_captures_only_throttled_cgroups_within_its_budget(bins, tmp_path)
             other = "busy2" if start["pod"] == "busy1" else "busy1"
             skip = agent.wait_for("skip", 10, lambda e: "node budget" in e["reason"], pod=other)
             time.sleep(2)  # the idle group has had time to be judged many times over
+            idle = cpu_stat(groups["idle"][0])
         finally:
             events = agent.stop()
     finally:
@@ -111,6 +121,8 @@ def test_agent_captures_only_throttled_cgroups_within_its_budget(bins, tmp_path)
     assert start["pod"] in ("busy1", "busy2"), start
     assert "node budget" in skip["reason"], skip
     assert [e for e in events if e["event"] in ("trigger", "capture_start") and e["pod"] == "idle"] == []
+    # the idle group was judged: its periods ran (the trigger's share needs 10 of them)
+    assert idle["nr_periods"] > 20 and idle["nr_throttled"] == 0, idle
     assert len([e for e in events if e["event"] == "capture_start"]) == 1, events
     trig = start["levels"]["container"]
     # 30 ms of quota against two spinning threads: every period that ran ended throttled

@@ -41,3 +41,23 @@ def test_rbac_lets_pod_reads_be_bound_per_namespace():
             assert set(r["verbs"]) <= {"get", "list", "create"} and "*" not in r["resources"]
     text = (DEPLOY / "README.md").read_text()
     assert "RoleBinding in each namespace" in text and "env values" in text and "ambient" in text
+
+
+def test_agent_reads_pods_and_its_node_only():
+    docs = _docs("agent.yaml")
+    (rule,) = docs[("ClusterRole", "gmp-agent")]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    binding = docs[("ClusterRoleBinding", "gmp-agent")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gmp-agent", "namespace": "gmp-system"}]
+    pod = docs[("DaemonSet", "gmp-agent")]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert "cpu" not in c["resources"].get("limits", {})  # a throttled sampler misses the boundaries
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["cgroup"]["readOnly"] and not mounts["bundles"].get("readOnly")
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # the image holds both binaries: the agent runs the sampler for its captures
+    assert c["command"][0] == "/gmp-agent" and "/gmp-sampler" in c["command"]
+    assert "gmp-agent" in (DEPLOY / "Dockerfile.sampler").read_text()

@@ -4,6 +4,7 @@ killed mid-run), real bundles from fixtures/."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import signal
@@ -16,10 +17,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gmpanalysis as gmp
+from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
+from gmpanalysis.fleet.compute import summarize_bundle
 from gmpanalysis.fleet.store import BUNDLES, fetch_bundle
+from gmpanalysis.timeline import df_conservation
 
 RUNS = Path("fixtures/runs")
 SOME = ("cpu-0.5cpu-gmp1", "cpu-0.5cpu-gmp2", "alloc-0.5cpu-gmp8")
@@ -90,24 +96,77 @@ def test_workload_from_kubernetes_pod_names():
 
 
 def test_store_put_of_a_collectors_output_directory(tmp_path, capsys):
-    """`store put DIR` of gmp-agent's --out: the finished bundles are stored, one still being
-    written (no mono_end_ns, not complete, no error) is left for the next put, and a
-    directory with no bundle is refused by name."""
+    """`store put --move DIR` of gmp-agent's --out: the finished bundles are stored and
+    removed, one still being written (under .partial/) is left for the next put, a broken
+    one is named and kept while the others are stored, and a directory with no bundle is
+    refused by name."""
     from gmpanalysis.cli import main
 
     spool = tmp_path / "spool"
-    for n in SOME[:2]:
-        shutil.copytree(RUNS / n, spool / n)
-    meta = json.loads((spool / SOME[1] / "meta.json").read_text())
-    meta.update(mono_end_ns=None, complete=False, error=None)
-    (spool / SOME[1] / "meta.json").write_text(json.dumps(meta))
-    assert main(["store", "put", "--store", str(tmp_path / "store"), str(spool)]) == 0
+    shutil.copytree(RUNS / SOME[0], spool / SOME[0])
+    shutil.copytree(RUNS / SOME[1], spool / ".partial" / SOME[1])
+    shutil.copytree(RUNS / SOME[2], spool / "broken")
+    (spool / "broken" / "cpu_stat.csv").write_text("t_ns,read_ns\n1,2\n")
+    assert main(["store", "put", "--move", "--store", str(tmp_path / "store"), str(spool)]) == 1
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and "still being written" in err and SOME[1] in err
+    assert "broken" in err and "cpu_stat.csv" in err
     assert list(list_bundles(tmp_path / "store")["pod"]) == [SOME[0]]
+    assert not (spool / SOME[0]).exists() and (spool / "broken").exists() and (spool / ".partial" / SOME[1]).exists()
     (tmp_path / "empty").mkdir()
     assert main(["store", "put", "--store", str(tmp_path / "store"), str(tmp_path / "empty")]) != 0
     assert "no meta.json in it" in capsys.readouterr().err
+
+
+def _check_counts(row: dict, per: pd.DataFrame) -> None:
+    """A summary row's counts are the counters' deltas over the table: the known rows and
+    what the ambiguous groups of a hole hold (df_conservation's ledger, built from the raw
+    reads)."""
+    c = df_conservation(per)
+    total = {k: float((g["rows"] + g["groups"]).sum()) for k, g in c.groupby("counter")}
+    assert row["throttled_periods"] == total["nr_throttled"]
+    assert row["active_periods"] == total["nr_periods"]
+    assert row["frozen_cpu_s"] == pytest.approx(total["throttled_us"] / 1e6, abs=1e-9)
+    assert row["periods"] == len(per) and row["unknown_periods"] == int(per["throttled"].isna().sum())
+
+
+# the nested run throttles in some periods only: there a hole hides which periods ended
+# throttled (an ambiguous group); in runs throttled every period the count resolves it
+INTERMITTENT = "nested-0.5cpu-pod0.5-gmp2"
+HOLED = {n: _load(RUNS / n) for n in (*SOME, INTERMITTENT)}
+
+
+def _holed(name: str, holes: list[tuple[float, int]]) -> gmp.Run:
+    run = copy.copy(HOLED[name])
+    s = run.samples
+    t0, t1 = int(s["t_ns"].iloc[0]), int(s["t_ns"].iloc[-1])
+    for pos, ms in holes:
+        s = D.hole(s, int(t0 + pos * (t1 - t0 - ms * 1_000_000)), ms * 1_000_000)
+    run.samples = s
+    return run
+
+
+def test_summary_counts_what_a_hole_hides():
+    run = _holed(INTERMITTENT, [(0.5, 350)])
+    per = gmp.df_periods(run)
+    row = summarize_bundle(run, per)
+    _check_counts(row, per)
+    # the periods in the hole are NA, yet their throttles are counted (the known rows alone fall short)
+    assert row["unknown_periods"] > 0
+    assert row["throttled_periods"] > int(per["throttled"].fillna(False).astype(bool).sum())
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([*SOME, INTERMITTENT, INTERMITTENT]),
+    st.lists(st.tuples(st.floats(0.05, 0.95), st.sampled_from([10, 34, 150, 350, 700])), min_size=1, max_size=3),
+)
+def test_summary_counts_equal_the_counter_deltas_with_holes(name, holes):
+    """Holes cut into real runs: the fleet's throttled periods and frozen CPU-seconds still
+    equal the counters' deltas (never the known rows alone)."""
+    run = _holed(name, holes)
+    per = gmp.df_periods(run)
+    _check_counts(summarize_bundle(run, per), per)
 
 
 def _same_periods(key_path: str, got: pd.DataFrame) -> None:
@@ -137,8 +196,8 @@ def test_fleet_on_a_local_cluster(tmp_path):
     # the wall time frozen counts every level's freezes (the nested run's pod's too)
     for r in s.itertuples():
         want = gmp.df_periods(_load(ls.loc[r.key, "path"]))
-        known = want["throttled"].notna()
-        assert r.frozen_cpu_s == pytest.approx(want.loc[known, "throttled_rq_us"].sum() / 1e6)
+        _check_counts(r._asdict(), want)
+        known = want["frozen_us"].notna()
         assert r.stall_s == pytest.approx(want.loc[known, "frozen_us"].sum() / 1e6)
         if r.workload.startswith("nested"):
             assert r.stall_s > want.loc[known, "stall_us"].sum() / 1e6 + 0.5

@@ -85,8 +85,10 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
         for d in agent_docs(cluster, spool):
             utils.create_from_dict(api, d, namespace="gmp-system")
         for _, port, rate in PODS.values():
-            loads.append(local.start_load(bins, 45, rate=rate, port=port))
-        deadline = time.monotonic() + 90
+            loads.append(local.start_load(bins, 100, rate=rate, port=port))
+        # captures run one at a time, each until its trace has ended (a throttled process
+        # serves it late): the second may end a minute after the first trigger
+        deadline = time.monotonic() + 150
         events: list[dict] = []
         while time.monotonic() < deadline:
             events = agent_events(core)
@@ -95,6 +97,9 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
             time.sleep(2)
         time.sleep(3)  # the cool pod keeps being judged under its light load
         events = agent_events(core)
+        # one agent process throughout: a crash-looping agent would show only its last log
+        agent_pod = core.list_namespaced_pod("gmp-system", label_selector="app.kubernetes.io/name=gmp-agent").items[0]
+        assert agent_pod.status.container_statuses[0].restart_count == 0
     finally:
         for lg in loads:
             lg.kill()
@@ -145,11 +150,12 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
     # the agent's bundles into a store, the fleet analysed on a local Dask cluster, the report
     store = tmp_path / "store"
     r = subprocess.run(
-        [sys.executable, "-m", "gmpanalysis.cli", "store", "put", "--store", str(store), str(spool)],
+        [sys.executable, "-m", "gmpanalysis.cli", "store", "put", "--move", "--store", str(store), str(spool)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == len(runs)
+    assert not any(p.name[0] != "." for p in spool.iterdir())  # moved: the spool is empty
     r = subprocess.run(
         [sys.executable, "-m", "gmpanalysis.cli", "fleet", str(store), "-o", str(tmp_path / "derived"),
          "--workers", "2", "--no-progress"],

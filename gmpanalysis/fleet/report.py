@@ -8,6 +8,11 @@ import numpy as np
 import pandas as pd
 
 
+def _pct(num: pd.Series, den: pd.Series) -> float:
+    d = float(den.sum())
+    return 100 * float(num.sum()) / d if d else np.nan
+
+
 def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per workload (cluster, namespace, workload), ranked by frozen CPU-seconds per
     hour, from the fleet's summary rows (:func:`gmpanalysis.fleet.compute.read_summary`).
@@ -15,9 +20,12 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     Columns: ``cluster``, ``namespace``, ``workload``; ``bundles`` analysed and ``errors``
     (bundles that could not be); ``hours`` of periods covered; ``frozen_cpu_s_per_h``
     CPU-seconds its run queues stood throttled per hour (cpu.stat throttled time);
-    ``throttled_wall_pct`` share of wall-clock time the group stood frozen (Σ stall / Σ
-    span: what users feel); ``throttled_periods_pct`` the share of its periods whose end
-    found the group throttled (nr_throttled rose); ``stw_spanning_per_h`` stop-the-world
+    ``frozen_wall_pct`` share of wall-clock time the group stood frozen (Σ stall over the
+    periods that know it: what users feel); ``throttled_pct_wall`` the share of its CFS
+    periods (wall clock, idle ones too) that ended throttled, and ``throttled_pct_active``
+    the classic ratio (nr_throttled / nr_periods: active periods only), both counting what
+    holes in the samples hide (:func:`gmpanalysis.compare.period_summary`);
+    ``stw_spanning_per_h`` stop-the-world
     pauses stretched over a boundary per hour of traced periods (NaN without a trace);
     ``gomaxprocs`` and ``limit_cpus`` (medians
     over its bundles) and ``gomaxprocs_per_limit`` their ratio; ``advice`` the what-if
@@ -27,8 +35,8 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     """
     cols = [
         "cluster", "namespace", "workload", "bundles", "errors", "hours", "frozen_cpu_s_per_h",
-        "throttled_wall_pct", "throttled_periods_pct", "stw_spanning_per_h", "gomaxprocs", "limit_cpus",
-        "gomaxprocs_per_limit", "advice", "advice_limit_cpus", "advice_gomaxprocs",
+        "frozen_wall_pct", "throttled_pct_wall", "throttled_pct_active", "stw_spanning_per_h", "gomaxprocs",
+        "limit_cpus", "gomaxprocs_per_limit", "advice", "advice_limit_cpus", "advice_gomaxprocs",
     ]  # fmt: skip
     if summary.empty:
         return pd.DataFrame(columns=cols)
@@ -50,10 +58,9 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
                 "errors": len(g) - len(ok),
                 "hours": hours,
                 "frozen_cpu_s_per_h": float(ok["frozen_cpu_s"].sum()) / hours if hours else np.nan,
-                "throttled_wall_pct": 100 * float(ok["stall_s"].sum()) / span if span else np.nan,
-                "throttled_periods_pct": 100 * float(ok["throttled_periods"].sum()) / float(ok["periods"].sum())
-                if float(ok["periods"].sum())
-                else np.nan,
+                "frozen_wall_pct": _pct(ok["stall_s"], ok["stall_known_s"]),
+                "throttled_pct_wall": _pct(ok["throttled_periods"], ok["periods"]),
+                "throttled_pct_active": _pct(ok["throttled_periods"], ok["active_periods"]),
                 "stw_spanning_per_h": float(ok["stw_spanning"].sum()) / (traced / 3600) if traced else np.nan,
                 "gomaxprocs": gm,
                 "limit_cpus": lim,
@@ -89,8 +96,9 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
         "<h2>Workloads by frozen CPU-seconds per hour</h2>",
         "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "
-        "Throttled wall %: share of wall-clock time the group stood frozen (by any level), not the "
-        "share of periods that ended throttled (given beside it). GOMAXPROCS per limit above 1: more Go threads "
+        "Frozen wall %: share of wall-clock time the group stood frozen (by any level). Throttled % wall: share "
+        "of all CFS periods (idle ones too) that ended throttled; throttled % active: the classic "
+        "nr_throttled / nr_periods, which leaves idle periods out. GOMAXPROCS per limit above 1: more Go threads "
         "than the quota's CPUs. Advice: the what-if replay of the workload's latest bundle.</p>",
         shown.to_html(index=False, na_rep="", escape=True),
     ]

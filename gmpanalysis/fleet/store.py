@@ -157,26 +157,20 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
 
 
 def finished_bundles(spool: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
-    """The bundle directories directly under ``spool`` (a collector's output directory, such
-    as gmp-agent's --out): those whose collection has ended (meta.json has its
-    ``mono_end_ns``, its ``complete`` true or its ``error``: each collector writes them at
-    the end) and those still being written. A directory holding none is a BundleError."""
-    import json
-
+    """The bundles of a collector's output directory (gmp-agent's --out): the finished ones,
+    directly under it, and those still being written (gmp-agent keeps a capture under
+    ``.partial/`` until it ends, then renames it into place). A directory holding neither
+    is a BundleError."""
     root = Path(spool)
     if not root.is_dir():
         raise BundleError(f"{root}: not a directory; give bundle directories or a directory of them")
-    done: list[Path] = []
-    busy: list[Path] = []
-    for d in sorted(p for p in root.iterdir() if (p / "meta.json").is_file()):
-        try:
-            meta = json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError) as e:
-            raise BundleError(f"{d / 'meta.json'}: {e}; remove the bundle or mend its meta.json") from None
-        ended = isinstance(meta, dict) and (
-            meta.get("mono_end_ns") is not None or meta.get("complete") is True or bool(meta.get("error"))
-        )
-        (done if ended else busy).append(d)
+
+    def bundles(d: Path) -> list[Path]:
+        if not d.is_dir():
+            return []
+        return sorted(p for p in d.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file())
+
+    done, busy = bundles(root), bundles(root / ".partial")
     if not done and not busy:
         raise BundleError(
             f"{root}: no meta.json in it nor in a directory directly under it; give bundle directories or a "

@@ -27,7 +27,7 @@ type watched struct {
 	static    bool // from --watch-cgroup
 	levels    []*level
 	firing    bool   // the trigger held at the last read (events are sent on changes only)
-	skipWhy   string // the rate limit that last held a capture back
+	skipWhy   string // the kind of limit that last held a capture back
 	capturing bool
 }
 
@@ -63,6 +63,7 @@ type agent struct {
 	// captures started in the last hour (node budget) and the last per workload
 	recent   []time.Duration
 	lastByWl map[string]time.Duration
+	told     map[string]bool // unwatchable containers already reported
 	reads    uint64
 }
 
@@ -72,7 +73,7 @@ func newAgent(cfg *config, ev *events) (*agent, error) {
 		return nil, err
 	}
 	a := &agent{cfg: cfg, ev: ev, mount: m, targets: map[string]*watched{}, done: make(chan captureResult, 16),
-		lastByWl: map[string]time.Duration{}}
+		lastByWl: map[string]time.Duration{}, told: map[string]bool{}}
 	if cfg.api != "" {
 		if a.api, err = newAPIClient(cfg.api, cfg.node, cfg.tokenFile, cfg.caFile); err != nil {
 			return nil, err
@@ -119,6 +120,7 @@ func (a *agent) historyLen() int {
 func (a *agent) run(ctx context.Context) error {
 	a.ev.emit("started", map[string]any{"node": a.cfg.node, "cgroup_version": a.mount.Version,
 		"watch_every_ns": a.cfg.watchEvery.Nanoseconds(), "static": len(a.targets)})
+	a.recoverSpool()
 	if a.api != nil {
 		a.refresh(ctx)
 	}
@@ -169,7 +171,10 @@ func (a *agent) refresh(ctx context.Context) {
 		k := s.key()
 		seen[k] = true
 		if t, ok := a.targets[k]; ok {
-			t.spec = s // deletion, restarts, annotations may change
+			if !t.capturing {
+				t.spec = s // deletion, annotations may change; a capture holds its own copy
+				a.openPod(t, k)
+			}
 			continue
 		}
 		t := &watched{spec: s}
@@ -177,14 +182,16 @@ func (a *agent) refresh(ctx context.Context) {
 		l, err := a.open("container", cspec)
 		if err != nil {
 			// the API may list a container an instant before its cgroup exists (or after
-			// it is gone): tried again at the next listing
-			a.ev.emit("unwatchable", map[string]any{"pod": s.Pod, "namespace": s.Namespace, "container": s.Container, "error": err.Error()})
+			// it is gone): tried again at the next listing, told once
+			if !a.told[k] {
+				a.ev.emit("unwatchable", map[string]any{"pod": s.Pod, "namespace": s.Namespace,
+					"container": s.Container, "error": err.Error()})
+				a.told[k] = true
+			}
 			continue
 		}
 		t.levels = append(t.levels, l)
-		if pl, err := a.open("pod", fmt.Sprintf("kube-pod:%s:%s", s.UID, s.QoS)); err == nil {
-			t.levels = append(t.levels, pl)
-		}
+		a.openPod(t, k)
 		a.targets[k] = t
 		a.ev.emit("watch", map[string]any{"pod": s.Pod, "namespace": s.Namespace, "container": s.Container,
 			"cpu_limit": s.CPULimit, "pprof_port": s.PprofPort, "cgroup": l.r.Rel})
@@ -195,6 +202,30 @@ func (a *agent) refresh(ctx context.Context) {
 			delete(a.targets, k)
 		}
 	}
+	for k := range a.told {
+		if !seen[k] {
+			delete(a.told, k)
+		}
+	}
+}
+
+// openPod adds the pod level to a container watched without it (its cgroup may appear
+// after the container's, or have failed to open once); told once.
+func (a *agent) openPod(t *watched, k string) {
+	if len(t.levels) != 1 {
+		return
+	}
+	s := t.spec
+	pl, err := a.open("pod", fmt.Sprintf("kube-pod:%s:%s", s.UID, s.QoS))
+	if err != nil {
+		if !a.told["pod/"+k] {
+			a.ev.emit("unwatchable", map[string]any{"pod": s.Pod, "namespace": s.Namespace, "level": "pod",
+				"error": err.Error()})
+			a.told["pod/"+k] = true
+		}
+		return
+	}
+	t.levels = append(t.levels, pl)
 }
 
 // tick reads every watched level once and applies the trigger.
@@ -212,7 +243,8 @@ func (a *agent) tick(ctx context.Context) {
 			if err := l.r.Read(&s); err != nil {
 				ok = false
 				if !errors.Is(err, fs.ErrNotExist) && !isGone(err) {
-					a.ev.emit("error", map[string]any{"pod": t.spec.Pod, "error": err.Error()})
+					a.ev.emit("error", map[string]any{"pod": t.spec.Pod, "container": t.spec.Container,
+						"cgroup": l.r.Rel, "error": err.Error()})
 				}
 				break
 			}
@@ -223,7 +255,9 @@ func (a *agent) tick(ctx context.Context) {
 			}
 			l.h.add(point{t: now, periods: s.Periods, throttled: s.Throttled, frozenUs: thr})
 			l.v = a.cfg.trig.judge(&l.h)
-			fire = fire || l.v.Fire
+			// the pod level's throttling fires one container of the pod only (its primary):
+			// the others would each spend the node's budget on the same freeze
+			fire = fire || (l.v.Fire && (l.name == "container" || t.spec.Primary || t.static))
 		}
 		if !ok {
 			// the cgroup went away (container ended or restarted): the next listing
@@ -246,12 +280,12 @@ func (a *agent) tick(ctx context.Context) {
 	// the most throttled first, when the budget allows only some
 	sort.Slice(firing, func(i, j int) bool { return firing[i].worst() > firing[j].worst() })
 	for _, t := range firing {
-		if why := a.allowed(t, now); why != "" {
-			if why != t.skipWhy {
+		if kind, why := a.allowed(t, now); kind != "" {
+			if kind != t.skipWhy { // told once per kind of refusal, not every second
 				a.ev.emit("skip", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
-					"container": t.spec.Container, "reason": why})
+					"container": t.spec.Container, "kind": kind, "reason": why})
 			}
-			t.skipWhy = why
+			t.skipWhy = kind
 			continue
 		}
 		t.skipWhy = ""
@@ -282,11 +316,14 @@ func (t *watched) worst() float64 {
 	return w
 }
 
-// allowed applies the rate limits; "" when a capture may start. A refusal is told once per
-// trigger crossing (the trigger event), not every second.
-func (a *agent) allowed(t *watched, now time.Duration) string {
+// allowed applies the rate limits: ("", "") when a capture may start, else the kind of
+// refusal and its details.
+func (a *agent) allowed(t *watched, now time.Duration) (kind, why string) {
+	if a.cfg.perHour == 0 {
+		return "watch only", "--max-per-hour 0: the agent only watches"
+	}
 	if a.running >= a.cfg.maxConcurrent {
-		return "a capture is running"
+		return "busy", fmt.Sprintf("%d capture(s) running (--max-concurrent)", a.running)
 	}
 	kept := a.recent[:0]
 	for _, s := range a.recent {
@@ -296,12 +333,19 @@ func (a *agent) allowed(t *watched, now time.Duration) string {
 	}
 	a.recent = kept
 	if len(a.recent) >= a.cfg.perHour {
-		return fmt.Sprintf("node budget: %d captures in the last hour", len(a.recent))
+		return "node budget", fmt.Sprintf("node budget: %d captures in the last hour (--max-per-hour)", len(a.recent))
 	}
 	if last, ok := a.lastByWl[t.workload()]; ok && now-last < a.cfg.cooldown {
-		return fmt.Sprintf("workload %s captured %v ago", t.workload(), (now - last).Round(time.Second))
+		return "workload cooldown", fmt.Sprintf("workload %s captured %v ago (--workload-cooldown %v)",
+			t.workload(), (now - last).Round(time.Second), a.cfg.cooldown)
 	}
-	return ""
+	if a.cfg.maxSpool > 0 {
+		if used := dirBytes(a.cfg.out); used >= a.cfg.maxSpool {
+			return "spool full", fmt.Sprintf("%s holds %d MiB (--max-spool-bytes %d MiB): move bundles to the store "+
+				"with `gmpanalysis store put --move`", a.cfg.out, used>>20, a.cfg.maxSpool>>20)
+		}
+	}
+	return "", ""
 }
 
 func (a *agent) start(ctx context.Context, t *watched, now time.Duration) {
@@ -309,9 +353,9 @@ func (a *agent) start(ctx context.Context, t *watched, now time.Duration) {
 	a.recent = append(a.recent, now)
 	a.lastByWl[t.workload()] = now
 	t.capturing = true
-	c := newCapture(a.cfg, t)
+	c := newCapture(a.cfg, t, t.workload())
 	a.ev.emit("capture_start", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
-		"container": t.spec.Container, "workload": t.workload(), "bundle": c.dir, "levels": t.verdicts()})
+		"container": t.spec.Container, "workload": t.workload(), "bundle": c.final, "levels": t.verdicts()})
 	go func() { a.done <- c.run(ctx) }()
 }
 

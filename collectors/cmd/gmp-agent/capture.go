@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,8 +25,11 @@ import (
 // the window, and the trace over the same window where the pod declares a pprof port.
 type capture struct {
 	cfg    *config
-	target *watched
-	dir    string
+	target *watched // for the agent's bookkeeping only: the goroutine reads spec and args
+	spec   spec     // the container as listed when the capture began (a copy: listings go on)
+	args   []string // the sampler's --cgroup arguments
+	dir    string   // where the bundle is written: OUT/.partial/NAME
+	final  string   // where it goes when the capture ends: OUT/NAME
 	meta   map[string]any
 	mu     sync.Mutex // meta: the trace goroutine and the sampler's stderr both fill it
 }
@@ -50,34 +55,47 @@ func safe(s string) string {
 	return s
 }
 
-func newCapture(cfg *config, t *watched) *capture {
+// newCapture prepares a capture on the agent's goroutine: everything it needs of the
+// watched container is copied here, since listings and reads go on while it runs.
+func newCapture(cfg *config, t *watched, workload string) *capture {
 	stamp := time.Now().UTC().Format("20060102T150405Z")
 	s := t.spec
 	name := safe(s.Pod) + "-" + safe(s.Container) + "-" + stamp
 	if s.Namespace != "" {
 		name = safe(s.Namespace) + "-" + name
 	}
-	return &capture{cfg: cfg, target: t, dir: filepath.Join(cfg.out, name)}
+	// two captures of one second whose names reduce alike stay apart
+	var r [3]byte
+	rand.Read(r[:])
+	name += "-" + hex.EncodeToString(r[:])
+	c := &capture{cfg: cfg, target: t, spec: s, dir: filepath.Join(cfg.out, partialDir, name),
+		final: filepath.Join(cfg.out, name)}
+	for _, l := range t.levels {
+		c.args = append(c.args, "--cgroup", l.name+"="+l.spec)
+	}
+	c.meta = newMeta(cfg, t, name)
+	ag := c.meta["agent"].(map[string]any)
+	ag["workload"], ag["started_unix_ns"] = workload, time.Now().UnixNano()
+	return c
 }
 
 func (c *capture) run(ctx context.Context) captureResult {
-	res := captureResult{target: c.target, dir: c.dir}
-	if err := os.MkdirAll(c.cfg.out, 0o755); err != nil {
-		res.err = err.Error()
+	res := captureResult{target: c.target, dir: c.final}
+	if err := os.MkdirAll(filepath.Dir(c.dir), 0o755); err != nil {
+		res.err = fmt.Sprintf("%v (is --out writable, is its disk full?)", err)
 		return res
 	}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
-		res.err = err.Error()
+		res.err = fmt.Sprintf("%v (is --out writable, is its disk full?)", err)
 		return res
 	}
-	c.meta = newMeta(c.cfg, c.target, filepath.Base(c.dir))
 	if err := c.writeMeta(); err != nil {
-		res.err = err.Error()
+		res.err = fmt.Sprintf("%v (is --out writable, is its disk full?)", err)
 		return res
 	}
 	var wg sync.WaitGroup
 	var traceErr error
-	traced := c.target.spec.PprofPort > 0
+	traced := c.spec.PprofPort > 0
 	// With a trace, the sampling runs from the request until the trace's body has ended:
 	// a throttled, overloaded process begins its trace late (measured: 15 s after the
 	// request at 0.3 CPU under a growing backlog) and ends it later still, and the samples
@@ -131,7 +149,14 @@ func (c *capture) run(ctx context.Context) captureResult {
 	if err := c.writeMetaLocked(); err != nil && res.err == "" {
 		res.err = err.Error()
 	}
-	res.complete = len(problems) == 0
+	// the bundle is whole: into OUT, where `store put` takes it
+	if err := os.Rename(c.dir, c.final); err != nil {
+		res.dir = c.dir
+		if res.err == "" {
+			res.err = err.Error()
+		}
+	}
+	res.complete = len(problems) == 0 && res.err == ""
 	return res
 }
 
@@ -146,9 +171,7 @@ func (c *capture) sample(ctx context.Context, window time.Duration, done <-chan 
 	if c.cfg.fifo {
 		args = append(args, "--fifo")
 	}
-	for _, l := range c.target.levels {
-		args = append(args, "--cgroup", l.name+"="+l.spec)
-	}
+	args = append(args, c.args...)
 	cmd := exec.Command(c.cfg.sampler, args...)
 	// the sampler ends with the agent, writing its summary on the way out (SIGTERM)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -213,6 +236,9 @@ func (c *capture) sample(ctx context.Context, window time.Duration, done <-chan 
 		}
 		prose = append(prose, string(line))
 	}
+	// a line past the scanner's limit ends the scan: what follows is drained, so the
+	// sampler never blocks on a full pipe and Wait returns
+	io.Copy(io.Discard, stderr)
 	werr := cmd.Wait()
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
@@ -231,9 +257,9 @@ func (c *capture) sample(ctx context.Context, window time.Duration, done <-chan 
 // the body to trace.out as it arrives. A host-network pod shares the node's network, and
 // the agent runs on that node: it is asked on the loopback address.
 func (c *capture) trace(ctx context.Context) error {
-	s := c.target.spec
+	s := c.spec
 	host := s.PodIP
-	if s.HostNetwork || host == "" {
+	if s.HostNetwork {
 		host = "127.0.0.1"
 	}
 	secs := int(c.cfg.capture.Round(time.Second).Seconds())
@@ -250,6 +276,10 @@ func (c *capture) trace(ctx context.Context) error {
 		c.meta["trace"] = facts
 		c.mu.Unlock()
 	}()
+	if host == "" {
+		facts["complete"], facts["error"] = false, "the pod has no IP yet"
+		return fmt.Errorf("the pod has no IP yet")
+	}
 	tctx, cancel := context.WithTimeout(ctx, c.cfg.capture+c.cfg.traceTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u, nil)
@@ -257,7 +287,7 @@ func (c *capture) trace(ctx context.Context) error {
 		facts["complete"], facts["error"] = false, err.Error()
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := traceClient.Do(req)
 	if err != nil {
 		facts["complete"], facts["error"] = false, err.Error()
 		return err
@@ -270,6 +300,15 @@ func (c *capture) trace(ctx context.Context) error {
 		facts["complete"], facts["error"] = false, err.Error()
 		return err
 	}
+	// a pod's annotation chose the port: only a Go execution trace is kept, and no more of
+	// it than --max-trace-bytes
+	body := bufio.NewReaderSize(resp.Body, 64<<10)
+	head, err := body.Peek(len(traceMagic))
+	if err != nil || string(head) != traceMagic {
+		err := fmt.Errorf("GET %s: the body is not a Go execution trace (it begins %q)", u, head)
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
+	}
 	f, err := os.OpenFile(filepath.Join(c.dir, "trace.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		facts["complete"], facts["error"] = false, err.Error()
@@ -277,13 +316,28 @@ func (c *capture) trace(ctx context.Context) error {
 	}
 	defer f.Close()
 	// os.File writes go to the kernel at once: what arrived is on disk if the agent dies
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	n, err := io.Copy(f, io.LimitReader(body, c.cfg.maxTrace))
+	if err != nil {
 		facts["complete"], facts["error"] = false, fmt.Sprintf("the body broke off: %v", err)
 		return fmt.Errorf("the body broke off: %w", err)
+	}
+	if n >= c.cfg.maxTrace {
+		err := fmt.Errorf("the trace was cut at --max-trace-bytes (%d)", c.cfg.maxTrace)
+		facts["complete"], facts["error"] = false, err.Error()
+		return err
 	}
 	facts["complete"] = true
 	return nil
 }
+
+// traceMagic starts every Go execution trace ("go 1.22 trace\x00\x00\x00" and the like).
+const traceMagic = "go 1."
+
+// traceClient never follows a redirect: the port was named by a pod, and a redirect could
+// point the node's network identity at anything (a cloud metadata endpoint).
+var traceClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
+}}
 
 // rowSpan is the t_ns of the first and last whole rows of cpu_stat.csv (nil when none).
 func rowSpan(path string) (first, last any) {
@@ -331,7 +385,19 @@ func (c *capture) writeMetaLocked() error {
 		return err
 	}
 	tmp := filepath.Join(c.dir, ".meta.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	// synced before the rename: after a host crash the name never points at empty blocks
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(c.dir, "meta.json"))

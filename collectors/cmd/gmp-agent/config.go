@@ -35,6 +35,8 @@ type config struct {
 	cooldown      time.Duration
 	maxConcurrent int
 	traceTimeout  time.Duration
+	maxSpool      int64
+	maxTrace      int64
 }
 
 type multiFlag []string
@@ -72,6 +74,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 1, "captures at once on the node")
 	// a throttled, overloaded process writes its trace slowly after the window (measured:
 	// 21 s and more for 6 s at 0.3 CPU with a growing backlog of requests)
+	fs.Int64Var(&c.maxSpool, "max-spool-bytes", 2<<30, "no capture starts while --out holds this much (0: no cap); "+
+		"`gmpanalysis store put --move` empties it into a store")
+	fs.Int64Var(&c.maxTrace, "max-trace-bytes", 256<<20, "a trace body is cut (and the bundle flagged) past this size")
 	fs.DurationVar(&c.traceTimeout, "trace-slack", 2*time.Minute, "how long past the window the trace may take to arrive")
 }
 

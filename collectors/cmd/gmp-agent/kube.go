@@ -31,8 +31,11 @@ type spec struct {
 	ContainerID string // runtime://hex
 	CPULimit    string
 	Restarts    int
-	GomaxEnv    *string // a literal GOMAXPROCS env value (valueFrom is not resolved)
-	PprofPort   int     // 0: none declared
+	GomaxEnv    *string // GOMAXPROCS as the container sees it (gomaxprocsEnv)
+	PprofPort   int     // 0: none declared, or declared for another container of the pod
+	// Primary: the container whose trace the pod's annotation names (the one declaring the
+	// port, or a pod's only limited container): the one the pod level's throttling fires
+	Primary     bool
 	PodIP       string
 	HostNetwork bool
 	Owner       *owner
@@ -48,6 +51,14 @@ type owner struct {
 
 // key identifies a container instance: a restart changes the ID and so the cgroup.
 func (s *spec) key() string { return s.UID + "/" + s.Container + "/" + s.ContainerID }
+
+// envSource is an env var's valueFrom, as far as the agent reads it.
+type envSource struct {
+	ResourceFieldRef *struct {
+		Resource string `json:"resource"`
+		Divisor  string `json:"divisor"`
+	} `json:"resourceFieldRef"`
+}
 
 // podList is the part of a PodList the agent reads.
 type podList struct {
@@ -74,9 +85,13 @@ type podList struct {
 					Limits map[string]string `json:"limits"`
 				} `json:"resources"`
 				Env []struct {
-					Name  string  `json:"name"`
-					Value *string `json:"value"`
+					Name      string     `json:"name"`
+					Value     *string    `json:"value"`
+					ValueFrom *envSource `json:"valueFrom"`
 				} `json:"env"`
+				Ports []struct {
+					ContainerPort int `json:"containerPort"`
+				} `json:"ports"`
 			} `json:"containers"`
 		} `json:"spec"`
 		Status struct {
@@ -119,7 +134,28 @@ func specsFrom(body []byte) ([]spec, error) {
 				port = n
 			}
 		}
-		for _, c := range p.Spec.Containers {
+		// the annotated port belongs to the container that declares it; a pod with one
+		// limited container and no such declaration gives it that one
+		traced, limited := -1, []int{}
+		for i, c := range p.Spec.Containers {
+			if c.Resources.Limits["cpu"] == "" {
+				continue
+			}
+			limited = append(limited, i)
+			for _, cp := range c.Ports {
+				if port > 0 && cp.ContainerPort == port && traced < 0 {
+					traced = i
+				}
+			}
+		}
+		if traced < 0 && port > 0 && len(limited) == 1 {
+			traced = limited[0]
+		}
+		primary := traced
+		if primary < 0 && len(limited) > 0 {
+			primary = limited[0]
+		}
+		for i, c := range p.Spec.Containers {
 			lim := c.Resources.Limits["cpu"]
 			if lim == "" {
 				continue
@@ -130,11 +166,16 @@ func specsFrom(body []byte) ([]spec, error) {
 				}
 				s := spec{Namespace: p.Metadata.Namespace, Pod: p.Metadata.Name, UID: p.Metadata.UID,
 					Node: p.Spec.NodeName, QoS: p.Status.QOSClass, Container: c.Name, ContainerID: st.ContainerID,
-					CPULimit: lim, Restarts: st.RestartCount, PprofPort: port, PodIP: p.Status.PodIP,
+					CPULimit: lim, Restarts: st.RestartCount, PodIP: p.Status.PodIP, Primary: i == primary,
 					HostNetwork: p.Spec.HostNetwork, Owner: own, Deleting: p.Metadata.DeletionTimestamp != nil}
+				if i == traced {
+					s.PprofPort = port
+				}
 				for _, e := range c.Env {
-					if e.Name == "GOMAXPROCS" && e.Value != nil {
-						v := *e.Value
+					if e.Name != "GOMAXPROCS" {
+						continue
+					}
+					if v, ok := gomaxprocsEnv(e.Value, e.ValueFrom, lim); ok {
 						s.GomaxEnv = &v
 					}
 				}
@@ -174,7 +215,9 @@ func newAPIClient(base, node, tokenFile, caFile string) (*apiClient, error) {
 }
 
 func (c *apiClient) list(ctx context.Context) ([]spec, error) {
-	q := url.Values{"fieldSelector": {"spec.nodeName=" + c.node}}
+	// resourceVersion=0: served from the API server's watch cache, not a quorum read of
+	// every pod in etcd (every node lists every few seconds)
+	q := url.Values{"fieldSelector": {"spec.nodeName=" + c.node}, "resourceVersion": {"0"}}
 	u := c.base + "/api/v1/pods?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -205,4 +248,41 @@ func (c *apiClient) list(ctx context.Context) ([]spec, error) {
 		return nil, fmt.Errorf("list pods on node %s: %s%s: %.300s", c.node, resp.Status, hint, body)
 	}
 	return specsFrom(body)
+}
+
+// gomaxprocsEnv is the GOMAXPROCS value the container's environment holds: a literal value,
+// or for the downward API's limits.cpu (divisor 1) the limit rounded up to whole CPUs (the
+// kubelet resolves it once, at the container's start); another reference is named as such,
+// since "unset" would mean the runtime's own rule applies.
+func gomaxprocsEnv(value *string, from *envSource, limit string) (string, bool) {
+	if value != nil {
+		return *value, true
+	}
+	if from == nil || from.ResourceFieldRef == nil {
+		return "", false
+	}
+	ref := from.ResourceFieldRef
+	if ref.Resource == "limits.cpu" && (ref.Divisor == "" || ref.Divisor == "1") {
+		if milli, ok := cpuMilli(limit); ok {
+			n := (milli + 999) / 1000
+			if n < 1 {
+				n = 1
+			}
+			return strconv.FormatInt(n, 10), true
+		}
+	}
+	return "resourceFieldRef:" + ref.Resource, true
+}
+
+// cpuMilli parses a CPU quantity as the API writes limits: "500m", "2", "1.5".
+func cpuMilli(q string) (int64, bool) {
+	if m, ok := strings.CutSuffix(q, "m"); ok {
+		n, err := strconv.ParseInt(m, 10, 64)
+		return n, err == nil && n >= 0
+	}
+	f, err := strconv.ParseFloat(q, 64)
+	if err != nil || f < 0 {
+		return 0, false
+	}
+	return int64(f*1000 + 0.5), true
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testAgent(t *testing.T, cfg *config) *agent {
+	if cfg.out == "" {
+		cfg.out = t.TempDir()
+	}
+	return &agent{cfg: cfg, ev: newEvents(io.Discard), targets: map[string]*watched{}, done: make(chan captureResult, 4),
+		lastByWl: map[string]time.Duration{}, told: map[string]bool{}}
+}
+
+func TestAllowedLimits(t *testing.T) {
+	a := testAgent(t, &config{perHour: 2, maxConcurrent: 1, cooldown: 10 * time.Minute})
+	web := &watched{spec: spec{Namespace: "shop", Pod: "web-abc-x", Container: "app"}}
+	db := &watched{spec: spec{Namespace: "shop", Pod: "db-0", Container: "pg"}}
+	now := 5 * time.Hour
+	if k, _ := a.allowed(web, now); k != "" {
+		t.Fatalf("first capture refused: %s", k)
+	}
+	a.running, a.recent, a.lastByWl[web.workload()] = 1, []time.Duration{now}, now
+	if k, _ := a.allowed(db, now); k != "busy" {
+		t.Fatalf("kind %q while a capture runs, want busy", k)
+	}
+	a.running = 0
+	if k, _ := a.allowed(web, now+time.Minute); k != "workload cooldown" {
+		t.Fatalf("kind %q within the cooldown, want workload cooldown", k)
+	}
+	if k, _ := a.allowed(web, now+11*time.Minute); k != "" {
+		t.Fatalf("kind %q after the cooldown", k)
+	}
+	a.recent = append(a.recent, now+time.Minute)
+	if k, _ := a.allowed(db, now+2*time.Minute); k != "node budget" {
+		t.Fatalf("kind %q with 2 captures in the hour, want node budget", k)
+	}
+	// the hour slides: the first capture leaves the window
+	if k, _ := a.allowed(db, now+61*time.Minute); k != "" {
+		t.Fatalf("kind %q after the hour, want none", k)
+	}
+	a.cfg.perHour = 0
+	if k, _ := a.allowed(db, now); k != "watch only" {
+		t.Fatalf("kind %q with --max-per-hour 0", k)
+	}
+	a.cfg.perHour, a.recent = 5, nil
+	a.cfg.maxSpool = 10
+	os.WriteFile(filepath.Join(a.cfg.out, "x"), make([]byte, 11), 0o644)
+	if k, why := a.allowed(db, now); k != "spool full" || !strings.Contains(why, "store put --move") {
+		t.Fatalf("kind %q (%s) with a full spool", k, why)
+	}
+}
+
+func TestSafeNames(t *testing.T) {
+	for in, want := range map[string]string{"../x": ".._x", "..": "_", "": "_", "a/b c": "a_b_c", "ok-1.2_3": "ok-1.2_3"} {
+		if got := safe(in); got != want {
+			t.Errorf("safe(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := safe(strings.Repeat("a", 300)); len(got) != 100 {
+		t.Errorf("safe of 300 bytes is %d long", len(got))
+	}
+}
+
+func TestGomaxprocsEnv(t *testing.T) {
+	ref := func(res, div string) *envSource {
+		e := &envSource{}
+		e.ResourceFieldRef = &struct {
+			Resource string `json:"resource"`
+			Divisor  string `json:"divisor"`
+		}{res, div}
+		return e
+	}
+	lit := "3"
+	cases := []struct {
+		value *string
+		from  *envSource
+		limit string
+		want  string
+		ok    bool
+	}{
+		{&lit, nil, "500m", "3", true},
+		{nil, ref("limits.cpu", ""), "500m", "1", true}, // the downward API rounds up
+		{nil, ref("limits.cpu", "1"), "2500m", "3", true},
+		{nil, ref("limits.cpu", ""), "2", "2", true},
+		{nil, ref("limits.cpu", "1m"), "2", "resourceFieldRef:limits.cpu", true},
+		{nil, ref("requests.cpu", ""), "2", "resourceFieldRef:requests.cpu", true},
+		{nil, nil, "2", "", false},
+	}
+	for _, c := range cases {
+		got, ok := gomaxprocsEnv(c.value, c.from, c.limit)
+		if got != c.want || ok != c.ok {
+			t.Errorf("gomaxprocsEnv(%v, %v) = %q %v, want %q %v", c.value, c.limit, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// A pod with an app and a sidecar: the trace port belongs to the container declaring it,
+// and only that one fires on the pod level's throttling.
+func TestTracedContainerOfAPod(t *testing.T) {
+	body := `{"items":[{"metadata":{"name":"p","namespace":"n","uid":"0b6c4a3e-1f2d-4c5b-8a7e-9d0c1b2a3f4e",
+	 "annotations":{"gmpanalysis/pprof-port":"6060"}},
+	 "spec":{"containers":[{"name":"proxy","resources":{"limits":{"cpu":"100m"}}},
+	   {"name":"app","resources":{"limits":{"cpu":"1"}},"ports":[{"containerPort":6060}]}]},
+	 "status":{"phase":"Running","qosClass":"Burstable","containerStatuses":[
+	   {"name":"proxy","containerID":"containerd://0123456789abcdef","state":{"running":{}}},
+	   {"name":"app","containerID":"containerd://fedcba9876543210","state":{"running":{}}}]}}]}`
+	specs, err := specsFrom([]byte(body))
+	if err != nil || len(specs) != 2 {
+		t.Fatalf("%v %+v", err, specs)
+	}
+	for _, s := range specs {
+		traced := s.Container == "app"
+		if (s.PprofPort == 6060) != traced || s.Primary != traced {
+			t.Errorf("%s: port %d primary %v", s.Container, s.PprofPort, s.Primary)
+		}
+	}
+}
+
+func traceCapture(t *testing.T, srv *httptest.Server, maxTrace int64) (*capture, error) {
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	p, _ := strconv.Atoi(port)
+	dir := t.TempDir()
+	c := &capture{cfg: &config{capture: time.Second, traceTimeout: 5 * time.Second, maxTrace: maxTrace},
+		spec: spec{PodIP: "127.0.0.1", PprofPort: p}, dir: dir, meta: map[string]any{}}
+	return c, c.trace(context.Background())
+}
+
+func TestTraceFetch(t *testing.T) {
+	good := "go 1.23 trace\x00\x00\x00" + strings.Repeat("x", 1000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/debug/pprof/trace") && r.URL.Query().Get("seconds") == "1":
+			io.WriteString(w, good)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := traceCapture(t, srv, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(c.dir, "trace.out")); string(b) != good || c.meta["trace"].(map[string]any)["complete"] != true {
+		t.Fatalf("trace.out %d bytes, meta %v", len(b), c.meta["trace"])
+	}
+	// past --max-trace-bytes: cut and flagged
+	c, err = traceCapture(t, srv, 100)
+	if err == nil || !strings.Contains(err.Error(), "max-trace-bytes") {
+		t.Fatalf("err %v", err)
+	}
+	if st, _ := os.Stat(filepath.Join(c.dir, "trace.out")); st.Size() != 100 {
+		t.Fatalf("kept %d bytes", st.Size())
+	}
+}
+
+func TestTraceRefusesRedirectsAndNonTraces(t *testing.T) {
+	hits := 0
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		io.WriteString(w, "go 1.23 trace secret")
+	}))
+	defer target.Close()
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/latest/meta-data/", http.StatusFound)
+	}))
+	defer redirect.Close()
+	c, err := traceCapture(t, redirect, 1<<20)
+	if err == nil || hits != 0 {
+		t.Fatalf("redirect followed: err %v, hits %d", err, hits)
+	}
+	if _, serr := os.Stat(filepath.Join(c.dir, "trace.out")); serr == nil {
+		t.Fatal("a trace.out was written for a redirect")
+	}
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "<html>metrics</html>")
+	}))
+	defer html.Close()
+	c, err = traceCapture(t, html, 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "not a Go execution trace") {
+		t.Fatalf("err %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(c.dir, "trace.out")); serr == nil {
+		t.Fatal("a trace.out was written for a body that is not a trace")
+	}
+}
+
+// An agent killed mid-capture leaves OUT/.partial/NAME: the next agent flags it, moves it
+// into OUT, and its workload's cooldown still holds.
+func TestRecoverSpool(t *testing.T) {
+	a := testAgent(t, &config{perHour: 6, maxConcurrent: 1, cooldown: 30 * time.Minute})
+	name := "n-web-x-app-20261124T000000Z-abcdef"
+	dir := filepath.Join(a.cfg.out, partialDir, name)
+	os.MkdirAll(dir, 0o755)
+	meta := map[string]any{"schema": 2, "complete": false, "agent": map[string]any{"workload": "n/web/app",
+		"started_unix_ns": time.Now().Add(-5 * time.Minute).UnixNano()}}
+	b, _ := json.Marshal(meta)
+	os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644)
+	os.WriteFile(filepath.Join(dir, "cpu_stat.csv"), []byte("t_ns,read_ns\n100,1\n200,1\n30"), 0o644)
+	a.recoverSpool()
+	b, err := os.ReadFile(filepath.Join(a.cfg.out, name, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	json.Unmarshal(b, &got)
+	if got["complete"] != false || !strings.Contains(got["error"].(string), "stopped mid-capture") ||
+		got["mono_start_ns"] != float64(100) || got["mono_end_ns"] != float64(200) {
+		t.Fatalf("recovered meta %v", got)
+	}
+	w := &watched{spec: spec{Namespace: "n", Pod: "web", Container: "app"}}
+	if k, _ := a.allowed(w, monoNow()); k != "workload cooldown" || len(a.recent) != 1 {
+		t.Fatalf("kind %q, recent %v: the restarted agent forgot its last capture", k, a.recent)
+	}
+}
