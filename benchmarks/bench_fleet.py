@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=1000, help="bundles in the store (default: 1000)")
     ap.add_argument("--work", default="/tmp/gmp-bench-fleet", help="scratch directory (default: /tmp/gmp-bench-fleet)")
     a = ap.parse_args()
+    import dask
     import distributed
 
     from gmpanalysis.fleet import fleet
@@ -68,7 +69,12 @@ def main() -> int:
     for w in (1, 2):
         out = work / f"out-{w}"
         shutil.rmtree(out, ignore_errors=True)
-        with distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        # workers as gmpanalysis.fleet starts them: without Dask's statistical profiler,
+        # whose kept stacks grow a worker per task (README: the fleet analysis)
+        with (
+            dask.config.set({"distributed.worker.profile.enabled": False}),
+            distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as c,
+        ):
             with distributed.Client(c) as client:
                 t = time.perf_counter()
                 s = fleet(store, out, scheduler=c.scheduler_address, progress=False)
