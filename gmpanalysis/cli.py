@@ -399,6 +399,13 @@ def cmd_store_put(a: argparse.Namespace) -> int:
             except GmpError as e:  # one bad bundle does not hold the others back
                 print(f"gmpanalysis: {e}", file=sys.stderr)
                 failed += 1
+                if a.move and d.parent != Path(b).parent:
+                    # set aside in the spool, out of the next puts' way (and counted by the
+                    # agent's spool cap until someone looks)
+                    aside = d.parent / ".failed" / d.name
+                    aside.parent.mkdir(exist_ok=True)
+                    d.rename(aside)
+                    print(f"gmpanalysis: {d} set aside as {aside}", file=sys.stderr)
                 continue
             if a.move:
                 shutil.rmtree(d)  # it is in the store (its meta.json last): the copy may go

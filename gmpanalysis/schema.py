@@ -120,6 +120,18 @@ FIELDS: dict[str, Field] = {
     "wall_start": _f("string|null", "wall-clock start (ISO 8601, for humans only)"),
     "load": _f("object|null", "lab: the load generator's settings and summary"),
     "workload": _f("object|null", "lab: the demo app's workload"),
+    "cluster": _f("string|null", "the cluster's name (the store's first partition; gmp-agent --cluster)"),
+    "capture": _f("string|null", "an identifier of the capture the collector chose (the store's last partition)"),
+    "owner": _f(
+        "object|null",
+        "kube: the pod's controller as the API names it (the store's workload: a ReplicaSet's Deployment)",
+        properties={
+            "kind": _f("string", "the controller's kind: ReplicaSet, StatefulSet, DaemonSet, Job, ..."),
+            "name": _f("string", "the controller's name"),
+            "pod_template_hash": _f("string|null", "the pod's pod-template-hash label (a Deployment's ReplicaSet)"),
+        },
+    ),
+    "agent": _f("object|null", "gmp-agent: the node, the trigger's verdict and rule, the workload, the start"),
     "trace": _f("object|null", "the trace capture: times, status, bytes"),
     "restarts": _f("array", "container restarts followed during the collection", items="object"),
     "notes": _f("array", "what the collector wants the reader to know", items="string"),

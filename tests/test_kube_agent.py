@@ -123,9 +123,11 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
         ):
             time.sleep(1)
     watched = {e["pod"] for e in events if e["event"] == "watch"}
-    assert errors(events) == []
-    # every container with a limit on the node is watched (the demo pod and the agent's three)
-    assert {p for p in watched if p.startswith("gmp-agent-")} and any(p.startswith("gmp-demoapp-") for p in watched)
+    # a listing may fail once on a loaded node (it is retried); nothing else may
+    assert [e for e in errors(events) if "list pods" not in e["error"]] == []
+    # every container with a limit on the node is watched (the demo pod and this test's three)
+    assert {workload(p) for p in watched} >= {"hot", "warm", "cool"}
+    assert any(p.startswith("gmp-demoapp-") for p in watched)
     fired = {workload(e["pod"]) for e in events if e["event"] == "trigger"}
     captured = [e for e in events if e["event"] == "capture"]
     assert fired == {"hot", "warm"}, events
@@ -143,6 +145,9 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
         assert [x["level"] for x in m["levels"]] == ["container", "pod"]
         assert m["agent"]["trigger"]["container"]["throttled_share"] >= 0.3
         assert m["trace"]["complete"] is True and run.trace is not None
+        # the sampling ran until the trace ended: the samples cover the whole trace
+        tm = run.trace.meta
+        assert m["mono_start_ns"] <= tm["first_ns"] and tm["last_ns"] <= m["mono_end_ns"], (m, tm)
         per = gmp.df_periods(run)
         assert per["throttled"].mean() > 0.5
         runs.append(bundle)

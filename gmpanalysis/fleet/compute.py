@@ -25,7 +25,9 @@ from ..errors import GmpError, UsageError
 from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, partition_path
 
 PERIODS_DIR = "periods"
-SUMMARY_DIR = "summary"
+# the summary rows' layout version is in the directory's name: rows of an earlier layout
+# (other columns, counts of other meaning) are neither read nor taken as processed
+SUMMARY_DIR = "summary-v2"
 REPORT = "report.html"
 
 # the summary row of a bundle: its key and partitions, then these (units in the names)
@@ -101,7 +103,9 @@ def summarize_bundle(run: Any, per: pd.DataFrame) -> dict[str, Any]:
     g = per["gomaxprocs"].dropna()
     frozen = (per["frozen_us"] if "frozen_us" in per else per["stall_us"]).to_numpy(dtype=np.float64)
     length = (per["end_ns"] - per["start_ns"]).to_numpy(dtype=np.float64) / 1e9
-    known = np.isfinite(frozen)
+    # frozen_us is a number in every row (0 where no level froze), also in a hole's periods:
+    # the periods that know it are those whose throttling is known
+    known = np.isfinite(frozen) & per["throttled"].notna().to_numpy()
     traced = per["stw_count"].notna().to_numpy() if "stw_count" in per else np.zeros(len(per), dtype=bool)
     return {
         "wall_start": str(m.get("wall_start") or ""),
@@ -276,7 +280,7 @@ def _run(
     if scheduler is None:
         n = workers or os.cpu_count() or 1
         # Dask's statistical profiler keeps every cycle's call-stack profile in the worker:
-        # over a fleet of bundles it grew a worker by ~1.4 MiB per bundle (VmRSS 260 -> 416
+        # over a fleet of bundles it grew a worker by ~1.2 MiB per bundle (VmRSS 260 -> 416
         # MiB over 128 bundles; flat at 260 without it). Workers of a running scheduler are
         # started by their owner: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False there.
         with dask.config.set({"distributed.worker.profile.enabled": False}):

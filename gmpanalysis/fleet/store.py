@@ -159,8 +159,8 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
 def finished_bundles(spool: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
     """The bundles of a collector's output directory (gmp-agent's --out): the finished ones,
     directly under it, and those still being written (gmp-agent keeps a capture under
-    ``.partial/`` until it ends, then renames it into place). A directory holding neither
-    is a BundleError."""
+    ``.partial/`` until it ends, then renames it into place); bundles set aside under
+    ``.failed/`` are neither."""
     root = Path(spool)
     if not root.is_dir():
         raise BundleError(f"{root}: not a directory; give bundle directories or a directory of them")
@@ -170,13 +170,8 @@ def finished_bundles(spool: str | os.PathLike[str]) -> tuple[list[Path], list[Pa
             return []
         return sorted(p for p in d.iterdir() if not p.name.startswith(".") and (p / "meta.json").is_file())
 
-    done, busy = bundles(root), bundles(root / ".partial")
-    if not done and not busy:
-        raise BundleError(
-            f"{root}: no meta.json in it nor in a directory directly under it; give bundle directories or a "
-            "collector's output directory"
-        )
-    return done, busy
+    # an empty spool (all moved to the store, or nothing captured yet) is no error
+    return bundles(root), bundles(root / ".partial")
 
 
 def _url(store: str | os.PathLike[str], path: str) -> str:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -64,7 +65,10 @@ type agent struct {
 	recent   []time.Duration
 	lastByWl map[string]time.Duration
 	told     map[string]bool // unwatchable containers already reported
-	reads    uint64
+	// the spool's size, and when it was last walked
+	spoolBytes int64
+	spoolAt    time.Duration
+	reads      uint64
 }
 
 func newAgent(cfg *config, ev *events) (*agent, error) {
@@ -275,6 +279,8 @@ func (a *agent) tick(ctx context.Context) {
 		t.firing = fire
 		if fire {
 			firing = append(firing, t)
+		} else {
+			t.skipWhy = "" // a new episode's refusal is told again
 		}
 	}
 	// the most throttled first, when the budget allows only some
@@ -340,7 +346,12 @@ func (a *agent) allowed(t *watched, now time.Duration) (kind, why string) {
 			t.workload(), (now - last).Round(time.Second), a.cfg.cooldown)
 	}
 	if a.cfg.maxSpool > 0 {
-		if used := dirBytes(a.cfg.out); used >= a.cfg.maxSpool {
+		// walked at most every 10 s (a full spool would otherwise be walked every second
+		// for every firing container)
+		if a.spoolAt == 0 || now-a.spoolAt > 10*time.Second {
+			a.spoolBytes, a.spoolAt = dirBytes(a.cfg.out), now
+		}
+		if used := a.spoolBytes; used >= a.cfg.maxSpool {
 			return "spool full", fmt.Sprintf("%s holds %d MiB (--max-spool-bytes %d MiB): move bundles to the store "+
 				"with `gmpanalysis store put --move`", a.cfg.out, used>>20, a.cfg.maxSpool>>20)
 		}
@@ -354,6 +365,8 @@ func (a *agent) start(ctx context.Context, t *watched, now time.Duration) {
 	a.lastByWl[t.workload()] = now
 	t.capturing = true
 	c := newCapture(a.cfg, t, t.workload())
+	os.MkdirAll(a.cfg.out, 0o755)
+	a.logCapture(t.workload(), time.Now())
 	a.ev.emit("capture_start", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
 		"container": t.spec.Container, "workload": t.workload(), "bundle": c.final, "levels": t.verdicts()})
 	go func() { a.done <- c.run(ctx) }()
@@ -362,7 +375,8 @@ func (a *agent) start(ctx context.Context, t *watched, now time.Duration) {
 func (a *agent) finish(r captureResult) {
 	a.running--
 	r.target.capturing = false
-	// the capture's own reads moved the counters on: the trigger looks at what follows
+	// no reads while the capture ran (its sampler read instead): the trigger starts again
+	// from what follows, not from a span with a 20 s gap and the captured episode in it
 	for _, l := range r.target.levels {
 		l.h.pts = l.h.pts[:0]
 	}

@@ -97,6 +97,7 @@ func TestGomaxprocsEnv(t *testing.T) {
 		{nil, ref("limits.cpu", "1m"), "2", "resourceFieldRef:limits.cpu", true},
 		{nil, ref("requests.cpu", ""), "2", "resourceFieldRef:requests.cpu", true},
 		{nil, nil, "2", "", false},
+		{nil, &envSource{}, "2", "valueFrom", true}, // a ConfigMap's value: set, not shown
 	}
 	for _, c := range cases {
 		got, ok := gomaxprocsEnv(c.value, c.from, c.limit)
@@ -125,6 +126,13 @@ func TestTracedContainerOfAPod(t *testing.T) {
 		if (s.PprofPort == 6060) != traced || s.Primary != traced {
 			t.Errorf("%s: port %d primary %v", s.Container, s.PprofPort, s.Primary)
 		}
+	}
+	// the app declaring the port has no limit (not watched): its trace goes to no one, and
+	// the limited sidecar is the pod's primary
+	unlimited := strings.Replace(body, `"resources":{"limits":{"cpu":"1"}},"ports"`, `"resources":{},"ports"`, 1)
+	specs, err = specsFrom([]byte(unlimited))
+	if err != nil || len(specs) != 1 || specs[0].Container != "proxy" || specs[0].PprofPort != 0 || !specs[0].Primary {
+		t.Fatalf("%v %+v", err, specs)
 	}
 }
 
@@ -160,8 +168,8 @@ func TestTraceFetch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "max-trace-bytes") {
 		t.Fatalf("err %v", err)
 	}
-	if st, _ := os.Stat(filepath.Join(c.dir, "trace.out")); st.Size() != 100 {
-		t.Fatalf("kept %d bytes", st.Size())
+	if st, err := os.Stat(filepath.Join(c.dir, "trace.out")); err != nil || st.Size() != 100 {
+		t.Fatalf("kept %v bytes (%v)", st, err)
 	}
 }
 
@@ -203,8 +211,11 @@ func TestRecoverSpool(t *testing.T) {
 	name := "n-web-x-app-20261124T000000Z-abcdef"
 	dir := filepath.Join(a.cfg.out, partialDir, name)
 	os.MkdirAll(dir, 0o755)
-	meta := map[string]any{"schema": 2, "complete": false, "agent": map[string]any{"workload": "n/web/app",
-		"started_unix_ns": time.Now().Add(-5 * time.Minute).UnixNano()}}
+	meta := map[string]any{"schema": 2, "complete": false}
+	// the log of captures begun (the bundles may have gone to the store since): one 5 min
+	// ago, one 2 h ago (outside the hour and the cooldown: dropped from the log)
+	a.logCapture("n/web/app", time.Now().Add(-5*time.Minute))
+	a.logCapture("n/old/app", time.Now().Add(-2*time.Hour))
 	b, _ := json.Marshal(meta)
 	os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644)
 	os.WriteFile(filepath.Join(dir, "cpu_stat.csv"), []byte("t_ns,read_ns\n100,1\n200,1\n30"), 0o644)
@@ -222,5 +233,8 @@ func TestRecoverSpool(t *testing.T) {
 	w := &watched{spec: spec{Namespace: "n", Pod: "web", Container: "app"}}
 	if k, _ := a.allowed(w, monoNow()); k != "workload cooldown" || len(a.recent) != 1 {
 		t.Fatalf("kind %q, recent %v: the restarted agent forgot its last capture", k, a.recent)
+	}
+	if b, _ := os.ReadFile(filepath.Join(a.cfg.out, captureLog)); strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("capture log not pruned: %q", b)
 	}
 }

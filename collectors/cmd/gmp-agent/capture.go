@@ -97,9 +97,8 @@ func (c *capture) run(ctx context.Context) captureResult {
 	var traceErr error
 	traced := c.spec.PprofPort > 0
 	// With a trace, the sampling runs from the request until the trace's body has ended:
-	// a throttled, overloaded process begins its trace late (measured: 15 s after the
-	// request at 0.3 CPU under a growing backlog) and ends it later still, and the samples
-	// must cover the trace's whole span to be aligned with it.
+	// a throttled, overloaded process begins its trace late and ends it later still
+	// (README: the node agent), and the samples must cover the trace's whole span.
 	window := c.cfg.capture
 	traceDone := make(chan struct{})
 	if traced {

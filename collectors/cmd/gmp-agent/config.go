@@ -72,11 +72,10 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.perHour, "max-per-hour", 6, "captures per node per hour (the sampler costs ~5 % of a core while it runs)")
 	fs.DurationVar(&c.cooldown, "workload-cooldown", 30*time.Minute, "least time between two captures of one workload")
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 1, "captures at once on the node")
-	// a throttled, overloaded process writes its trace slowly after the window (measured:
-	// 21 s and more for 6 s at 0.3 CPU with a growing backlog of requests)
 	fs.Int64Var(&c.maxSpool, "max-spool-bytes", 2<<30, "no capture starts while --out holds this much (0: no cap); "+
 		"`gmpanalysis store put --move` empties it into a store")
 	fs.Int64Var(&c.maxTrace, "max-trace-bytes", 256<<20, "a trace body is cut (and the bundle flagged) past this size")
+	// a throttled, overloaded process serves its trace late (README: the node agent)
 	fs.DurationVar(&c.traceTimeout, "trace-slack", 2*time.Minute, "how long past the window the trace may take to arrive")
 }
 
@@ -101,6 +100,11 @@ func (c *config) validate() error {
 	}
 	if c.capture < time.Second || c.interval < 10*time.Microsecond {
 		return fmt.Errorf("--capture %v (at least 1s) / --interval %v (at least 10µs)", c.capture, c.interval)
+	}
+	if c.listEvery <= 0 || c.cooldown < 0 || c.maxSpool < 0 || c.maxTrace <= 0 || c.traceTimeout < 0 {
+		return fmt.Errorf("--list-every %v (> 0), --workload-cooldown %v (>= 0), --max-spool-bytes %d (>= 0), "+
+			"--max-trace-bytes %d (> 0), --trace-slack %v (>= 0): one is out of range",
+			c.listEvery, c.cooldown, c.maxSpool, c.maxTrace, c.traceTimeout)
 	}
 	if c.perHour < 0 || c.maxConcurrent < 1 {
 		return fmt.Errorf("--max-per-hour %d (0: watch only) / --max-concurrent %d (at least 1)", c.perHour, c.maxConcurrent)

@@ -134,25 +134,26 @@ func specsFrom(body []byte) ([]spec, error) {
 				port = n
 			}
 		}
-		// the annotated port belongs to the container that declares it; a pod with one
-		// limited container and no such declaration gives it that one
-		traced, limited := -1, []int{}
+		// the annotated port belongs to the container that declares it (limited or not:
+		// an unlimited app's trace is no one else's); only where no container of the pod
+		// declares any port does a pod's one limited container get it
+		traced, limited, declares := -1, []int{}, false
 		for i, c := range p.Spec.Containers {
-			if c.Resources.Limits["cpu"] == "" {
-				continue
+			if c.Resources.Limits["cpu"] != "" {
+				limited = append(limited, i)
 			}
-			limited = append(limited, i)
 			for _, cp := range c.Ports {
+				declares = true
 				if port > 0 && cp.ContainerPort == port && traced < 0 {
 					traced = i
 				}
 			}
 		}
-		if traced < 0 && port > 0 && len(limited) == 1 {
+		if traced < 0 && port > 0 && !declares && len(limited) == 1 {
 			traced = limited[0]
 		}
 		primary := traced
-		if primary < 0 && len(limited) > 0 {
+		if (primary < 0 || p.Spec.Containers[primary].Resources.Limits["cpu"] == "") && len(limited) > 0 {
 			primary = limited[0]
 		}
 		for i, c := range p.Spec.Containers {
@@ -216,7 +217,7 @@ func newAPIClient(base, node, tokenFile, caFile string) (*apiClient, error) {
 
 func (c *apiClient) list(ctx context.Context) ([]spec, error) {
 	// resourceVersion=0: served from the API server's watch cache, not a quorum read of
-	// every pod in etcd (every node lists every few seconds)
+	// every pod in etcd (every node lists every --list-every)
 	q := url.Values{"fieldSelector": {"spec.nodeName=" + c.node}, "resourceVersion": {"0"}}
 	u := c.base + "/api/v1/pods?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -253,13 +254,18 @@ func (c *apiClient) list(ctx context.Context) ([]spec, error) {
 // gomaxprocsEnv is the GOMAXPROCS value the container's environment holds: a literal value,
 // or for the downward API's limits.cpu (divisor 1) the limit rounded up to whole CPUs (the
 // kubelet resolves it once, at the container's start); another reference is named as such,
-// since "unset" would mean the runtime's own rule applies.
+// since "unset" would mean the runtime's own rule applies; a ConfigMap's, Secret's or
+// field's value is "valueFrom" (set, value unknown).
 func gomaxprocsEnv(value *string, from *envSource, limit string) (string, bool) {
 	if value != nil {
 		return *value, true
 	}
-	if from == nil || from.ResourceFieldRef == nil {
+	if from == nil {
 		return "", false
+	}
+	if from.ResourceFieldRef == nil {
+		// a ConfigMap, a Secret, a field: set, to a value the API does not show here
+		return "valueFrom", true
 	}
 	ref := from.ResourceFieldRef
 	if ref.Resource == "limits.cpu" && (ref.Divisor == "" || ref.Divisor == "1") {

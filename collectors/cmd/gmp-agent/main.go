@@ -19,8 +19,9 @@
 // field selector; RBAC: list pods, nothing else) or, without one, from --watch-cgroup (a
 // node without Kubernetes, and the lab benchmark of the agent's cost).
 //
-// The agent writes JSON lines on stdout, one per event (started, trigger, capture, skip,
-// error), for whoever reads them; nothing parses prose.
+// The agent writes JSON lines on stdout, one per event, for whoever reads them (nothing
+// parses prose): started, watch, unwatchable, trigger, skip (with its kind), capture_start,
+// capture, recovered, error, stopped.
 package main
 
 import (

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -29,8 +30,8 @@ func dirBytes(dir string) int64 {
 
 // recoverSpool finishes the captures an earlier agent left in .partial (killed, OOM, a node
 // reboot): each is flagged incomplete, given the span of its rows, and moved into OUT. Then
-// it rebuilds the rate limits from the bundles of the last hour and of the cooldown, so a
-// restarted agent does not capture again at once.
+// it rebuilds the rate limits from the capture log, so a restarted agent does not capture
+// again at once (the bundles themselves may have been moved to the store).
 func (a *agent) recoverSpool() {
 	partial := filepath.Join(a.cfg.out, partialDir)
 	entries, _ := os.ReadDir(partial)
@@ -50,34 +51,74 @@ func (a *agent) recoverSpool() {
 		c.meta["mono_start_ns"], c.meta["mono_end_ns"] = start, end
 		c.meta["complete"] = false
 		c.meta["error"] = "the agent stopped mid-capture (finished by the next agent at its start)"
-		if err := c.writeMeta(); err == nil {
+		err = c.writeMeta()
+		if err == nil {
 			err = os.Rename(src, filepath.Join(a.cfg.out, e.Name()))
-			a.ev.emit("recovered", map[string]any{"bundle": filepath.Join(a.cfg.out, e.Name()), "ok": err == nil})
 		}
+		facts := map[string]any{"bundle": filepath.Join(a.cfg.out, e.Name()), "ok": err == nil}
+		if err != nil {
+			facts["bundle"], facts["error"] = src, err.Error()
+		}
+		a.ev.emit("recovered", facts)
 	}
-	entries, _ = os.ReadDir(a.cfg.out)
+	a.loadCaptureLog()
+}
+
+// captureLog is OUT/.captures.jsonl: one line per capture begun (its workload and wall
+// time), what the rate limits are rebuilt from after a restart.
+const captureLog = ".captures.jsonl"
+
+type logged struct {
+	Workload  string `json:"workload"`
+	StartedNs int64  `json:"started_unix_ns"`
+}
+
+// logCapture appends a capture to the log (best effort: a lost line only loosens the
+// limits after a restart).
+func (a *agent) logCapture(workload string, started time.Time) {
+	b, _ := json.Marshal(logged{workload, started.UnixNano()})
+	f, err := os.OpenFile(filepath.Join(a.cfg.out, captureLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	f.Write(append(b, '\n'))
+	f.Close()
+}
+
+// loadCaptureLog seeds the node budget and the cooldowns from the log, and rewrites it with
+// only the entries that still matter.
+func (a *agent) loadCaptureLog() {
+	path := filepath.Join(a.cfg.out, captureLog)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	keep := time.Hour
+	if a.cfg.cooldown > keep {
+		keep = a.cfg.cooldown
+	}
 	now, mono := time.Now(), monoNow()
-	for _, e := range entries {
-		if !e.IsDir() || e.Name()[0] == '.' {
+	var kept []byte
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var l logged
+		if json.Unmarshal(line, &l) != nil || l.StartedNs == 0 {
+			continue // a cut last line
+		}
+		age := now.Sub(time.Unix(0, l.StartedNs))
+		if age > keep {
 			continue
 		}
-		var m struct {
-			Agent struct {
-				Workload  string `json:"workload"`
-				StartedNs int64  `json:"started_unix_ns"`
-			} `json:"agent"`
-		}
-		b, err := os.ReadFile(filepath.Join(a.cfg.out, e.Name(), "meta.json"))
-		if err != nil || json.Unmarshal(b, &m) != nil || m.Agent.StartedNs == 0 {
-			continue
-		}
-		age := now.Sub(time.Unix(0, m.Agent.StartedNs))
+		kept = append(append(kept, line...), '\n')
 		at := mono - age
 		if age < time.Hour {
 			a.recent = append(a.recent, at)
 		}
-		if last, ok := a.lastByWl[m.Agent.Workload]; m.Agent.Workload != "" && (!ok || at > last) {
-			a.lastByWl[m.Agent.Workload] = at
+		if last, ok := a.lastByWl[l.Workload]; l.Workload != "" && (!ok || at > last) {
+			a.lastByWl[l.Workload] = at
 		}
+	}
+	tmp := path + ".tmp"
+	if os.WriteFile(tmp, kept, 0o644) == nil {
+		os.Rename(tmp, path)
 	}
 }
