@@ -6,6 +6,7 @@ import pytest
 
 kubernetes = pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
 from kubernetes.client import (  # noqa: E402
+    V1ConfigMapKeySelector,
     V1Container,
     V1ContainerStatus,
     V1EnvVar,
@@ -57,6 +58,18 @@ def test_no_limit_no_quota():
 @pytest.mark.parametrize("limit,want", [("250m", "1"), ("1500m", "2"), ("2", "2")])
 def test_downward_api_gomaxprocs_is_the_limit_rounded_up(limit, want):
     assert describe(pod(limit, env=downward()), None)["gomaxprocs_env"] == want
+    # as the API server returns an unset divisor
+    assert describe(pod(limit, env=downward("0")), None)["gomaxprocs_env"] == want
+
+
+def test_gomaxprocs_from_elsewhere_is_set_not_unset():
+    # another divisor gives millicores, not CPUs: named, not rounded
+    assert describe(pod("1500m", env=downward("1m")), None)["gomaxprocs_env"] == "resourceFieldRef:limits.cpu"
+    cm = V1EnvVar(
+        name="GOMAXPROCS",
+        value_from=V1EnvVarSource(config_map_key_ref=V1ConfigMapKeySelector(name="tuning", key="gomaxprocs")),
+    )
+    assert describe(pod(env=[cm]), None)["gomaxprocs_env"] == "valueFrom"
 
 
 def test_literal_gomaxprocs():

@@ -36,12 +36,18 @@ def describe(pod: Any, container: str | None) -> dict[str, Any]:
         if e.value is not None:
             gmp_env = e.value
         elif e.value_from is not None and e.value_from.resource_field_ref is not None:
-            # the downward API rounds limits.cpu up to whole CPUs, frozen at container start
+            # the downward API rounds limits.cpu up to whole CPUs (divisor 1; the API server
+            # returns an unset divisor as "0", meaning 1), frozen at container start; another
+            # divisor or resource is named, not guessed
             ref = e.value_from.resource_field_ref
-            if ref.resource == "limits.cpu" and milli is not None:
+            if ref.resource == "limits.cpu" and milli is not None and str(ref.divisor or "1") in ("0", "1"):
                 gmp_env = str(max(1, math.ceil(milli / 1000)))
             else:
                 gmp_env = f"resourceFieldRef:{ref.resource}"
+        elif e.value_from is not None:
+            # a ConfigMap's, Secret's or field's value: set, but not shown in the pod (null
+            # would say "unset", and the analysis would apply the runtime's own rule)
+            gmp_env = "valueFrom"
     return {
         "namespace": pod.metadata.namespace,
         "pod": pod.metadata.name,

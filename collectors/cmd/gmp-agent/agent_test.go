@@ -93,6 +93,7 @@ func TestGomaxprocsEnv(t *testing.T) {
 		{&lit, nil, "500m", "3", true},
 		{nil, ref("limits.cpu", ""), "500m", "1", true}, // the downward API rounds up
 		{nil, ref("limits.cpu", "1"), "2500m", "3", true},
+		{nil, ref("limits.cpu", "0"), "2500m", "3", true}, // the API server's "unset"
 		{nil, ref("limits.cpu", ""), "2", "2", true},
 		{nil, ref("limits.cpu", "1m"), "2", "resourceFieldRef:limits.cpu", true},
 		{nil, ref("requests.cpu", ""), "2", "resourceFieldRef:requests.cpu", true},

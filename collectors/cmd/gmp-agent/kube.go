@@ -268,7 +268,8 @@ func gomaxprocsEnv(value *string, from *envSource, limit string) (string, bool) 
 		return "valueFrom", true
 	}
 	ref := from.ResourceFieldRef
-	if ref.Resource == "limits.cpu" && (ref.Divisor == "" || ref.Divisor == "1") {
+	// an unset divisor comes back from the API server as "0", meaning 1
+	if ref.Resource == "limits.cpu" && (ref.Divisor == "" || ref.Divisor == "0" || ref.Divisor == "1") {
 		if milli, ok := cpuMilli(limit); ok {
 			n := (milli + 999) / 1000
 			if n < 1 {
