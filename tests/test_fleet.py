@@ -120,6 +120,20 @@ def test_store_put_of_a_collectors_output_directory(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_damaged_summary_and_unwritable_report_are_named(tmp_path):
+    from gmpanalysis.fleet.compute import SUMMARY_DIR, _summary_frame, read_summary
+    from gmpanalysis.fleet.report import to_fleet_report
+
+    bad = tmp_path / "out" / SUMMARY_DIR / "cluster=c/namespace=n/workload=w/pod=p/capture=x" / "bundle.parquet"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"PAR1 half a file")
+    with pytest.raises(gmp.BundleError, match="not a readable summary row.*run fleet again"):
+        read_summary(str(tmp_path / "out"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(gmp.GmpError, match="cannot write the fleet report"):
+        to_fleet_report(_summary_frame([]), tmp_path / "a-file" / "report.html")
+
+
 def _check_counts(row: dict, per: pd.DataFrame) -> None:
     """A summary row's counts are the counters' deltas over the table: the known rows and
     what the ambiguous groups of a hole hold (df_conservation's ledger, built from the raw

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import GmpError, UsageError
+from ..errors import BundleError, GmpError, UsageError
 from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, partition_path
 
 PERIODS_DIR = "periods"
@@ -224,8 +224,13 @@ def read_summary(out: str) -> pd.DataFrame:
         return _summary_frame([])
     frames = []
     for f in files:
-        with fs.open(f, "rb") as h:
-            frames.append(pd.read_parquet(h))
+        try:
+            with fs.open(f, "rb") as h:
+                frames.append(pd.read_parquet(h))
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise BundleError(
+                f"{f}: not a readable summary row ({e}); remove it and run fleet again to recompute that bundle"
+            ) from None
     df = pd.concat(frames, ignore_index=True)
     return df.sort_values("key", kind="stable").reset_index(drop=True)
 

@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from ..errors import GmpError
+
 
 def _pct(num: pd.Series, den: pd.Series) -> float:
     d = float(den.sum())
@@ -111,8 +113,13 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
     fs, p = fs_of(path)
     d, name = p.rsplit("/", 1)
     tmp = f"{d}/.{name}.{uuid.uuid4().hex}.tmp"
-    fs.pipe_file(tmp, text.encode("utf-8"))
-    fs.mv(tmp, p)
+    try:
+        fs.pipe_file(tmp, text.encode("utf-8"))
+        fs.mv(tmp, p)
+    except OSError as e:
+        raise GmpError(
+            f"{path}: cannot write the fleet report ({e}); check that its directory exists and is writable"
+        ) from None
     return str(path)
 
 

@@ -137,9 +137,18 @@ func TestTracedContainerOfAPod(t *testing.T) {
 	}
 }
 
+// portOf is the port a test server listens on.
+func portOf(t *testing.T, srv *httptest.Server) int {
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		t.Fatalf("test server at %s: %v %v", srv.URL, err, perr)
+	}
+	return p
+}
+
 func traceCapture(t *testing.T, srv *httptest.Server, maxTrace int64) (*capture, error) {
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
-	p, _ := strconv.Atoi(port)
+	p := portOf(t, srv)
 	dir := t.TempDir()
 	c := &capture{cfg: &config{capture: time.Second, traceTimeout: 5 * time.Second, maxTrace: maxTrace},
 		spec: spec{PodIP: "127.0.0.1", PprofPort: p}, dir: dir, meta: map[string]any{}}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +33,7 @@ func captureWith(t *testing.T, handler http.HandlerFunc) (*capture, captureResul
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
-	p, _ := strconv.Atoi(port)
+	p := portOf(t, srv)
 	cfg := &config{out: filepath.Join(dir, "out"), sampler: script, capture: time.Second, traceTimeout: 10 * time.Second,
 		interval: 997 * time.Microsecond, maxTrace: 1 << 20}
 	w := &watched{spec: spec{Namespace: "n", Pod: "p", Container: "c", PodIP: "127.0.0.1", PprofPort: p},
