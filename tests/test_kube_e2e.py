@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from spinner_truth import MIN_APART_MS, check_against_truth
+from spinner_truth import ATTEMPTS, MIN_APART_MS, check_against_truth
 
 import gmpanalysis as gmp
 from gmpanalysis.gomaxprocs import explain
@@ -292,7 +292,7 @@ def spinner_run(cluster, tmp_path):
     """A collection from a spinner pod whose two timers are far enough apart to tell apart."""
     core = cluster["core"]
     offsets = []
-    for attempt in range(4):
+    for attempt in range(ATTEMPTS):
         name = f"gmp-spinner-{attempt}"
         # requested near its limit, so that on a busy node the spinner stops for its quota,
         # not for its weight (the truth is about freezes; stalls are dropped, but must be few)
@@ -316,7 +316,7 @@ def spinner_run(cluster, tmp_path):
         offsets.append(round(off, 1))
         if min(off, 100.0 - off) >= MIN_APART_MS:
             return run, offsets
-    pytest.fail(f"four pods in a row had timers closer than {MIN_APART_MS} ms ({offsets}): phases not random?")
+    pytest.fail(f"{ATTEMPTS} pods in a row had timers closer than {MIN_APART_MS} ms ({offsets}): phases not random?")
 
 
 DEMO_ARGS = ["-work-ms", "20", "-iters-per-ms", "600000"]
