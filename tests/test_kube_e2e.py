@@ -78,6 +78,11 @@ def test_collect_records_real_throttling(cluster, bins, tmp_path):
     assert s["nr_throttled"].iloc[-1] - s["nr_throttled"].iloc[0] > 0
     assert m["trace"].get("complete"), m["trace"]
     assert run.trace.meta["events"] > 1000
+    # the samples cover the trace's whole span: they went on until its body had ended, and
+    # then the sampler was told to stop through its stdin
+    t = s["t_ns"].to_numpy()
+    assert t[0] <= run.trace.meta["first_ns"] and run.trace.meta["last_ns"] <= t[-1]
+    assert m["sampler"]["stop_reason"] == "stdin", m["sampler"]
     per = gmp.df_periods(run)
     assert per["throttled"].sum() > 20
     assert set(per["gomaxprocs"].dropna()) == {2.0}

@@ -7,7 +7,8 @@ of its own, the sum of its containers' limits, on its own bandwidth timer) and s
 into the bundle as it arrives (and what the sampler sends as JSON lines on stderr: the node's
 /proc/stat rows into host_stat.csv, every level's CFS limits, at the start and at each
 change such as an in-place resize, into limits.csv); port-forward to the pod's pprof port
-and stream /debug/pprof/trace?seconds=N into trace.out over the same window. Nothing
+and stream /debug/pprof/trace?seconds=N into trace.out over the same window (the samples go on
+until the trace's body has ended: an overloaded process begins its trace late). Nothing
 collected is lost: rows and trace bytes are appended and flushed as they come, meta.json
 says whether the collection finished. No shell is ever involved: every command is an argv
 list.
@@ -39,6 +40,10 @@ from .sampler import (
 )
 from .target import _gone_reason, _pod_gone, _sampler_pod, _wait_for_container, describe
 from .trace import _fetch_trace, facts_from_trace
+
+# how long past the window the samples wait for a trace still arriving (the trace's own
+# socket allows the window + 30 s per read)
+TRACE_LATE_S = 60.0
 
 
 def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> Any:
@@ -137,6 +142,14 @@ def collect_pod(
         to_meta(out / "meta.json", meta)
 
     deadline = time.monotonic() + cfg.duration_s
+
+    def trace_ended() -> bool:
+        # With a trace, the samples run past the window until its body has ended: a
+        # throttled, overloaded process serves /debug/pprof/trace late (measured: its trace
+        # began 15 s after the request at 0.3 CPU with a backlog), and the samples must
+        # cover the trace's whole span to place its events in their periods
+        return time.monotonic() >= deadline and (th is None or not th.is_alive())
+
     gone = None
     bad_file = None
     while True:
@@ -150,7 +163,12 @@ def collect_pod(
             ("pod", f"kube-pod:{info['pod_uid']}:{info['qos']}"),
         ]
         try:
-            rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
+            if th is None:
+                rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
+            else:
+                rc, stderr, summary = _stream_sampler(
+                    core, cfg, sampler, targets, left + TRACE_LATE_S, csv, log, on_start, until=trace_ended
+                )
         except Exception as e:
             # an exec that broke off (its websocket closed without an exit status): if the
             # target went away meanwhile, that is the news; otherwise the error itself
@@ -199,7 +217,7 @@ def collect_pod(
         info["container_id"] = new_id
         to_meta(out / "meta.json", meta)
     if th is not None:
-        th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
+        th.join(timeout=max(1.0, deadline + TRACE_LATE_S - time.monotonic()) if gone is None else 5)
         meta["trace"] = dict(trace_res)
         if not trace_res.get("complete"):
             log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")

@@ -110,11 +110,14 @@ class _SamplerStderr:
             f.write(",".join(_csv_field(row.get(c)) for c in LIMITS_COLUMNS) + "\n")
 
 
-def sampler_argv(cfg: CollectConfig, targets: list[tuple[str, str]], seconds: float) -> list[str]:
+def sampler_argv(
+    cfg: CollectConfig, targets: list[tuple[str, str]], seconds: float, stop_on_stdin: bool = False
+) -> list[str]:
     """The sampler's command line: one ``--cgroup NAME=SPEC`` per level (cpu_stat.csv's
     ``cgroup`` column then names the level of each row), every level's limits as JSON lines
-    on stderr, the node's /proc/stat and the summary there too."""
-    argv = ["/gmp-sampler", "--root", SAMPLER_ROOT]
+    on stderr, the node's /proc/stat and the summary there too. With ``stop_on_stdin`` the run
+    also ends when a line is written to its stdin (``seconds`` is then the longest it runs)."""
+    argv = ["/gmp-sampler", "--root", SAMPLER_ROOT, *(["--stop-on-stdin"] if stop_on_stdin else [])]
     for name, spec in targets:
         argv += ["--cgroup", f"{name}={spec}"]
     return argv + [
@@ -143,12 +146,15 @@ def _stream_sampler(
     csv: Path,
     log: Callable[[str], None],
     on_start: Callable[[dict[str, Any]], None] | None = None,
+    until: Callable[[], bool] | None = None,
 ) -> tuple[int | None, str, dict[str, Any] | None]:
     """Exec the sampler on ``targets`` ((level name, cgroup spec) pairs, the process's own
     first) and append its CSV rows to ``csv`` as they arrive, its host rows to host_stat.csv
-    and its limits rows to limits.csv beside it. Returns (exit code, stderr prose, the
-    sampler's summary; or its start facts flagged ``summary_missing`` when it died without
-    one; or its ``error`` facts alone when it could not start; or None)."""
+    and its limits rows to limits.csv beside it. With ``until``, the sampler runs for at most
+    ``seconds`` and is told to stop (a line on its stdin: an exec cannot be signalled) as soon
+    as ``until()`` is true, asked about once a second or more often. Returns (exit code,
+    stderr prose, the sampler's summary; or its start facts flagged ``summary_missing`` when
+    it died without one; or its ``error`` facts alone when it could not start; or None)."""
     from kubernetes.stream import stream
 
     resp = _call(
@@ -159,9 +165,9 @@ def _stream_sampler(
         private(core).connect_get_namespaced_pod_exec,
         sampler,
         cfg.sampler_namespace,
-        command=sampler_argv(cfg, targets, seconds),
+        command=sampler_argv(cfg, targets, seconds, stop_on_stdin=until is not None),
         stderr=True,
-        stdin=False,
+        stdin=until is not None,
         stdout=True,
         tty=False,
         _preload_content=False,
@@ -170,8 +176,12 @@ def _stream_sampler(
     skip_header = csv.exists() and csv.stat().st_size > 0
     err = _SamplerStderr(csv.with_name("host_stat.csv"), log, csv.with_name("limits.csv"), on_start)
     pending = ""
+    told = False
     with open(csv, "a") as f:
         while True:
+            if until is not None and not told and resp.is_open() and until():
+                resp.write_stdin("stop\n")
+                told = True
             resp.update(timeout=1)
             if resp.peek_stdout():
                 pending += resp.read_stdout()

@@ -21,6 +21,8 @@ type config struct {
 	hostEvery time.Duration
 	idle      bool
 	flush     time.Duration
+	// stopOnStdin: the run also ends at the first byte on stdin or at its end
+	stopOnStdin bool
 	// limitsOut: "", a CSV file, or "stderr"; limitsEvery: between reads of the limit
 	// files (0: at every tick)
 	limitsOut   string
@@ -54,6 +56,9 @@ func (c *config) register(fs *flag.FlagSet) {
 			"(\"stderr\": one {\"limits\":{...}} JSON line per row on stderr; \"\": off)")
 	fs.DurationVar(&c.limitsEvery, "limits-every", 10*time.Millisecond,
 		"interval between reads of the limit files (0: at every sampling tick); a change is dated to within it")
+	fs.BoolVar(&c.stopOnStdin, "stop-on-stdin", false,
+		"also stop at the first byte on stdin or when stdin closes (an exec through the Kubernetes API cannot signal "+
+			"the process it started, but can write to its stdin); without a stdin the run ends at once")
 	fs.DurationVar(&c.flush, "flush", 10*time.Millisecond,
 		"write buffered rows at least this often (0: one write per row); a killed sampler loses at most this much")
 }

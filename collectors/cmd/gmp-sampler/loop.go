@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -75,7 +74,7 @@ func (s *sampler) run() {
 		ts := unix.NsecToTimespec(deadline)
 		sleepUntil(&ts)
 		if sig := s.stop.Load(); sig != 0 {
-			s.sum.StopReason = syscall.Signal(sig).String()
+			s.sum.StopReason = stopReason(sig)
 			return
 		}
 		now := monoNs()

@@ -210,3 +210,48 @@ func TestRunAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per 3 ms run (%d rows)", allocs, sum.Rows)
 	}
 }
+
+// A collector exec'd through the API server ends the run by writing to stdin or closing it:
+// the loop stops at the next tick, as for a signal, with exit 0 and its rows written.
+func TestStdinEndsTheRun(t *testing.T) {
+	for _, how := range []string{"line", "close"} {
+		t.Run(how, func(t *testing.T) {
+			s, sum, out, _ := newTestSampler(t, "--cgroup", "g", "--interval", "1ms")
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pr.Close()
+			watchStdin(s.stop, pr)
+			s.begin(time.Minute)
+			done := make(chan struct{})
+			go func() { s.run(); close(done) }()
+			time.Sleep(50 * time.Millisecond)
+			if how == "line" {
+				_, err = pw.Write([]byte("stop\n"))
+			} else {
+				err = pw.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			asked := monoNs()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the run did not end 5 s after stdin said so")
+			}
+			s.finish()
+			pw.Close()
+			if sum.StopReason != "stdin" || s.exitCode() != 0 || sum.Rows == 0 {
+				t.Errorf("stop %q, exit %d, rows %d", sum.StopReason, s.exitCode(), sum.Rows)
+			}
+			if sum.MonoEndNs > asked+int64(time.Second) {
+				t.Errorf("last row %d ms after stdin ended the run", (sum.MonoEndNs-asked)/1e6)
+			}
+			if _, rows := readRows(t, out); uint64(len(rows)) != sum.Rows {
+				t.Errorf("%d rows in the file, %d counted", len(rows), sum.Rows)
+			}
+		})
+	}
+}

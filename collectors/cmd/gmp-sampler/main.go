@@ -28,6 +28,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -64,6 +65,9 @@ func main() {
 		defer hs.close()
 	}
 	stop := notifyStop()
+	if cfg.stopOnStdin {
+		watchStdin(stop, os.Stdin)
+	}
 
 	sum := newSummary(&cfg, targets, hs)
 	var ls *limitsSeries
@@ -109,6 +113,28 @@ func notifyStop() *atomic.Int32 {
 		stop.Store(int32(s.(syscall.Signal)))
 	}()
 	return &stop
+}
+
+// stopByStdin is what the stop store holds when stdin ended the run: signals are positive.
+const stopByStdin = -1
+
+// watchStdin ends the run (as a signal would) at the first byte read from r, its end or a
+// failed read: a collector that exec'd the sampler through the API server writes a line or
+// closes the stream when it has what it needs.
+func watchStdin(stop *atomic.Int32, r io.Reader) {
+	go func() {
+		var b [1]byte
+		_, _ = io.ReadFull(r, b[:])
+		stop.CompareAndSwap(0, stopByStdin)
+	}()
+}
+
+// stopReason is the summary's stop_reason for a value of the stop store.
+func stopReason(v int32) string {
+	if v == stopByStdin {
+		return "stdin"
+	}
+	return syscall.Signal(v).String()
 }
 
 func fatalf(format string, a ...any) {
