@@ -80,7 +80,7 @@ def run_collect(monkeypatch, tmp_path):
     def go(core, exec_fn, **cfg):
         monkeypatch.setattr(kcollect, "_sampler_pod", lambda core, cfg, node: "gmp-sampler-abcde")
 
-        def fake_stream(core, cfg, sampler, targets, seconds, csv, log, on_start=None):
+        def fake_stream(core, cfg, sampler, targets, seconds, csv, log, on_start=None, until=None):
             return exec_fn(csv)
 
         monkeypatch.setattr(kcollect, "_stream_sampler", fake_stream)

@@ -122,7 +122,7 @@ def test_collect_from_a_hostile_api_server_writes_inside_out(fake_api, tmp_path,
     _FakeApi.target = _pod(hostile, "../" + hostile, "../c/" + hostile)
     out = tmp_path / "deep" / "out"
 
-    def fake_exec(core, cfg, sampler, targets, left, csv, log, on_start):
+    def fake_exec(core, cfg, sampler, targets, left, csv, log, on_start, until=None):
         # the exec's websocket is not spoken by the fake server: a sampler that wrote nothing
         assert sampler == "gmp-sampler-abcde"
         return 0, "", None
@@ -156,7 +156,7 @@ def test_bundle_dir_guard(tmp_path, monkeypatch):
 def test_a_pod_named_dotdot_is_refused_and_writes_nothing(fake_api, tmp_path, monkeypatch):
     # the client sends GET .../pods/.. which HTTP normalises away: the read finds no pod
     _FakeApi.target = _pod("..", "default", "app")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a: (0, "", None))
+    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
     out = tmp_path / "out"
     cfg = CollectConfig(
         namespace="default", selector="app=x", out=out, kubeconfig=str(fake_api), pprof_port=None, duration_s=1
@@ -168,7 +168,7 @@ def test_a_pod_named_dotdot_is_refused_and_writes_nothing(fake_api, tmp_path, mo
 
 def test_a_hostile_node_name_does_not_reach_the_field_selector(fake_api, tmp_path, monkeypatch):
     _FakeApi.target = _pod("demo", "default", "app", node="node0,metadata.name!=x")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a: (0, "", None))
+    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
     cfg = CollectConfig(
         namespace="default", pod="demo", out=tmp_path / "out", kubeconfig=str(fake_api), pprof_port=None, duration_s=1
     )
@@ -181,7 +181,7 @@ def test_the_command_line_prints_a_hostile_name_escaped(fake_api, tmp_path, monk
     from gmpanalysis import cli
 
     _FakeApi.target = _pod("../x\x1b[2J\nforged line", "default", "app")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a: (0, "", None))
+    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
     out = tmp_path / "out"
     out.mkdir()
     argv = ["collect", "--kubeconfig", str(fake_api), "-n", "default", "-l", "app=x", "--out", str(out)]

@@ -132,3 +132,93 @@ def test_gomaxprocs_and_go_version_from_the_trace_when_unknown(tmp_path):
     m2 = {"pod": "p", "gomaxprocs_effective": None, "go_version": None}
     facts_from_trace(m2, bad, logged.append)
     assert m2["gomaxprocs_effective"] is None and "does not tell" in logged[0]
+
+
+class _FakeExec:
+    """The sampler's exec as the client's WSClient presents it (no cluster): a CSV row per
+    update() while it runs; a line on its stdin ends it (gmp-sampler --stop-on-stdin), its
+    summary on stderr and exit 0. ``gone_before_write``: it ended on its own just as it was
+    told (its time cap), so the write fails as on a closed socket."""
+
+    def __init__(self, gone_before_write: bool = False) -> None:
+        self.out, self.err = ["t_ns,read_ns\n"], []
+        self.writes: list[str] = []
+        self.rows = 0
+        self.open = True
+        self.returncode: int | None = None
+        self.gone_before_write = gone_before_write
+
+    def update(self, timeout: float = 0) -> None:
+        if self.open:
+            self.rows += 1
+            self.out.append(f"{self.rows},1\n")
+
+    def peek_stdout(self) -> bool:
+        return bool(self.out)
+
+    def read_stdout(self) -> str:
+        s, self.out = "".join(self.out), []
+        return s
+
+    def peek_stderr(self) -> bool:
+        return bool(self.err)
+
+    def read_stderr(self) -> str:
+        s, self.err = "".join(self.err), []
+        return s
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def _end(self, reason: str) -> None:
+        self.err.append(json.dumps({"summary": {"stop_reason": reason}}) + "\n")
+        self.open, self.returncode = False, 0
+
+    def write_stdin(self, data: str) -> None:
+        self.writes.append(data)
+        if self.gone_before_write:
+            self._end("duration")
+            raise BrokenPipeError(32, "Broken pipe")
+        self._end("stdin")
+
+
+@pytest.mark.parametrize("gone_before_write", [False, True])
+def test_the_sampler_is_told_to_stop_through_its_stdin_once_until_says_so(tmp_path, monkeypatch, gone_before_write):
+    pytest.importorskip("kubernetes", reason="the [kube] extra is not installed")
+    from types import SimpleNamespace
+
+    from gmpanalysis.kube import sampler as ksampler
+
+    fake = _FakeExec(gone_before_write)
+    calls = []
+
+    def stream(fn, name, ns, **kw):
+        calls.append(kw)
+        return fake
+
+    monkeypatch.setattr("kubernetes.stream.stream", stream)
+    monkeypatch.setattr(ksampler, "private", lambda core: SimpleNamespace(connect_get_namespaced_pod_exec=None))
+    asked = []
+
+    def until() -> bool:
+        asked.append(fake.rows)
+        return fake.rows >= 5  # the window has passed and the trace has ended
+
+    csv = tmp_path / "cpu_stat.csv"
+    targets = [("container", f"kube-container:{UID}:Burstable:{CID}")]
+    rc, _, summary = ksampler._stream_sampler(
+        None, CollectConfig(namespace="ns", pod="p"), "s", targets, 70.0, csv, lambda m: None, until=until
+    )
+    argv = calls[0]["command"]
+    assert calls[0]["stdin"] is True and "--stop-on-stdin" in argv and argv[argv.index("--duration") + 1] == "70.000s"
+    # told once, at the first check after until() turned true; the rows up to then are kept
+    assert fake.writes == ["stop\n"] and asked[-1] == 5
+    assert rc == 0 and summary["stop_reason"] == ("duration" if gone_before_write else "stdin")
+    assert csv.read_text().splitlines() == ["t_ns,read_ns", *[f"{i},1" for i in range(1, 6)]]
+    # without until: no stdin, no flag, the duration as given
+    calls.clear()
+    fake2 = _FakeExec()
+    monkeypatch.setattr("kubernetes.stream.stream", lambda fn, name, ns, **kw: calls.append(kw) or fake2)
+    fake2.update = lambda timeout=0: fake2._end("duration")  # type: ignore[method-assign]
+    ksampler._stream_sampler(None, CollectConfig(namespace="ns", pod="p"), "s", targets, 10.0, csv, lambda m: None)
+    assert calls[0]["stdin"] is False and "--stop-on-stdin" not in calls[0]["command"] and fake2.writes == []

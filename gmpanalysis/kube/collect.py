@@ -41,9 +41,11 @@ from .sampler import (
 from .target import _gone_reason, _pod_gone, _sampler_pod, _wait_for_container, describe
 from .trace import _fetch_trace, facts_from_trace
 
-# how long past the window the samples wait for a trace still arriving (the trace's own
-# socket allows the window + 30 s per read)
+# how long past the window the samples wait for a trace still arriving
 TRACE_LATE_S = 60.0
+# how long the samples go on after the trace's body has ended: past the CFS boundaries that
+# close the periods holding its last events (the node agent waits as long)
+TRACE_TAIL_NS = 300_000_000
 
 
 def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> Any:
@@ -148,7 +150,12 @@ def collect_pod(
         # throttled, overloaded process serves /debug/pprof/trace late (measured: its trace
         # began 15 s after the request at 0.3 CPU with a backlog), and the samples must
         # cover the trace's whole span to place its events in their periods
-        return time.monotonic() >= deadline and (th is None or not th.is_alive())
+        if time.monotonic() < deadline:
+            return False
+        if th is None:
+            return True
+        done = trace_res.get("mono_done_ns")
+        return not th.is_alive() and done is not None and time.monotonic_ns() - done >= TRACE_TAIL_NS
 
     gone = None
     bad_file = None
@@ -185,13 +192,21 @@ def collect_pod(
             _record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():
             meta["mono_start_ns"] = _first_t(csv)
-        if rc == 0 or deadline - time.monotonic() <= 0.05:
+        if rc == 0:
             break
         stop = str((summary or {}).get("stop_reason", ""))
         bad_file = sampler_error((summary or {}).get("error"))
         if bad_file is not None:
             # a cgroup file not as the kernel writes it: the node's data is the news, not the pod
             gone = str(bad_file)
+            break
+        if deadline - time.monotonic() <= 0.05:
+            if th is not None:
+                # past the window, while the samples waited for the trace: the window is whole
+                meta.setdefault("notes", []).append(
+                    f"the samples end before the trace may: the sampler stopped past the window "
+                    f"(exit {rc}: {stop or stderr.strip()[-200:]})"
+                )
             break
         # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
         if not stop.startswith("cgroup gone") and rc != 3:
@@ -200,6 +215,11 @@ def collect_pod(
             # "not found" depends only on when it happened. Ask the API which it was.
             why, _ = _pod_gone(core, cfg, info)
             sampler_said = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
+            if "flag provided but not defined" in stderr:
+                sampler_said += (
+                    f"; the sampler image of {sampler} is older than this collector: rebuild and roll out "
+                    "gmp-sampler (collectors/deploy/README.md)"
+                )
             gone = f"{why}; {sampler_said}" if why else sampler_said
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
@@ -207,7 +227,7 @@ def collect_pod(
         gone, new_id = _wait_for_container(core, cfg, info, deadline)
         if gone or new_id is None:
             if new_id is None and not gone:
-                meta["notes"] = ["the container exited and did not come back within the window"]
+                meta.setdefault("notes", []).append("the container exited and did not come back within the window")
             break
         log(
             f"{info['pod']}: container restarted ({info['container_id']} -> {new_id}); "
@@ -217,7 +237,12 @@ def collect_pod(
         info["container_id"] = new_id
         to_meta(out / "meta.json", meta)
     if th is not None:
-        th.join(timeout=max(1.0, deadline + TRACE_LATE_S - time.monotonic()) if gone is None else 5)
+        if gone is None and th.is_alive():
+            meta.setdefault("notes", []).append(
+                f"the trace was still arriving {TRACE_LATE_S:.0f} s past the window, when the samples ended: "
+                "its last part has no samples"
+            )
+        th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
         meta["trace"] = dict(trace_res)
         if not trace_res.get("complete"):
             log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")

@@ -156,6 +156,7 @@ def _stream_sampler(
     stderr prose, the sampler's summary; or its start facts flagged ``summary_missing`` when
     it died without one; or its ``error`` facts alone when it could not start; or None)."""
     from kubernetes.stream import stream
+    from websocket import WebSocketException
 
     resp = _call(
         stream,
@@ -180,8 +181,12 @@ def _stream_sampler(
     with open(csv, "a") as f:
         while True:
             if until is not None and not told and resp.is_open() and until():
-                resp.write_stdin("stop\n")
                 told = True
+                try:
+                    resp.write_stdin("stop\n")
+                except (OSError, WebSocketException):
+                    pass  # it ended meanwhile (its own time cap, its cgroup gone): its status follows
+
             resp.update(timeout=1)
             if resp.peek_stdout():
                 pending += resp.read_stdout()

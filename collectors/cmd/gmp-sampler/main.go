@@ -13,7 +13,7 @@
 // change: t_ns,prev_ns,cgroup,period_us,quota_us,burst_us (limits.go).
 //
 // Where the cgroup's files are and how they parse is internal/cgroup's. Exit status: 0 at
-// the end of --duration or on a signal, 2 when nothing could be sampled (bad arguments, no
+// the end of --duration, on a signal or (with --stop-on-stdin) at stdin's first byte or end, 2 when nothing could be sampled (bad arguments, no
 // such cgroup, files that do not parse at the first read), 3 when a sampled cgroup went
 // away (its files no longer read), 4 when a later read did not parse (the summary's
 // stop_reason quotes the file and line; no row is written for it). With --summary, exits
