@@ -3,12 +3,15 @@
     .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR]
 
 The store is made of the shipped example runs (fixtures/runs, real lab captures), each
-stored N / 8 times re-labelled as another pod of another workload (meta.json's cluster,
-namespace, pod and capture changed, nothing else): real data, not real diversity. Each
-worker count gets its own output directory; the run prints, per worker count, the wall
-time, bundles/s and cpu.stat samples/s, the scaling ratio (2 workers against 1), and each
-worker's peak memory (VmHWM from /proc/self/status, read inside the worker after its
-tasks). Not a test; numbers move with the machine and whatever else runs on it.
+stored N / 8 times re-labelled as another pod (meta.json's cluster, namespace, pod and
+capture changed, nothing else): bundle i is pod RUN-i in cluster bench{i % 4}, namespace
+ns{i % 10}, so the pods of one run in one cluster and namespace are one workload's (a
+StatefulSet's names): 40 workloads, N / 40 captures each. Real data, not real diversity.
+Each worker count gets its own output directory; the run prints, per worker count, the
+wall time, bundles/s and cpu.stat samples/s, the advisor's runs (once per workload), the
+scaling ratio (2 workers against 1), and each worker's peak memory (VmHWM from
+/proc/self/status, read inside the worker after its tasks). Not a test; numbers move with
+the machine and whatever else runs on it.
 """
 
 from __future__ import annotations
@@ -81,9 +84,11 @@ def main() -> int:
                 wall = time.perf_counter() - t
                 peaks = client.run(vmhwm_mib)
         rates[w] = len(s) / wall
+        workloads = s.groupby(["cluster", "namespace", "workload"]).ngroups
         print(
             f"{w} worker(s): {wall:.1f} s, {len(s) / wall:.2f} bundles/s, {samples / wall:,.0f} samples/s, "
-            f"errors {int(s['error'].notna().sum())}, peak memory per worker (VmHWM) "
+            f"errors {int(s['error'].notna().sum())}, {workloads} workloads, advisor runs "
+            f"{int(s['advice_s'].notna().sum())} ({s['advice_s'].sum():.1f} s), peak memory per worker (VmHWM) "
             + ", ".join(f"{v:.0f} MiB" for v in peaks.values())
         )
     print(f"scaling 2 workers / 1: {rates[2] / rates[1]:.2f}x")

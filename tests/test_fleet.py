@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
-from gmpanalysis.fleet.compute import summarize_bundle
+from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, summarize_bundle
 from gmpanalysis.fleet.store import BUNDLES, fetch_bundle
 from gmpanalysis.timeline import df_conservation
 
@@ -118,6 +119,52 @@ def test_store_put_of_a_collectors_output_directory(tmp_path, capsys):
     assert capsys.readouterr().out == ""
     assert main(["store", "put", "--store", str(tmp_path / "store"), str(tmp_path / "no-such")]) != 0
     assert "not a directory" in capsys.readouterr().err
+
+
+def _rows(*spec: tuple[str, str, str, float]) -> pd.DataFrame:
+    """Summary rows (workload, capture, wall_start, limit_cpus) of one cluster and namespace."""
+    return pd.DataFrame(
+        [
+            {"key": f"c/n/{w}/p/{cap}", "cluster": "c", "namespace": "n", "workload": w, "pod": "p",
+             "capture": cap, "path": f"/{cap}", "error": None, "wall_start": ws, "limit_cpus": lim, "ncpu": 2.0}
+            for w, cap, ws, lim in spec
+        ]
+    )  # fmt: skip
+
+
+def _advised(*answers: tuple[str, str | None]) -> pd.DataFrame:
+    return pd.DataFrame({"key": [k for k, _ in answers], "advice": pd.array([a for _, a in answers], dtype="string")})
+
+
+def test_the_advisor_is_asked_once_per_workload_newest_first():
+    """Per workload: the latest bundle with a limit; where the advisor does not apply, the
+    next latest, up to ADVICE_TRIES; an answer stands until a newer bundle arrives."""
+    s = _rows(
+        ("a", "x1", "2026-01-01T00:00", 0.5),
+        ("a", "x3", "2026-01-03T00:00", 0.5),
+        ("a", "x2", "2026-01-02T00:00", 0.5),
+        ("a", "x4", "2026-01-04T00:00", np.nan),  # no limit: nothing to replay
+        ("b", "y1", "2026-01-01T00:00", 1.0),
+    )
+    none = _advised()
+    assert sorted(advice_todo(s, none)["capture"]) == ["x3", "y1"]
+    said = _advised(("c/n/a/p/x3", None), ("c/n/b/p/y1", "set it"))
+    assert list(advice_todo(s, said)["capture"]) == ["x2"]
+    assert advice_todo(s, _advised(*said.itertuples(index=False), ("c/n/a/p/x2", "keep it"))).empty
+    # a newer bundle of a: asked about; b's answer stands
+    s2 = pd.concat([s, _rows(("a", "x5", "2026-01-05T00:00", 0.5))], ignore_index=True)
+    assert list(advice_todo(s2, _advised(*said.itertuples(index=False), ("c/n/a/p/x2", "keep it")))["capture"]) == [
+        "x5"
+    ]
+    # a workload the advisor never answers: asked about its newest ADVICE_TRIES, then left
+    many = _rows(*[("c", f"z{i}", f"2026-02-{i + 1:02d}T00:00", 0.5) for i in range(ADVICE_TRIES + 2)])
+    asked: list[tuple[str, None]] = []
+    while not (t := advice_todo(many, _advised(*asked))).empty:
+        asked.append((t["key"].iloc[0], None))
+    assert [k.rsplit("/", 1)[1] for k, _ in asked] == [f"z{i}" for i in range(ADVICE_TRIES + 1, 1, -1)]
+    # an errored bundle is never asked
+    bad = _rows(("d", "e1", "2026-01-01T00:00", 0.5)).assign(error="cpu_stat.csv: empty")
+    assert advice_todo(bad, none).empty
 
 
 def test_damaged_summary_and_unwritable_report_are_named(tmp_path):
@@ -223,11 +270,29 @@ def test_fleet_on_a_local_cluster(tmp_path):
     wl = df_fleet_workloads(s)
     assert list(wl["frozen_cpu_s_per_h"]) == sorted(wl["frozen_cpu_s_per_h"], reverse=True)
     assert wl["advice"].notna().all() and (wl["limit_cpus"] == 0.5).all()
+    # the advisor ran once per workload (here one bundle each) and said what advise() says
+    assert len(read_advice(str(store / "derived"))) == len(wl) == 4
+    for r in s.itertuples():
+        t = gmp.advise(_load(ls.loc[r.key, "path"]), objective="throttle")
+        assert r.advice == t.attrs["recommendation"] and r.advice_gomaxprocs == t.iloc[0]["gomaxprocs"]
     report = (store / "derived" / "report.html").read_text()
     assert all(w in report for w in wl["workload"])
     again: list[str] = []
     s2 = fleet(store, workers=1, progress=False, on_result=lambda r: again.append(r["key"]))
     assert again == [] and s2["key"].tolist() == sorted(s["key"])
+    # a later capture of one workload: its summary row is added and the advisor asked about
+    # it alone; the workload's advice is now the new bundle's
+    later = tmp_path / "later" / SOME[0]
+    shutil.copytree(RUNS / SOME[0], later)
+    meta = json.loads((later / "meta.json").read_text())
+    meta.update(capture="later", wall_start="2099-01-01T00:00:00.000+00:00")
+    (later / "meta.json").write_text(json.dumps(meta))
+    put_bundle(later, store)
+    s3 = fleet(store, workers=1, progress=False)
+    adv = read_advice(str(store / "derived"))
+    assert len(s3) == 5 and len(adv) == 5 and adv["key"].str.endswith("/later").sum() == 1
+    w0 = df_fleet_workloads(s3).set_index("workload").loc[SOME[0]]
+    assert w0["bundles"] == 2 and w0["advice"] == s3.loc[s3["key"].str.endswith("/later"), "advice"].iloc[0]
     # plain directories, one of them damaged: its row says why, the others are analysed
     bad = tmp_path / "dirs" / "broken"
     shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
@@ -246,8 +311,8 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen:
 
 def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
     """A scheduler and two workers as separate processes (dask scheduler / dask worker, no
-    nanny: a killed worker stays dead). Eight bundles; at the first result a worker is
-    killed with SIGKILL, one that holds tasks at that moment. Dask moves its tasks to the
+    nanny: a killed worker stays dead). Eight bundles; as soon as a worker holds bundle
+    tasks it is killed with SIGKILL. Dask moves its tasks to the
     other worker, and the output holds every bundle once, each with its periods."""
     store = tmp_path / "store"
     for cluster in ("c1", "c2"):
@@ -289,18 +354,23 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
             watcher.wait_for_workers(2, timeout=60)
             killed: list[tuple[str, int]] = []
 
-            def kill_one(_row: dict) -> None:
-                """At the first result: SIGKILL a worker that holds tasks at that moment."""
-                if killed:
-                    return
-                info = watcher.scheduler_info()["workers"]
-                busy = [a for a, tasks in watcher.processing().items() if tasks]
-                addr_w = busy[0]
-                name = str(info[addr_w]["name"])
-                killed.append((name, len(watcher.processing()[addr_w])))
-                procs[1 + int(name[1:])].send_signal(signal.SIGKILL)
+            def kill_one() -> None:
+                """As soon as a worker holds bundle tasks: SIGKILL it (a task takes ~0.1 s)."""
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    held = {a: [t for t in ts if t.startswith("gmp-bundle-")] for a, ts in watcher.processing().items()}
+                    busy = [a for a, ts in held.items() if ts]
+                    if busy:
+                        name = str(watcher.scheduler_info()["workers"][busy[0]]["name"])
+                        procs[1 + int(name[1:])].send_signal(signal.SIGKILL)
+                        killed.append((name, len(held[busy[0]])))
+                        return
+                    time.sleep(0.002)
 
-            s = fleet(store, scheduler=addr, progress=False, on_result=kill_one)
+            killer = threading.Thread(target=kill_one, daemon=True)
+            killer.start()
+            s = fleet(store, scheduler=addr, progress=False)
+            killer.join(timeout=10)
         (name, held) = killed[0]
         assert held >= 1 and procs[1 + int(name[1:])].wait(timeout=10) == -signal.SIGKILL
         assert len(s) == 8 and s["key"].is_unique and s["error"].isna().all(), s[["key", "error"]]

@@ -1,12 +1,18 @@
 """Fleet analysis on Dask: every bundle's per-period table, computed once, in parallel.
 
 Each bundle is one task: load it (fetched into a local cache when it lives at a URL),
-build :func:`gmpanalysis.df_periods`, summarise it in one row, ask the what-if advisor
-where it applies, and write both as Parquet under OUT in the store's partitions (the
-periods first, the summary row last, each under a temporary name renamed into place). A
-bundle counts as processed when its summary row exists, so a task run twice (a worker
-lost mid-task, Dask retrying it) rewrites the same two files and the output still holds
-every bundle once; a second ``fleet`` over the same OUT skips what is done.
+build :func:`gmpanalysis.df_periods`, summarise it in one row, and write both as Parquet
+under OUT in the store's partitions (the periods first, the summary row last, each under a
+temporary name renamed into place). A bundle counts as processed when its summary row
+exists, so a task run twice (a worker lost mid-task, Dask retrying it) rewrites the same
+two files and the output still holds every bundle once; a second ``fleet`` over the same
+OUT skips what is done.
+
+The what-if advisor (most of a bundle's time: its replays) then runs once per workload, on
+its latest bundle with a limit (by meta.json wall_start), again one task each; where it
+does not apply to that bundle, the next latest is asked, up to :data:`ADVICE_TRIES`. Its
+answer is kept per bundle (a row under ``advice-v1/``, an empty one where it did not apply)
+and asked again only when a newer bundle of the workload arrives.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, partition_path
 PERIODS_DIR = "periods"
 # the summary rows' layout version is in the directory's name: rows of an earlier layout
 # (other columns, counts of other meaning) are neither read nor taken as processed
-SUMMARY_DIR = "summary-v2"
+SUMMARY_DIR = "summary-v3"
+ADVICE_DIR = "advice-v1"
 REPORT = "report.html"
+# the latest bundles of a workload the advisor is asked about, newest first, until one answers
+ADVICE_TRIES = 3
 
 # the summary row of a bundle: its key and partitions, then these (units in the names)
 SUMMARY_COLUMNS = [
@@ -50,11 +59,11 @@ SUMMARY_COLUMNS = [
     "gomaxprocs",
     "limit_cpus",
     "ncpu",
-    "advice",
-    "advice_limit_cpus",
-    "advice_gomaxprocs",
     "analysis_s",
 ]
+# the advisor's row of a bundle: its key, the sentence (null: the advisor did not apply), the
+# setting it recommends and the seconds it took
+ADVICE_COLUMNS = ["key", "advice", "advice_limit_cpus", "advice_gomaxprocs", "advice_s"]
 
 
 def _require() -> tuple[Any, Any]:
@@ -137,14 +146,13 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
-    row.update({"key": key, **parts, "path": path, "error": None, "advice": None})
+    row.update({"key": key, **parts, "path": path, "error": None})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = load_run(fetch_bundle(path) if "://" in path else path)
             per = analyze(run).periods.copy()
             row.update(summarize_bundle(run, per))
-            row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
         per.insert(0, "bundle", key)
         for c in per.columns:  # Parquet keeps pandas' nullable types; plain objects become text
             if per[c].dtype == object:
@@ -161,6 +169,52 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     row["analysis_s"] = time.perf_counter() - t0
     _write_parquet(_summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
     return row
+
+
+def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:
+    """One task: the advisor's row for a bundle (:data:`ADVICE_COLUMNS`), written under
+    ``out``; a bundle the advisor does not apply to (or that no longer loads) gives a row
+    without a sentence, so it is not asked again."""
+    import warnings
+
+    from ..bundle import load_run
+    from .store import fetch_bundle
+
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"key": key, "advice": None, "advice_limit_cpus": math.nan, "advice_gomaxprocs": math.nan}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run = load_run(fetch_bundle(path) if "://" in path else path)
+            row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
+    except GmpError:
+        pass  # its summary row already names what is wrong with the bundle
+    row["advice_s"] = time.perf_counter() - t0
+    df = pd.DataFrame([{k: _text(v) for k, v in row.items()}], columns=ADVICE_COLUMNS)
+    for c in ("key", "advice"):
+        df[c] = df[c].astype("string")
+    _write_parquet(df, out, f"{ADVICE_DIR}/{partition_path(parts)}/advice.parquet")
+    return row
+
+
+def advice_todo(summary: pd.DataFrame, advised: pd.DataFrame) -> pd.DataFrame:
+    """The summary rows the advisor is to be asked about next: per workload (cluster,
+    namespace, workload) without an answer yet, the latest of its bundles with a limit and a
+    CPU count (by wall_start, then capture) among the newest :data:`ADVICE_TRIES` that has
+    no advice row. ``advised``: the advice rows so far (:func:`read_advice`)."""
+    if summary.empty:
+        return summary
+    said = dict(zip(advised["key"], advised["advice"].notna(), strict=True))
+    ok = summary[summary["error"].isna() & np.isfinite(summary["limit_cpus"]) & np.isfinite(summary["ncpu"])]
+    picks = []
+    for _, g in ok.groupby(["cluster", "namespace", "workload"], sort=False, dropna=False):
+        for i, r in enumerate(g.sort_values(["wall_start", "capture"], ascending=False).itertuples(index=False)):
+            if i >= ADVICE_TRIES or said.get(r.key):
+                break  # answered (the newest answer stands), or asked often enough
+            if r.key not in said:
+                picks.append(r._asdict())
+                break
+    return pd.DataFrame(picks, columns=summary.columns)
 
 
 def _advice(run: Any) -> tuple[str | None, float, float]:
@@ -187,7 +241,7 @@ def _text(v: object) -> object:
 
 def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=SUMMARY_COLUMNS)
-    for c in ("key", *PARTS, "path", "error", "advice", "wall_start"):
+    for c in ("key", *PARTS, "path", "error", "wall_start"):
         df[c] = df[c].astype("string")
     for c in ("periods", "active_periods", "throttled_periods", "unknown_periods", "stw_spanning"):
         df[c] = pd.array(df[c].to_numpy(dtype=np.float64), dtype="Float64").round().astype("Int64")
@@ -215,23 +269,36 @@ def processed(out: str) -> set[str]:
     return keys
 
 
-def read_summary(out: str) -> pd.DataFrame:
-    """Every summary row under ``out``, one per bundle, sorted by key (columns:
-    :data:`SUMMARY_COLUMNS`)."""
+def _read_rows(out: str, sub: str, name: str, what: str) -> list[pd.DataFrame]:
     fs, root = fs_of(out)
-    files = sorted(fs.glob(f"{root}/{SUMMARY_DIR}/**/bundle.parquet"))
-    if not files:
-        return _summary_frame([])
     frames = []
-    for f in files:
+    for f in sorted(fs.glob(f"{root}/{sub}/**/{name}")):
         try:
             with fs.open(f, "rb") as h:
                 frames.append(pd.read_parquet(h))
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
             raise BundleError(
-                f"{f}: not a readable summary row ({e}); remove it and run fleet again to recompute that bundle"
+                f"{f}: not a readable {what} row ({e}); remove it and run fleet again to recompute that bundle"
             ) from None
-    df = pd.concat(frames, ignore_index=True)
+    return frames
+
+
+def read_advice(out: str) -> pd.DataFrame:
+    """Every advice row under ``out`` (columns: :data:`ADVICE_COLUMNS`), one per bundle asked."""
+    frames = _read_rows(out, ADVICE_DIR, "advice.parquet", "advice")
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="string" if c in ("key", "advice") else float) for c in ADVICE_COLUMNS})
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_summary(out: str) -> pd.DataFrame:
+    """Every summary row under ``out``, one per bundle, sorted by key, with the advisor's
+    answer where it was asked (columns: :data:`SUMMARY_COLUMNS`, then ``advice``,
+    ``advice_limit_cpus``, ``advice_gomaxprocs``, ``advice_s``: null/NaN for bundles not
+    asked, :func:`advise_bundle`)."""
+    frames = _read_rows(out, SUMMARY_DIR, "bundle.parquet", "summary")
+    df = pd.concat(frames, ignore_index=True) if frames else _summary_frame([])
+    df = df.merge(read_advice(out), on="key", how="left")
     return df.sort_values("key", kind="stable").reset_index(drop=True)
 
 
@@ -248,10 +315,12 @@ def fleet(
     ``out``, in parallel on Dask: a LocalCluster of ``workers`` processes (default: the
     CPUs) or the running cluster at ``scheduler`` (an address such as
     ``tcp://10.0.0.5:8786``; its workers must reach the bundles and ``out``). Writes the
-    periods and summary rows as Parquet under ``out`` (default: the store's derived/) and
-    the fleet report (``out``/report.html: :func:`gmpanalysis.fleet.report.to_fleet_report`),
-    and returns every summary row there (:func:`read_summary`). ``on_result`` is called with
-    each row as it lands."""
+    periods and summary rows as Parquet under ``out`` (default: the store's derived/), then
+    asks the what-if advisor once per workload whose latest bundle has no answer yet
+    (:func:`advice_todo`, :func:`advise_bundle`), writes the fleet report
+    (``out``/report.html: :func:`gmpanalysis.fleet.report.to_fleet_report`), and returns
+    every summary row there with its advice (:func:`read_summary`). ``on_result`` is called
+    with each summary row as it lands."""
     distributed, _ = _require()
     srcs = [str(sources)] if isinstance(sources, (str, os.PathLike)) else [str(s) for s in sources]
     if not srcs:
@@ -260,8 +329,19 @@ def fleet(
     bundles = list_bundles(srcs)
     done = processed(out_s)
     todo = bundles[~bundles["key"].isin(done)]
-    if len(todo):
-        _run(distributed, todo, out_s, scheduler, workers, progress, on_result)
+    pool = _Pool(distributed, scheduler, workers)
+    try:
+        if len(todo):
+            _map(pool, analyse_bundle, "bundle", todo, out_s, progress, on_result)
+        summary = read_summary(out_s)
+        # a round asks each workload still without an answer about its next latest bundle
+        for _ in range(ADVICE_TRIES):
+            picks = advice_todo(summary, read_advice(out_s))
+            if picks.empty:
+                break
+            _map(pool, advise_bundle, "advice", picks, out_s, progress, None)
+    finally:
+        pool.close()
     summary = read_summary(out_s)
     from .report import to_fleet_report
 
@@ -269,68 +349,92 @@ def fleet(
     return summary
 
 
-def _run(
-    distributed: Any,
-    todo: pd.DataFrame,
+class _Pool:
+    """The Dask client of a fleet run, made at the first task: a LocalCluster of ``workers``
+    processes, or the running cluster at ``scheduler``."""
+
+    def __init__(self, distributed: Any, scheduler: str | None, workers: int | None) -> None:
+        self.distributed, self.scheduler, self.workers = distributed, scheduler, workers
+        self.cluster: Any = None
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        import dask
+
+        if self.scheduler is None:
+            n = self.workers or os.cpu_count() or 1
+            # Dask's statistical profiler keeps every cycle's call-stack profile in the worker:
+            # over a fleet of bundles it grew a worker by ~1.2 MiB per bundle (VmRSS 260 -> 416
+            # MiB over 128 bundles; flat at 260 without it). Workers of a running scheduler are
+            # started by their owner: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False there.
+            with dask.config.set({"distributed.worker.profile.enabled": False}):
+                self.cluster = self.distributed.LocalCluster(
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+                )
+        try:
+            target = self.cluster if self.cluster is not None else self.scheduler
+            self._client = self.distributed.Client(target, timeout=30)
+        except OSError as e:
+            raise GmpError(
+                f"fleet: cannot reach the Dask scheduler at {self.scheduler} ({e}); is it running?"
+            ) from None
+        return self._client
+
+    def close(self) -> None:
+        try:
+            if self._client is not None:
+                self._client.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()
+
+
+def _map(
+    pool: _Pool,
+    task: Callable[..., dict[str, Any]],
+    kind: str,
+    rows: pd.DataFrame,
     out: str,
-    scheduler: str | None,
-    workers: int | None,
     progress: bool,
     on_result: Callable[[dict[str, Any]], None] | None,
 ) -> None:
-    import dask
+    """``task(path, key, parts, out)`` for every row on Dask (retried twice), with a progress
+    bar; a task that still fails is named in a :class:`GmpError` once all have ended."""
     from tqdm.auto import tqdm
 
-    cluster = None
-    if scheduler is None:
-        n = workers or os.cpu_count() or 1
-        # Dask's statistical profiler keeps every cycle's call-stack profile in the worker:
-        # over a fleet of bundles it grew a worker by ~1.2 MiB per bundle (VmRSS 260 -> 416
-        # MiB over 128 bundles; flat at 260 without it). Workers of a running scheduler are
-        # started by their owner: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False there.
-        with dask.config.set({"distributed.worker.profile.enabled": False}):
-            cluster = distributed.LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
-            )
+    client = pool.client()
+    futs = {
+        client.submit(
+            task,
+            r.path,
+            r.key,
+            {p: getattr(r, p) for p in PARTS},
+            out,
+            # one task per bundle and output: two fleets writing elsewhere do not share it
+            key=f"gmp-{kind}-{_task_id(r.key, r.path, out)}",
+            retries=2,
+            pure=False,
+        ): r.key
+        for r in rows.itertuples(index=False)
+    }
     failed: list[tuple[str, str]] = []
-    try:
+    bar = tqdm(total=len(futs), desc="fleet" if kind == "bundle" else kind, unit=kind, disable=not progress)
+    for fut in pool.distributed.as_completed(list(futs)):
+        bar.update(1)
         try:
-            client = distributed.Client(cluster if cluster is not None else scheduler, timeout=30)
-        except OSError as e:
-            raise GmpError(f"fleet: cannot reach the Dask scheduler at {scheduler} ({e}); is it running?") from None
-        with client:
-            futs = {
-                client.submit(
-                    analyse_bundle,
-                    r.path,
-                    r.key,
-                    {p: getattr(r, p) for p in PARTS},
-                    out,
-                    # one task per bundle and output: two fleets writing elsewhere do not share it
-                    key=f"gmp-bundle-{_task_id(r.key, r.path, out)}",
-                    retries=2,
-                    pure=False,
-                ): r.key
-                for r in todo.itertuples(index=False)
-            }
-            bar = tqdm(total=len(futs), desc="fleet", unit="bundle", disable=not progress)
-            for fut in distributed.as_completed(list(futs)):
-                bar.update(1)
-                try:
-                    row = fut.result()
-                except Exception as e:  # failed after Dask's retries (or its worker kept dying)
-                    failed.append((futs[fut], f"{type(e).__name__}: {e}"))
-                    continue
-                if on_result is not None:
-                    on_result(row)
-            bar.close()
-    finally:
-        if cluster is not None:
-            cluster.close()
+            row = fut.result()
+        except Exception as e:  # failed after Dask's retries (or its worker kept dying)
+            failed.append((futs[fut], f"{type(e).__name__}: {e}"))
+            continue
+        if on_result is not None:
+            on_result(row)
+    bar.close()
     if failed:
         key, why = failed[0]
         raise GmpError(
-            f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
+            f"fleet: {len(failed)} {kind} task(s) failed after retries and stay undone (the first, {key}: "
             f"{why[:300]}); the others are under {out}: run fleet again to retry them"
         )
 

@@ -6,7 +6,9 @@ partition values as columns::
 
     STORE/bundles/cluster=C/namespace=N/workload=W/pod=P/capture=ID/   the bundle's files
     STORE/derived/periods/cluster=C/.../capture=ID/periods.parquet     df_periods, keyed
-    STORE/derived/summary/.../capture=ID/bundle.parquet                one summary row
+    STORE/derived/summary-v3/.../capture=ID/bundle.parquet             one summary row
+    STORE/derived/advice-v1/.../capture=ID/advice.parquet              the advisor's answer
+                                                                       (latest bundles only)
 
 A bundle is stored as the collector wrote it (meta.json, cpu_stat.csv, trace.out, ...):
 the store never rewrites raw data. Its meta.json, which makes it visible, is written last
