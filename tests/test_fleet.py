@@ -25,7 +25,7 @@ import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
 from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, summarize_bundle
-from gmpanalysis.fleet.store import BUNDLES, fetch_bundle
+from gmpanalysis.fleet.store import BUNDLES, fetch_bundle, newest_first
 from gmpanalysis.timeline import df_conservation
 
 RUNS = Path("fixtures/runs")
@@ -302,6 +302,40 @@ def test_fleet_on_a_local_cluster(tmp_path):
     assert len(out) == 2 and out["error"].notna().sum() == 1
     assert "cpu_stat.csv" in out["error"].dropna().iloc[0]
     assert out["path"].str.endswith("ok \\xff").sum() == 1  # the undecodable byte as a backslash escape
+    assert out.loc[out["error"].isna(), "advice"].notna().all()  # the advisor opened it by its real path
+
+
+def test_a_bundle_the_advisor_cannot_load_is_named_after_the_report_is_written(tmp_path):
+    """A bundle damaged after its summary row was written (here: emptied as its row lands):
+    the advisor's task fails after Dask's retries; the report is still written, the error
+    names the bundle, and the next run asks again."""
+    for n in SOME[:2]:
+        shutil.copytree(RUNS / n, tmp_path / "dirs" / n)
+    victim = tmp_path / "dirs" / SOME[0]
+
+    def damage(row: dict) -> None:
+        if row["pod"] == SOME[0]:
+            (victim / "cpu_stat.csv").write_bytes(b"")
+
+    with pytest.raises(gmp.GmpError, match=r"the advisor failed on 1 bundle.*written without their advice"):
+        fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False, on_result=damage)
+    assert (tmp_path / "out" / "report.html").exists()
+    adv = read_advice(str(tmp_path / "out"))
+    assert len(adv) == 1 and SOME[1] in adv["key"].iloc[0]
+    shutil.copy(RUNS / SOME[0] / "cpu_stat.csv", victim / "cpu_stat.csv")
+    s = fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False)
+    assert s["advice"].notna().all() and len(read_advice(str(tmp_path / "out"))) == 2
+
+
+def test_newest_first_reads_wall_start_as_a_time():
+    rows = pd.DataFrame(
+        {
+            "wall_start": ["2026-01-01T10:00:00.000+02:00", "2026-01-01T09:30:00.000+00:00", "", None],
+            "capture": ["a", "b", "c", "d"],
+        }
+    )
+    # 09:30 UTC is after 10:00 at +02:00; rows without a time come last
+    assert list(newest_first(rows)["capture"]) == ["b", "a", "d", "c"]
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -311,8 +345,8 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen:
 
 def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
     """A scheduler and two workers as separate processes (dask scheduler / dask worker, no
-    nanny: a killed worker stays dead). Eight bundles; as soon as a worker holds bundle
-    tasks it is killed with SIGKILL. Dask moves its tasks to the
+    nanny: a killed worker stays dead). Eight bundles; once the first summary row has landed,
+    a worker that still holds bundle tasks is killed with SIGKILL. Dask moves its tasks to the
     other worker, and the output holds every bundle once, each with its periods."""
     store = tmp_path / "store"
     for cluster in ("c1", "c2"):
@@ -355,9 +389,13 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
             killed: list[tuple[str, int]] = []
 
             def kill_one() -> None:
-                """As soon as a worker holds bundle tasks: SIGKILL it (a task takes ~0.1 s)."""
+                """Once the first summary row has landed (the workers are running tasks), SIGKILL
+                a worker that still holds bundle tasks (a task takes ~0.1 s)."""
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline:
+                    if not any((store / "derived").glob("summary-*/**/bundle.parquet")):
+                        time.sleep(0.002)
+                        continue
                     held = {a: [t for t in ts if t.startswith("gmp-bundle-")] for a, ts in watcher.processing().items()}
                     busy = [a for a, ts in held.items() if ts]
                     if busy:

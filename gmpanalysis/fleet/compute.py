@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BundleError, GmpError, UsageError
-from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, partition_path
+from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, newest_first, partition_path
 
 PERIODS_DIR = "periods"
 # the summary rows' layout version is in the directory's name: rows of an earlier layout
@@ -167,14 +167,18 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     # anything else (a lost connection to the store, a bug) propagates: Dask retries the
     # task, and the fleet names the bundles that still failed; they stay unprocessed
     row["analysis_s"] = time.perf_counter() - t0
+    fs, root = fs_of(out)
+    advised = f"{root}/{ADVICE_DIR}/{partition_path(parts)}/advice.parquet"
+    if fs.exists(advised):  # an answer about an earlier version of this bundle
+        fs.rm(advised)
     _write_parquet(_summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
     return row
 
 
 def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:
     """One task: the advisor's row for a bundle (:data:`ADVICE_COLUMNS`), written under
-    ``out``; a bundle the advisor does not apply to (or that no longer loads) gives a row
-    without a sentence, so it is not asked again."""
+    ``out``; a bundle the advisor does not apply to gives a row without a sentence, so it is
+    not asked again. A bundle that no longer loads raises: no row, asked again next time."""
     import warnings
 
     from ..bundle import load_run
@@ -182,13 +186,10 @@ def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {"key": key, "advice": None, "advice_limit_cpus": math.nan, "advice_gomaxprocs": math.nan}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run = load_run(fetch_bundle(path) if "://" in path else path)
-            row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
-    except GmpError:
-        pass  # its summary row already names what is wrong with the bundle
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = load_run(fetch_bundle(path) if "://" in path else path)
+        row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
     row["advice_s"] = time.perf_counter() - t0
     df = pd.DataFrame([{k: _text(v) for k, v in row.items()}], columns=ADVICE_COLUMNS)
     for c in ("key", "advice"):
@@ -200,15 +201,16 @@ def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[
 def advice_todo(summary: pd.DataFrame, advised: pd.DataFrame) -> pd.DataFrame:
     """The summary rows the advisor is to be asked about next: per workload (cluster,
     namespace, workload) without an answer yet, the latest of its bundles with a limit and a
-    CPU count (by wall_start, then capture) among the newest :data:`ADVICE_TRIES` that has
-    no advice row. ``advised``: the advice rows so far (:func:`read_advice`)."""
+    CPU count (:func:`~gmpanalysis.fleet.store.newest_first`) among the newest
+    :data:`ADVICE_TRIES` that has no advice row. ``advised``: the advice rows so far
+    (:func:`read_advice`)."""
     if summary.empty:
         return summary
     said = dict(zip(advised["key"], advised["advice"].notna(), strict=True))
     ok = summary[summary["error"].isna() & np.isfinite(summary["limit_cpus"]) & np.isfinite(summary["ncpu"])]
     picks = []
     for _, g in ok.groupby(["cluster", "namespace", "workload"], sort=False, dropna=False):
-        for i, r in enumerate(g.sort_values(["wall_start", "capture"], ascending=False).itertuples(index=False)):
+        for i, r in enumerate(newest_first(g).itertuples(index=False)):
             if i >= ADVICE_TRIES or said.get(r.key):
                 break  # answered (the newest answer stands), or asked often enough
             if r.key not in said:
@@ -227,6 +229,8 @@ def _advice(run: Any) -> tuple[str | None, float, float]:
     try:
         t = advise(run, objective="throttle")
     except GmpError:
+        return None, math.nan, math.nan
+    if t.empty:
         return None, math.nan, math.nan
     best = t.iloc[0]
     return str(t.attrs.get("recommendation")), float(best["limit_cpu"]), float(best["gomaxprocs"])
@@ -330,22 +334,42 @@ def fleet(
     done = processed(out_s)
     todo = bundles[~bundles["key"].isin(done)]
     pool = _Pool(distributed, scheduler, workers)
+    unadvised: list[tuple[str, str]] = []
     try:
         if len(todo):
-            _map(pool, analyse_bundle, "bundle", todo, out_s, progress, on_result)
+            failed = _map(pool, analyse_bundle, "bundle", todo, out_s, progress, on_result)
+            if failed:
+                key, why = failed[0]
+                raise GmpError(
+                    f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
+                    f"{why[:300]}); the others are under {out_s}: run fleet again to retry them"
+                )
         summary = read_summary(out_s)
+        # the paths as listed: a summary row holds a path as text (undecodable bytes escaped)
+        listed = dict(zip(bundles["key"], bundles["path"], strict=True))
         # a round asks each workload still without an answer about its next latest bundle
         for _ in range(ADVICE_TRIES):
+            left_out = {k for k, _ in unadvised}
             picks = advice_todo(summary, read_advice(out_s))
+            picks = picks[~picks["key"].isin(left_out)]
             if picks.empty:
                 break
-            _map(pool, advise_bundle, "advice", picks, out_s, progress, None)
+            # object, not text: a path may hold undecodable bytes (lone surrogates)
+            paths = [listed.get(k, p) for k, p in zip(picks["key"], picks["path"], strict=True)]
+            picks = picks.drop(columns="path").assign(path=pd.Series(paths, index=picks.index, dtype=object))
+            unadvised += _map(pool, advise_bundle, "advice", picks, out_s, progress, None)
     finally:
         pool.close()
     summary = read_summary(out_s)
     from .report import to_fleet_report
 
     to_fleet_report(summary, f"{out_s.rstrip('/')}/{REPORT}")
+    if unadvised:
+        key, why = unadvised[0]
+        raise GmpError(
+            f"fleet: the advisor failed on {len(unadvised)} bundle(s) after retries (the first, {key}: {why[:300]}); "
+            f"the report {out_s.rstrip('/')}/{REPORT} is written without their advice: run fleet again to retry them"
+        )
     return summary
 
 
@@ -399,9 +423,9 @@ def _map(
     out: str,
     progress: bool,
     on_result: Callable[[dict[str, Any]], None] | None,
-) -> None:
+) -> list[tuple[str, str]]:
     """``task(path, key, parts, out)`` for every row on Dask (retried twice), with a progress
-    bar; a task that still fails is named in a :class:`GmpError` once all have ended."""
+    bar; returns the (key, error) of the tasks that still failed."""
     from tqdm.auto import tqdm
 
     client = pool.client()
@@ -431,12 +455,7 @@ def _map(
         if on_result is not None:
             on_result(row)
     bar.close()
-    if failed:
-        key, why = failed[0]
-        raise GmpError(
-            f"fleet: {len(failed)} {kind} task(s) failed after retries and stay undone (the first, {key}: "
-            f"{why[:300]}); the others are under {out}: run fleet again to retry them"
-        )
+    return failed
 
 
 def _task_id(*parts: str) -> str:

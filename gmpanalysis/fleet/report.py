@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import GmpError
+from .store import newest_first
 
 
 def _pct(num: pd.Series, den: pd.Series) -> float:
@@ -48,8 +49,8 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
         span = float(ok["span_s"].sum())
         hours = span / 3600
         traced = float(ok["trace_s"].sum())
-        adv = ok.dropna(subset=["advice"]).sort_values(["wall_start", "capture"])
-        last = adv.iloc[-1] if len(adv) else None
+        adv = newest_first(ok.dropna(subset=["advice"]))
+        last = adv.iloc[0] if len(adv) else None
         gm, lim = float(ok["gomaxprocs"].median()), float(ok["limit_cpus"].median())
         rows.append(
             {

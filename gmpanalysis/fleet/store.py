@@ -61,6 +61,15 @@ def _safe(v: object, default: str) -> str:
     return s[:100] or default
 
 
+def newest_first(rows: pd.DataFrame) -> pd.DataFrame:
+    """Bundle rows (with ``wall_start`` and ``capture``) from the newest to the oldest: by
+    meta.json's wall_start as a time (any UTC offset), rows without one last, then by
+    capture."""
+    t = pd.to_datetime(rows["wall_start"].astype("string"), utc=True, errors="coerce", format="ISO8601")
+    order = rows.assign(_t=t).sort_values(["_t", "capture"], ascending=False, na_position="last", kind="stable")
+    return order.drop(columns="_t")
+
+
 def workload_of(meta: dict[str, Any]) -> str:
     """The workload a bundle belongs to: meta.json ``workload`` where the collector named it,
     else the pod's controller (``owner``: a ReplicaSet's Deployment), else the owner's name
