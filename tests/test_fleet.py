@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -345,19 +344,22 @@ def _start(cmd: list[str], log: Path) -> subprocess.Popen:
 
 def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
     """A scheduler and two workers as separate processes (dask scheduler / dask worker, no
-    nanny: a killed worker stays dead). Eight bundles; once the first summary row has landed,
-    a worker that still holds bundle tasks is killed with SIGKILL. Dask moves its tasks to the
-    other worker, and the output holds every bundle once, each with its periods."""
+    nanny: a killed worker stays dead). 24 bundles (three captures of each of eight
+    workloads; a task takes ~0.1 s); at the first result a worker that holds tasks at that
+    moment is killed with SIGKILL. Dask moves its tasks to the other worker, and the output
+    holds every bundle once, each with its periods, and one advice per workload."""
     store = tmp_path / "store"
     for cluster in ("c1", "c2"):
         for n in (*SOME, "cpu-0.5cpu-gmp8"):
-            src = tmp_path / "relabel" / cluster / n
-            shutil.copytree(RUNS / n, src)
-            meta = json.loads((src / "meta.json").read_text())
-            meta["cluster"] = cluster  # real captures, labelled as another cluster's
-            (src / "meta.json").write_text(json.dumps(meta))
-            put_bundle(src, store)
-    assert len(list_bundles(store)) == 8
+            for k in range(3):
+                src = tmp_path / "relabel" / cluster / f"{n}-{k}"
+                shutil.copytree(RUNS / n, src)
+                meta = json.loads((src / "meta.json").read_text())
+                # real captures, labelled as another cluster's and another capture's
+                meta.update(cluster=cluster, capture=f"k{k}")
+                (src / "meta.json").write_text(json.dumps(meta))
+                put_bundle(src, store)
+    assert len(list_bundles(store)) == 24
     dask = str(Path(sys.executable).with_name("dask"))
     sched_file = tmp_path / "scheduler.json"
     procs = [
@@ -382,41 +384,36 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
             cmd = [dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
                    "--no-dashboard", "--name", f"w{i}", "--host", "127.0.0.1"]  # fmt: skip
             procs.append(_start(cmd, tmp_path / f"worker{i}.log"))
-        from distributed import Client
+        from distributed import Client, default_client
 
-        with Client(addr, timeout=30) as watcher:
-            watcher.wait_for_workers(2, timeout=60)
-            killed: list[tuple[str, int]] = []
+        with Client(addr, timeout=30) as c:
+            c.wait_for_workers(2, timeout=60)
+        killed: list[tuple[str, int]] = []
 
-            def kill_one() -> None:
-                """Once the first summary row has landed (the workers are running tasks), SIGKILL
-                a worker that still holds bundle tasks (a task takes ~0.1 s)."""
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline:
-                    if not any((store / "derived").glob("summary-*/**/bundle.parquet")):
-                        time.sleep(0.002)
-                        continue
-                    held = {a: [t for t in ts if t.startswith("gmp-bundle-")] for a, ts in watcher.processing().items()}
-                    busy = [a for a, ts in held.items() if ts]
-                    if busy:
-                        name = str(watcher.scheduler_info()["workers"][busy[0]]["name"])
-                        procs[1 + int(name[1:])].send_signal(signal.SIGKILL)
-                        killed.append((name, len(held[busy[0]])))
-                        return
-                    time.sleep(0.002)
+        def kill_one(_row: dict) -> None:
+            """At the first result: SIGKILL a worker that holds tasks at that moment, asked of
+            fleet's own client (a second client in this process trips Dask's gather when a
+            lost worker's results are recomputed: "Event bound to a different event loop")."""
+            if killed:
+                return
+            client = default_client()
+            info = client.scheduler_info()["workers"]
+            held = {a: len(ts) for a, ts in client.processing().items()}
+            addr_w = max(held, key=held.get)
+            name = str(info[addr_w]["name"])
+            killed.append((name, held[addr_w]))
+            procs[1 + int(name[1:])].send_signal(signal.SIGKILL)
 
-            killer = threading.Thread(target=kill_one, daemon=True)
-            killer.start()
-            s = fleet(store, scheduler=addr, progress=False)
-            killer.join(timeout=10)
+        s = fleet(store, scheduler=addr, progress=False, on_result=kill_one)
         (name, held) = killed[0]
         assert held >= 1 and procs[1 + int(name[1:])].wait(timeout=10) == -signal.SIGKILL
-        assert len(s) == 8 and s["key"].is_unique and s["error"].isna().all(), s[["key", "error"]]
+        assert len(s) == 24 and s["key"].is_unique and s["error"].isna().all(), s[["key", "error"]]
+        assert s["advice"].notna().sum() == 8 and len(read_advice(str(store / "derived"))) == 8
         per = fleet_periods(store).compute()
         assert set(per["bundle"]) == set(s["key"])
         # one visible periods file per bundle (a killed task's temporary file is hidden)
         files = [f for f in (store / "derived" / "periods").rglob("*.parquet") if not f.name.startswith(".")]
-        assert len(files) == 8
+        assert len(files) == 24
     finally:
         for p in procs:
             if p.poll() is None:
