@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -404,13 +405,15 @@ def cmd_store_put(a: argparse.Namespace) -> int:
                     # agent's spool cap until someone looks)
                     aside = d.parent / ".failed" / d.name
                     aside.parent.mkdir(exist_ok=True)
+                    if aside.exists():  # a bundle of that name set aside before: keep both
+                        aside = aside.with_name(f"{d.name}.{time.time_ns()}")
                     d.rename(aside)
                     print(f"gmpanalysis: {d} set aside as {aside}", file=sys.stderr)
                 continue
             if a.move:
                 shutil.rmtree(d)  # it is in the store (its meta.json last): the copy may go
     if failed:
-        print(f"gmpanalysis: {failed} bundle(s) not stored (above); the others are", file=sys.stderr)
+        print(f"gmpanalysis: {failed} bundle(s) not stored (above); the others are stored", file=sys.stderr)
     return 1 if failed else 0
 
 

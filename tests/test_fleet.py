@@ -109,13 +109,18 @@ def test_store_put_of_a_collectors_output_directory(tmp_path, capsys):
     assert main(["store", "put", "--move", "--store", str(tmp_path / "store"), str(spool)]) == 1
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and "still being written" in err and SOME[1] in err
-    assert "broken" in err and "cpu_stat.csv" in err and "set aside" in err
+    assert "broken" in err and "cpu_stat.csv" in err and "set aside" in err and "the others are stored" in err
     assert list(list_bundles(tmp_path / "store")["pod"]) == [SOME[0]]
     assert not (spool / SOME[0]).exists() and (spool / ".partial" / SOME[1]).exists()
     assert not (spool / "broken").exists() and (spool / ".failed" / "broken" / "meta.json").exists()
     # the next put (a periodic job) finds nothing new: no error
     assert main(["store", "put", "--move", "--store", str(tmp_path / "store"), str(spool)]) == 0
     assert capsys.readouterr().out == ""
+    # another broken bundle of the same name: set aside beside the first, neither lost
+    shutil.copytree(spool / ".failed" / "broken", spool / "broken")
+    assert main(["store", "put", "--move", "--store", str(tmp_path / "store"), str(spool)]) == 1
+    assert "set aside" in capsys.readouterr().err
+    assert len([p for p in (spool / ".failed").iterdir() if (p / "meta.json").exists()]) == 2
     assert main(["store", "put", "--store", str(tmp_path / "store"), str(tmp_path / "no-such")]) != 0
     assert "not a directory" in capsys.readouterr().err
 

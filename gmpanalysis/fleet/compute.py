@@ -300,9 +300,16 @@ def read_summary(out: str) -> pd.DataFrame:
     answer where it was asked (columns: :data:`SUMMARY_COLUMNS`, then ``advice``,
     ``advice_limit_cpus``, ``advice_gomaxprocs``, ``advice_s``: null/NaN for bundles not
     asked, :func:`advise_bundle`)."""
+    return _with_advice(_summary_rows(out), read_advice(out))
+
+
+def _summary_rows(out: str) -> pd.DataFrame:
     frames = _read_rows(out, SUMMARY_DIR, "bundle.parquet", "summary")
-    df = pd.concat(frames, ignore_index=True) if frames else _summary_frame([])
-    df = df.merge(read_advice(out), on="key", how="left")
+    return pd.concat(frames, ignore_index=True) if frames else _summary_frame([])
+
+
+def _with_advice(rows: pd.DataFrame, advice: pd.DataFrame) -> pd.DataFrame:
+    df = rows.merge(advice, on="key", how="left")
     return df.sort_values("key", kind="stable").reset_index(drop=True)
 
 
@@ -344,13 +351,13 @@ def fleet(
                     f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
                     f"{why[:300]}); the others are under {out_s}: run fleet again to retry them"
                 )
-        summary = read_summary(out_s)
+        rows = _summary_rows(out_s)  # read once: the advice rounds only add advice rows
         # the paths as listed: a summary row holds a path as text (undecodable bytes escaped)
         listed = dict(zip(bundles["key"], bundles["path"], strict=True))
         # a round asks each workload still without an answer about its next latest bundle
         for _ in range(ADVICE_TRIES):
             left_out = {k for k, _ in unadvised}
-            picks = advice_todo(summary, read_advice(out_s))
+            picks = advice_todo(rows, read_advice(out_s))
             picks = picks[~picks["key"].isin(left_out)]
             if picks.empty:
                 break
@@ -360,7 +367,7 @@ def fleet(
             unadvised += _map(pool, advise_bundle, "advice", picks, out_s, progress, None)
     finally:
         pool.close()
-    summary = read_summary(out_s)
+    summary = _with_advice(rows, read_advice(out_s))
     from .report import to_fleet_report
 
     to_fleet_report(summary, f"{out_s.rstrip('/')}/{REPORT}")

@@ -128,20 +128,22 @@ def collect_pod(
     )
 
     trace_res: dict[str, Any] = {}
-    th = None
-    if cfg.pprof_port is not None:
-        th = threading.Thread(
-            target=_fetch_trace,
-            args=(core, cfg, info["pod"], cfg.duration_s, out / "trace.out", trace_res),
-            daemon=True,
-        )
-        th.start()
+    traced = cfg.pprof_port is not None
+    th = threading.Thread(
+        target=_fetch_trace,
+        args=(core, cfg, info["pod"], cfg.duration_s, out / "trace.out", trace_res),
+        daemon=True,
+    )
 
     def on_start(facts: dict[str, Any]) -> None:
         # the levels and their limits as soon as the sampler has opened them: a collector
         # killed mid-window leaves a bundle that names them
         _record_start(meta, facts)
         to_meta(out / "meta.json", meta)
+        # the trace is asked for once the sampler reads: an exec takes longer to start than
+        # a port-forward, and a trace begun first has events before the first sample
+        if traced and th.ident is None:
+            th.start()
 
     deadline = time.monotonic() + cfg.duration_s
 
@@ -150,12 +152,8 @@ def collect_pod(
         # throttled, overloaded process serves /debug/pprof/trace late (measured: its trace
         # began 15 s after the request at 0.3 CPU with a backlog), and the samples must
         # cover the trace's whole span to place its events in their periods
-        if time.monotonic() < deadline:
-            return False
-        if th is None:
-            return True
-        done = trace_res.get("mono_done_ns")
-        return not th.is_alive() and done is not None and time.monotonic_ns() - done >= TRACE_TAIL_NS
+        done = trace_res.get("mono_done_ns")  # set as the trace thread leaves the stream
+        return time.monotonic() >= deadline and done is not None and time.monotonic_ns() - done >= TRACE_TAIL_NS
 
     gone = None
     bad_file = None
@@ -170,12 +168,8 @@ def collect_pod(
             ("pod", f"kube-pod:{info['pod_uid']}:{info['qos']}"),
         ]
         try:
-            if th is None:
-                rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, left, csv, log, on_start)
-            else:
-                rc, stderr, summary = _stream_sampler(
-                    core, cfg, sampler, targets, left + TRACE_LATE_S, csv, log, on_start, until=trace_ended
-                )
+            longest, until = (left + TRACE_LATE_S, trace_ended) if traced else (left, None)
+            rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, longest, csv, log, on_start, until=until)
         except Exception as e:
             # an exec that broke off (its websocket closed without an exit status): if the
             # target went away meanwhile, that is the news; otherwise the error itself
@@ -201,7 +195,7 @@ def collect_pod(
             gone = str(bad_file)
             break
         if deadline - time.monotonic() <= 0.05:
-            if th is not None:
+            if traced:
                 # past the window, while the samples waited for the trace: the window is whole
                 meta.setdefault("notes", []).append(
                     f"the samples end before the trace may: the sampler stopped past the window "
@@ -236,13 +230,14 @@ def collect_pod(
         meta["restarts"].append({"mono_ns": time.monotonic_ns(), "old": info["container_id"], "new": new_id})
         info["container_id"] = new_id
         to_meta(out / "meta.json", meta)
-    if th is not None:
+    if traced:
         if gone is None and th.is_alive():
             meta.setdefault("notes", []).append(
                 f"the trace was still arriving {TRACE_LATE_S:.0f} s past the window, when the samples ended: "
                 "its last part has no samples"
             )
-        th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
+        if th.ident is not None:  # not started when the sampler never did
+            th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
         meta["trace"] = dict(trace_res)
         if not trace_res.get("complete"):
             log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")
@@ -256,7 +251,7 @@ def collect_pod(
         if bad_file is not None:
             raise CgroupFormatError(f"{gone}; the samples collected so far are in {out}")
         raise CollectError(f"{gone}; the samples collected so far are in {out}")
-    if th is not None and not trace_res.get("complete"):
+    if traced and not trace_res.get("complete"):
         # a part the user asked for is missing: say so with a failing exit, keep the rest.
         # A pod deleted at the very end of the window cuts only the port-forward: name that.
         why, _ = _pod_gone(core, cfg, info)
