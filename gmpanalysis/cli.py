@@ -115,7 +115,19 @@ def _lab_config(a: argparse.Namespace):  # -> LabConfig
         cpu_limit_after=None if a.cpu_limit_after is None else parse_cpu_limit(a.cpu_limit_after),
         app_build=a.app_build,
         cpu_header=not a.no_cpu_header,
+        layout=a.layout or ("kubelet" if a.kernel else "lab"),
     )
+
+
+def _vm_spec(a: argparse.Namespace):  # -> VmSpec | None
+    """--kernel/--cpus/--vm-memory-mb as the VM to run in (None: this machine)."""
+    if a.kernel is None:
+        if a.cpus is not None:
+            raise UsageError("--cpus sets the VM's vCPUs: it goes with --kernel (the host's CPUs are what they are)")
+        return None
+    from .lab.vm import DEFAULT_MEMORY_MB, VmSpec
+
+    return VmSpec(kernel=a.kernel, cpus=a.cpus or 2, memory_mb=a.vm_memory_mb or DEFAULT_MEMORY_MB)
 
 
 # --- argument types: a value out of range is argparse's usage error, naming the option ---
@@ -267,6 +279,24 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
         "line: NumCPU), automaxprocs (go.uber.org/automaxprocs, set once at start)",
     )
     p.add_argument(
+        "--kernel",
+        metavar="SERIES",
+        default=None,
+        help="run inside a VM of Debian's newest kernel of this series (e.g. 6.1, 6.12; cgroup v2; qemu, TCG); "
+        "default: this machine's kernel",
+    )
+    p.add_argument("--cpus", type=_int_in(1, 64), default=None, help="the VM's vCPUs with --kernel (default: 2)")
+    p.add_argument(
+        "--vm-memory-mb", type=_int_in(512, 65536), default=None, help="the VM's memory with --kernel (default: 2048)"
+    )
+    p.add_argument(
+        "--layout",
+        choices=["lab", "kubelet"],
+        default=None,
+        help="cgroup names: lab (gmp-lab-*) or kubelet (kubepods.slice/.../cri-containerd-<id>.scope, the pod's "
+        "quota the container's; only where no kubelet made that tree); default: kubelet with --kernel, else lab",
+    )
+    p.add_argument(
         "--no-cpu-header",
         action="store_true",
         help="do not record each request's own CPU (requests.csv cpu_ns): the handler then does not hold its OS "
@@ -278,9 +308,15 @@ def cmd_lab_run(a: argparse.Namespace) -> int:
     from .lab import run_lab
 
     cfg = _lab_config(a)
+    vm = _vm_spec(a)
     out = Path(a.out or f"runs/{cfg.name}")
     _check_out_dir(str(out), "-o", empty=True)
-    run_lab(cfg, out, progress=_progress)
+    if vm is not None:
+        from .lab.vm import run_vm_lab
+
+        run_vm_lab(cfg, out, vm, progress=_progress)
+    else:
+        run_lab(cfg, out, progress=_progress)
     print(out)
     return 0
 
@@ -289,8 +325,9 @@ def cmd_lab_sweep(a: argparse.Namespace) -> int:
     from .lab import sweep
 
     cfg = _lab_config(a)
+    vm = _vm_spec(a)
     _check_out_dir(a.out, "-o", empty=False)
-    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress):
+    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress, vm=vm):
         print(p)
     return 0
 

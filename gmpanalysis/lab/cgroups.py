@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from ..cgroup import CpuLimits, detect_version, read_cpu_limits_v1, read_cpu_lim
 from ..errors import LabError, UsageError
 
 PREFIX = "gmp-lab-"
+# the names a kubelet with the systemd driver gives the slices, a pod and a containerd container
+KUBE_NAME = re.compile(r"kubepods(-[a-z]+)?(-pod[0-9a-f_]+)?\.slice|cri-containerd-[0-9a-f]{64}\.scope")
 # the kernel's ceilings for a group's CPU weight: v1 cpu.shares, v2 cpu.weight
 V1_SHARES_MAX = 262144
 V2_WEIGHT_MAX = 10000
@@ -58,8 +61,10 @@ class LabCgroup:
     (v1: one per hierarchy, cpu and cpuacct; v2: one).
     """
 
-    def __init__(self, name: str, *, root: str | Path = "/sys/fs/cgroup", parent: str = "") -> None:
-        if not name.startswith(PREFIX) or "/" in name:
+    def __init__(self, name: str, *, root: str | Path = "/sys/fs/cgroup", parent: str = "", kube: bool = False) -> None:
+        if kube and KUBE_NAME.fullmatch(name):
+            pass  # the kubelet layout's names (Levels refuses a tree a kubelet already made)
+        elif not name.startswith(PREFIX) or "/" in name:
             raise UsageError(
                 f"LabCgroup: lab cgroup names start with {PREFIX!r} and have no '/', got {name!r}; "
                 f"choose e.g. {PREFIX + 'mytest'!r} (put nesting in parent=)"

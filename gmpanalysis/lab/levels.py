@@ -11,22 +11,45 @@ allowed more than its parent), shrinking, the container first.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import LabError
 from .cgroups import PREFIX, LabCgroup
 
+# what a kubelet with the systemd cgroup driver makes for a Burstable pod (limits above
+# requests, the common case) and a containerd container in it
+KUBE_SLICES = ("kubepods.slice", "kubepods-burstable.slice")
+
 
 class Levels:
     """The cgroups of one lab run: ``app`` (where the process lives) and ``pod`` (its
-    parent with a quota of its own, or None)."""
+    parent with a quota of its own, or None). ``layout`` "kubelet" lays them as a kubelet
+    with the systemd driver does (the pod always there), below kubepods.slice and
+    kubepods-burstable.slice, which it creates and removes too."""
 
-    def __init__(self, root: str, parent: str, with_pod: bool) -> None:
+    def __init__(self, root: str, parent: str, with_pod: bool, layout: str = "lab") -> None:
         base = f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}"
         self.pod: LabCgroup | None = None
+        self.slices: list[LabCgroup] = []
+        self.pod_uid: str | None = None
+        self.container_id: str | None = None
+        if layout == "kubelet":
+            rel = parent
+            for name in KUBE_SLICES:
+                self.slices.append(LabCgroup(name, root=root, parent=rel, kube=True))
+                rel = self.slices[-1].rel
+            uid = uuid.uuid4()
+            pod = f"kubepods-burstable-pod{str(uid).replace('-', '_')}.slice"
+            self.pod = LabCgroup(pod, root=root, parent=rel, kube=True)
+            self.container_id = secrets.token_hex(32)
+            self.app = LabCgroup(f"cri-containerd-{self.container_id}.scope", root=root, parent=self.pod.rel, kube=True)
+            self.pod_uid = str(uid)
+            return
         if with_pod:
             self.pod = LabCgroup(base, root=root, parent=parent)
             self.app = LabCgroup(f"{PREFIX}{os.getpid()}-app", root=root, parent=self.pod.rel)
@@ -36,6 +59,18 @@ class Levels:
     def create(self, quota_us: int | None, pod_quota_us: int | None, period_us: int, burst_us: int) -> None:
         """Make the cgroups, the pod first. cgroup v1 refuses a child quota above its
         parent's (EINVAL); a child without a limit under a limited parent is allowed."""
+        for sl in self.slices:
+            if sl.dirs[0].exists():
+                self.remove()
+                raise LabError(
+                    f"{sl.dirs[0]} exists: a kubelet (or another run) owns that tree; the kubelet layout is "
+                    "for machines without one (the VM lab: --kernel)"
+                )
+            try:
+                sl.create(quota_us=None, period_us=period_us)
+            except BaseException:
+                self.remove()
+                raise
         if self.pod is not None:
             self.pod.create(quota_us=pod_quota_us, period_us=period_us)
         try:
@@ -49,8 +84,12 @@ class Levels:
         try:
             self.app.remove()
         finally:
-            if self.pod is not None:
-                self.pod.remove()
+            try:
+                if self.pod is not None:
+                    self.pod.remove()
+            finally:
+                for sl in reversed(self.slices):
+                    sl.remove()
 
     def sampler_args(self) -> list[str]:
         """gmp-sampler --cgroup arguments: one per level, named as cpu_stat.csv's column."""

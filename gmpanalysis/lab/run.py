@@ -18,6 +18,7 @@ import math
 import os
 import platform
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -37,6 +38,7 @@ from .cgroups import PREFIX, LabCgroup, check_cgroup_parent
 from .levels import Levels, Resizer
 from .reaper import CgroupReaper
 
+LAYOUTS = ("lab", "kubelet")
 APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
 
 
@@ -74,6 +76,11 @@ class LabConfig:
     # each request's own CPU in requests.csv's cpu_ns (the handler holds its OS thread while
     # it runs, for the thread CPU clock: more thread hand-offs); False: not measured
     cpu_header: bool = True
+    # "lab": gmp-lab-* cgroups under cgroup_parent; "kubelet": the tree a kubelet with the
+    # systemd driver makes (kubepods.slice/kubepods-burstable.slice/...-pod<uid>.slice/
+    # cri-containerd-<id>.scope), the pod's quota the container's unless parent_cpu_limit
+    # says otherwise (a one-container pod)
+    layout: str = "lab"
 
     def effective_rate(self) -> float:
         if self.rate is not None:
@@ -92,7 +99,18 @@ def _quiet(_: str) -> None:
 def preflight(cfg: LabConfig) -> None:
     """Fail early, with what is needed, where the lab cannot run: the configuration first
     (a mistake in it is worth knowing before finding a machine to run on), then the machine."""
+    check_config(cfg)
+    if os.geteuid() != 0 and not os.access(cfg.cgroup_root, os.W_OK):
+        raise LabError(
+            f"the lab creates cgroups with CPU quotas: run it as root (or with write access to {cfg.cgroup_root})"
+        )
+
+
+def check_config(cfg: LabConfig) -> None:
+    """The configuration's own mistakes (LabError), before any machine is touched."""
     check_cgroup_parent(cfg.cgroup_parent)
+    if cfg.layout not in LAYOUTS:
+        raise LabError(f"layout must be one of {', '.join(LAYOUTS)}, not {cfg.layout!r}")
     if cfg.workload not in ("cpu", "alloc"):
         raise LabError(f"workload must be 'cpu' or 'alloc', not {cfg.workload!r}")
     if cfg.mode not in ("open", "closed"):
@@ -107,10 +125,6 @@ def preflight(cfg: LabConfig) -> None:
         raise LabError("duration_s must be in (0, 3600]: load runs are bounded")
     if cfg.trace_s and cfg.trace_start_s + cfg.trace_s > cfg.duration_s:
         raise LabError(f"trace window {cfg.trace_start_s}+{cfg.trace_s}s does not fit in the {cfg.duration_s}s run")
-    if os.geteuid() != 0 and not os.access(cfg.cgroup_root, os.W_OK):
-        raise LabError(
-            f"the lab creates cgroups with CPU quotas: run it as root (or with write access to {cfg.cgroup_root})"
-        )
 
 
 def calibrate(bins: dict[str, Path]) -> int:
@@ -140,6 +154,26 @@ def kernel_hz() -> int | None:
     return None
 
 
+def virtualization() -> str | None:
+    """The hypervisor under this kernel: systemd-detect-virt --vm's word (kvm, qemu,
+    microsoft, ...), "unknown" where the CPU says it is virtual but nothing names the
+    hypervisor, None on bare metal. A guest of the VM lab says "tcg" itself (vm.py)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            virtual = any(line.startswith("flags") and " hypervisor" in line for line in f)
+    except OSError:
+        virtual = False
+    exe = shutil.which("systemd-detect-virt")
+    if exe is not None:
+        try:
+            word = subprocess.run([exe, "--vm"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            word = ""
+        if word and word != "none":
+            return word
+    return "unknown" if virtual else None
+
+
 def _host_meta(cg: LabCgroup) -> dict[str, Any]:
     return {
         "kernel": platform.release(),
@@ -148,6 +182,7 @@ def _host_meta(cg: LabCgroup) -> dict[str, Any]:
         "ncpu": os.cpu_count(),
         "hz": kernel_hz(),
         "hostname": platform.node(),
+        "virtualization": virtualization(),
     }
 
 
@@ -260,7 +295,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _initial_meta(cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None, rate: float) -> dict[str, Any]:
+def _initial_meta(
+    cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None, rate: float, host_facts: dict[str, Any] | None
+) -> dict[str, Any]:
     """The bundle's meta.json at the start of a run: every key of the contract, the
     settings, and null where the run has not learnt the value yet."""
     fields: dict[str, Any] = {
@@ -278,6 +315,7 @@ def _initial_meta(cfg: LabConfig, cg: LabCgroup, ipm: int, quota_us: int | None,
         "gomaxprocs_env": None if cfg.gomaxprocs is None else str(cfg.gomaxprocs),
         "go_version": None,
         **_host_meta(cg),
+        **(host_facts or {}),
         "cgroup": cg.rel,
         "sampler": {
             "interval_ns": cfg.sample_interval_us * 1000,
@@ -404,9 +442,16 @@ def _start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, o
 
 
 def run_lab(
-    cfg: LabConfig, out: str | os.PathLike[str], *, progress: Progress = _quiet, bins: dict[str, Path] | None = None
+    cfg: LabConfig,
+    out: str | os.PathLike[str],
+    *,
+    progress: Progress = _quiet,
+    bins: dict[str, Path] | None = None,
+    host_facts: dict[str, Any] | None = None,
 ) -> Path:
-    """Run one experiment and write its bundle to ``out`` (a new or empty directory)."""
+    """Run one experiment and write its bundle to ``out`` (a new or empty directory).
+    ``host_facts`` overrides what meta.json says of the machine (the VM lab's guest names
+    its virtualization and the kernel's tick rate this way)."""
     preflight(cfg)
     bins = bins or ensure_binaries()
     out = Path(out)
@@ -415,7 +460,7 @@ def run_lab(
     out.mkdir(parents=True, exist_ok=True)
     lock = lock_output(out)
     try:
-        return _run(cfg, out, progress, bins)
+        return _run(cfg, out, progress, bins, host_facts)
     finally:
         lock.unlink(missing_ok=True)
 
@@ -464,14 +509,20 @@ def _sampler_died(sampler: subprocess.Popen, out: Path) -> GmpError:
     )
 
 
-def _run(cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path]) -> Path:
+def _run(
+    cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path], host_facts: dict[str, Any] | None
+) -> Path:
     ipm = cfg.iters_per_ms or calibrate(bins)
 
     quota_us = _quota(cfg.cpu_limit, cfg.period_us)
-    lv = Levels(cfg.cgroup_root, cfg.cgroup_parent, with_pod=cfg.parent_cpu_limit is not None)
+    lv = Levels(cfg.cgroup_root, cfg.cgroup_parent, with_pod=cfg.parent_cpu_limit is not None, layout=cfg.layout)
+    # a kubelet gives a pod whose containers all have limits the sum of them as its quota
+    pod_limit = cfg.parent_cpu_limit if cfg.parent_cpu_limit is not None or lv.pod is None else cfg.cpu_limit
     cg = lv.app
     rate = cfg.effective_rate()
-    meta = _initial_meta(cfg, cg, ipm, quota_us, rate)
+    meta = _initial_meta(cfg, cg, ipm, quota_us, rate, host_facts)
+    if lv.pod_uid is not None:
+        meta.update(pod_uid=lv.pod_uid, container_id=lv.container_id)
     to_meta(out / "meta.json", meta)  # a bundle from the first moment: killed now, it still loads
     for d in reap_stale_cgroups(cfg.cgroup_root, cfg.cgroup_parent):
         progress(f"removed {d}, left by a lab run that was killed")
@@ -486,9 +537,9 @@ def _run(cfg: LabConfig, out: Path, progress: Progress, bins: dict[str, Path]) -
         old_term = signal.signal(signal.SIGTERM, _on_term)
     app_log = out / "app.log"
     # removes the cgroups below if this process is killed outright (SIGKILL runs no finally)
-    reaper = CgroupReaper([d for c in (lv.app, lv.pod) if c is not None for d in c.paths])
+    reaper = CgroupReaper([d for c in (lv.app, lv.pod, *lv.slices[::-1]) if c is not None for d in c.paths])
     try:
-        lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
+        lv.create(quota_us, _quota(pod_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
         lim = cg.limits()
         meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us, levels=lv.meta())
         meta["cgroup_paths"] = [p for c in (lv.app, lv.pod) if c is not None for p in c.paths]
@@ -597,17 +648,25 @@ def sweep(
     out_dir: str | os.PathLike[str],
     *,
     progress: Progress = _quiet,
+    vm: Any = None,
 ) -> list[Path]:
-    """The same experiment at several GOMAXPROCS values, one bundle each, same calibration."""
+    """The same experiment at several GOMAXPROCS values, one bundle each, same calibration
+    (``vm``: a :class:`~gmpanalysis.lab.vm.VmSpec` to run each in a VM of that kernel, each
+    calibrated there)."""
     out_dir = Path(out_dir)
     bins = ensure_binaries()
-    ipm = base.iters_per_ms or calibrate(bins)
+    ipm = base.iters_per_ms or (None if vm is not None else calibrate(bins))
     paths = []
     for i, g in enumerate(gomaxprocs_values, 1):
         label = "unset" if g is None else str(g)
         cfg = dataclasses.replace(base, gomaxprocs=g, iters_per_ms=ipm, name=f"{base.name}-gmp{label}")
         progress(f"[{i}/{len(gomaxprocs_values)}] GOMAXPROCS={label}")
-        paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
+        if vm is not None:
+            from .vm import run_vm_lab
+
+            paths.append(run_vm_lab(cfg, out_dir / cfg.name, vm, progress=progress))
+        else:
+            paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
     return paths
 
 
