@@ -38,6 +38,16 @@ CPU_STAT_COLUMNS: dict[str, Any] = {
     "nr_bursts": np.int64,
     "burst_us": np.float64,
 }
+# cgroup v2's own signals, where the kernel has them (empty fields where a level lacks the
+# file; the columns are absent on v1 and from older samplers): the cgroup's cumulative CPU
+# pressure stall time (cpu.pressure "some"/"full" total=, wall µs) and its cpu.stat.local
+# throttled_usec (6.6+: its run queues' throttled time by its own quota OR an ancestor's,
+# summed over CPUs)
+CPU_STAT_NULLABLE: dict[str, Any] = {
+    "psi_some_us": "Int64",
+    "psi_full_us": "Int64",
+    "local_throttled_us": "Int64",
+}
 # limits.csv: the CFS bandwidth settings of every sampled cgroup, read by the sampler about
 # every 10 ms after its counter reads; a row at the first read of each cgroup, then one only
 # when a value changed. A change (an in-place resize) happened in (prev_ns, t_ns].
@@ -93,6 +103,7 @@ CPU_STAT_RANGES: dict[str, tuple[float, float]] = {
     "t_ns": (1, MAX_NS),
     "read_ns": (0, MAX_NS),
     **{c: (0, MAX_COUNT) for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us")},
+    **{c: (0, MAX_COUNT) for c in CPU_STAT_NULLABLE},
 }
 REQUEST_RANGES: dict[str, tuple[float, float]] = {
     **{c: (1, MAX_NS) for c in ("sched_ns", "start_ns", "end_ns")},
@@ -471,7 +482,13 @@ def _parse_table(
 def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame:
     """Parse cpu_stat.csv bytes; see :func:`read_cpu_stat`."""
     return _parse_table(
-        data, source, CPU_STAT_COLUMNS, {"cgroup": str}, sorted_by="t_ns", group="cgroup", ranges=CPU_STAT_RANGES
+        data,
+        source,
+        CPU_STAT_COLUMNS,
+        {"cgroup": str, **CPU_STAT_NULLABLE},
+        sorted_by="t_ns",
+        group="cgroup",
+        ranges=CPU_STAT_RANGES,
     )
 
 
@@ -484,6 +501,12 @@ def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
     bandwidth timer running; ``nr_throttled`` int64 periods that ended throttled;
     ``throttled_us`` float64 µs throttled, SUMMED over CPUs (not wall time); ``nr_bursts``
     int64; ``burst_us`` float64 µs; optional ``cgroup`` str when several were sampled.
+    Where the kernel has them (cgroup v2; the columns are absent otherwise), Int64 with NA
+    for a level that lacks the file: ``psi_some_us``, ``psi_full_us`` cumulative wall µs
+    of CPU pressure stall (cpu.pressure totals: some task / every task of the group
+    waiting; throttling counts as stall), ``local_throttled_us`` cumulative µs of
+    cpu.stat.local throttled_usec (6.6+: the group's run queues throttled by its own quota
+    or an ancestor's, summed over CPUs).
 
     A last line without its newline is dropped with a :class:`TruncatedLineWarning` and
     ``df.attrs["truncated_last_line"] = True``; other malformed lines raise

@@ -73,6 +73,9 @@ PERIOD_COLUMNS = [
     "frozen_by",
     "frozen_us",
     "frozen_other_us",
+    "psi_some_us",
+    "psi_full_us",
+    "local_throttled_us",
     "gomaxprocs",
     "stw_us",
     "stw_max_us",
@@ -239,6 +242,8 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
         sel = cr.group == g.group
         reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
 
+    v2 = _v2_signals(s, t, B, margin)
+
     def nullable_bool(v: np.ndarray) -> pd.arrays.BooleanArray:
         return pd.arrays.BooleanArray(np.nan_to_num(v) > 0, np.isnan(v))
 
@@ -269,9 +274,39 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
             "exhausted_hi_us": ex_hi,
             "stall_us": stall,
             "cpus_throttled": cpus,
+            **v2,
         }
     )
     return df, cr
+
+
+V2_SIGNALS = ("psi_some_us", "psi_full_us", "local_throttled_us")
+# why the v2 columns are NaN for a whole bundle (df.attrs["missing"])
+V2_MISSING = (
+    "the samples have no {col} column: cgroup v1 has neither cpu.pressure nor cpu.stat.local, and a v2 "
+    "kernel before 6.6 no cpu.stat.local (or the bundle was sampled by an older gmp-sampler)"
+)
+
+
+def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int) -> dict[str, np.ndarray]:
+    """cgroup v2's own per-period signals (NaN where the samples lack them): the PSI
+    totals, which the kernel keeps current at every read (the stall in progress included),
+    interpolated at the boundaries like usage; cpu.stat.local's throttled time, which the
+    kernel adds when a run queue is unthrottled (at a boundary of whichever level froze
+    it), as the rise between the last reads that saw each boundary."""
+    out = {}
+    n = len(B) - 1
+    for c in V2_SIGNALS:
+        if c not in s or s[c].isna().any():
+            out[c] = np.full(n, np.nan)
+            continue
+        v = s[c].to_numpy(dtype=np.float64)
+        if c.startswith("psi_"):
+            out[c] = np.diff(np.interp(B.astype(np.float64), t.astype(np.float64), v))
+        else:
+            last = np.clip(np.searchsorted(t, B + margin, side="right") - 1, 0, len(t) - 1)
+            out[c] = np.diff(v[last])
+    return out
 
 
 def _add_trace(df: pd.DataFrame, run: Run) -> None:
@@ -468,6 +503,13 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     unknown); ``frozen_us`` µs of wall time frozen by any level (the union of the freezes:
     :func:`gmpanalysis.df_freezes`); ``frozen_other_us`` µs frozen by levels other than the
     table's own, which its own cpu.stat does not count;
+    ``psi_some_us``, ``psi_full_us`` µs of wall time in the period that some / every task
+    of the group stood stalled for CPU (cpu.pressure, cgroup v2: a group frozen by any
+    level's quota is "full"; interpolated at the boundaries), ``local_throttled_us`` µs of
+    cpu.stat.local throttled time (6.6+) added in the period: the group's run queues
+    throttled by its own quota or an ancestor's, summed over CPUs, credited at the
+    unthrottling boundary of whichever level froze it; NaN where the samples lack them
+    (cgroup v1, older kernels: ``df.attrs["missing"]`` says why);
     ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
     an STW still open when a throttled period ended (counted whenever that boundary is in the
@@ -481,6 +523,7 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     the trace window.
 
     ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``level`` the level whose grid it is;
+    ``missing`` {column: why it is NaN throughout} for the cgroup v2 signals;
     ``ledger`` the ambiguous groups, the conservation account and the freezes
     (:func:`df_period_groups`, :func:`df_conservation`, :func:`gmpanalysis.df_freezes`).
     """
@@ -519,6 +562,7 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
     out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid
     out.attrs["level"] = ref
+    out.attrs["missing"] = {c: V2_MISSING.format(col=c) for c in V2_SIGNALS if c not in run.samples}
     out.attrs["ledger"].freezes = place(freezes, out)
     return out
 

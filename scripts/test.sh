@@ -16,6 +16,24 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     || say "could not install chromium; the browser tests will skip"
 fi
 
+# The VM lab tests (tests/test_vm_lab.py, marker vm) boot Debian's 6.1 and 6.12 kernels under
+# qemu: Debian's qemu-system-x86 and busybox-static, and the kernel packages fetched once
+# into ~/.cache/gmpanalysis/kernels. Where that cannot be done the vm tests skip, saying why.
+if [[ "$*" != *"not lab"* ]] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  SECONDS=0
+  if ! command -v qemu-system-x86_64 >/dev/null 2>&1 || ! command -v busybox >/dev/null 2>&1 \
+    || ! apt-cache policy linux-image-6.12-amd64 2>/dev/null | grep -q Candidate; then
+    say "installing Debian's qemu-system-x86 and busybox-static for the VM lab (about a minute, once)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 busybox-static >/dev/null) \
+      || say "could not install qemu; the vm tests will skip"
+  fi
+  if command -v qemu-system-x86_64 >/dev/null 2>&1; then
+    say "Debian's 6.1 and 6.12 kernels for the VM lab (the first time fetches ~180 MB)"
+    .venv/bin/python -m gmpanalysis.lab.kernels 6.1 6.12 || say "fetching the kernels failed; the vm tests will fail"
+  fi
+  say "VM lab prepared in ${SECONDS} s"
+fi
+
 say "ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

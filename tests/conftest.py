@@ -36,14 +36,35 @@ def lab_unavailable_reason() -> str | None:
 # it skips, saying why, only where those systems cannot exist (see pytest_collection_modifyitems).
 
 
+def vm_unavailable_reason() -> str | None:
+    """Why the VM lab cannot run here, or None if it can. scripts/test.sh installs qemu and
+    busybox-static where it is root with apt; a machine where it is not cannot have them."""
+    from gmpanalysis.lab.kernels import BUSYBOX
+    from gmpanalysis.lab.vm import QEMU
+
+    if shutil.which(QEMU) is None:
+        return f"{QEMU} is not installed (scripts/test.sh installs Debian's qemu-system-x86 as root with apt)"
+    if not Path(BUSYBOX).is_file():
+        return f"{BUSYBOX} is missing (Debian's busybox-static)"
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        return "the kernels come from Debian's packages: apt-get and dpkg-deb are needed"
+    from gmpanalysis.lab.binaries import find_go
+
+    if find_go() is None and not os.environ.get("GMP_BIN_DIR"):
+        return "needs the Go toolchain to build the collectors (or GMP_BIN_DIR)"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    reason = lab_unavailable_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=f"lab: {reason}")
+    # a vm test is also a lab test (deselected with "not lab"); it needs qemu, not this
+    # machine's cgroups
+    reasons = {"lab": lab_unavailable_reason(), "vm": None}
+    if any(item.get_closest_marker("vm") is not None for item in items):
+        reasons["vm"] = vm_unavailable_reason()
     for item in items:
-        if item.get_closest_marker("lab") is not None:
-            item.add_marker(skip)
+        kind = "vm" if item.get_closest_marker("vm") is not None else "lab"
+        if item.get_closest_marker(kind) is not None and reasons[kind] is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{kind}: {reasons[kind]}"))
 
 
 @pytest.fixture(scope="session")

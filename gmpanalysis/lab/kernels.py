@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -172,6 +173,9 @@ def build_initramfs(moddir: Path, dest: Path) -> None:
     ELF) and /init (vminit.sh)."""
     if not Path(BUSYBOX).is_file():
         raise LabError(f"{BUSYBOX} missing: install Debian's busybox-static (apt-get install busybox-static)")
+    if b"ld-linux" in Path(BUSYBOX).read_bytes()[:4096]:
+        # the initramfs has no C library: a dynamically linked busybox cannot start there
+        raise LabError(f"{BUSYBOX} is dynamically linked: install Debian's busybox-static instead of busybox")
     mods = _modules_to_load(moddir)
     entries: list[tuple[str, int, bytes]] = [(d, 0o040755, b"") for d in ("bin", "dev", "proc", "sys", "host", "mods")]
     entries.append(("bin/busybox", 0o100755, Path(BUSYBOX).read_bytes()))
@@ -233,3 +237,17 @@ def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None)
 
 def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m gmpanalysis.lab.kernels SERIES...``: fetch and unpack those kernels now
+    (scripts/test.sh does, so the first VM test does not pay for it)."""
+    for series in argv:
+        t0 = time.monotonic()
+        k = ensure_kernel(series, lambda m: print(m, file=sys.stderr, flush=True))
+        print(f"{series}: {k.release} ({k.package}) ready in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
