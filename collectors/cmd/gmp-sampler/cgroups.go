@@ -13,6 +13,7 @@ type target struct {
 	name string // label for the optional `cgroup` column
 	*cgroup.Reader
 	lim *limitsState // nil unless --limits-out
+	v2  *v2Cols      // the v2 columns this target fills (nil: the file has none)
 }
 
 // close closes the target's files.

@@ -133,7 +133,7 @@ func (s *sampler) readTargets() (last int64, ok bool) {
 			return last, false
 		}
 		s.readDur.add(t1 - t0)
-		s.pending = appendRow(s.pending, t.name, (t0+t1)/2, t1-t0, &s.st, s.multi)
+		s.pending = appendRowV2(s.pending, t.name, (t0+t1)/2, t1-t0, &s.st, s.multi, t.v2)
 		s.sum.Rows++
 	}
 	return last, true
@@ -195,6 +195,11 @@ func (s *sampler) finish() {
 	if s.hs != nil {
 		s.hs.sample()
 		s.sum.HostStatErrors = s.hs.errs
+	}
+	for i, t := range s.targets {
+		if i < len(s.sum.Cgroups) {
+			keyedInto(s.sum.Cgroups[i], "last", t)
+		}
 	}
 	end := monoNs()
 	s.sum.MonoEndNs = end

@@ -65,7 +65,7 @@ func samplerOn(t *testing.T, root string, args ...string) (s *sampler, sum *summ
 	if got := strings.Count(log.String(), "gmp-sampler: sampling "); got != len(targets) {
 		t.Errorf("log %q: %d sampling lines for %d targets", log.String(), got, len(targets))
 	}
-	w, err := openOutput(c.out, len(targets) > 1)
+	w, _, err := openOutput(c.out, len(targets) > 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}

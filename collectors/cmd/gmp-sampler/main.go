@@ -2,7 +2,10 @@
 // and appends them, one CSV row per read, to a file or stdout.
 //
 // Each row: t_ns (CLOCK_MONOTONIC midpoint of the read), read_ns (its duration), usage_us,
-// nr_periods, nr_throttled, throttled_us, nr_bursts, burst_us [, cgroup]. Units are
+// nr_periods, nr_throttled, throttled_us, nr_bursts, burst_us [, psi_some_us, psi_full_us,
+// local_throttled_us] [, cgroup]. The three cgroup v2 columns are there when a target has
+// cpu.pressure (PSI totals, µs) or cpu.stat.local (throttled_usec, 6.6+); a target without
+// one of the files leaves its field empty. Units are
 // normalised to µs whatever the cgroup version (v1 reports ns). Rows are written with
 // write(2) at least every --flush interval and the file only ever grows, so a sampler
 // killed at any moment leaves a readable file holding all but the last few rows.
@@ -50,10 +53,11 @@ func main() {
 	if err != nil {
 		fail(&cfg, err)
 	}
-	w, err := openOutput(cfg.out, len(targets) > 1)
+	w, v2, err := openOutput(cfg.out, len(targets) > 1, anyV2(targets))
 	if err != nil {
 		fail(&cfg, err)
 	}
+	setV2(targets, v2)
 	if w != os.Stdout {
 		defer w.Close()
 	}
@@ -90,6 +94,26 @@ func main() {
 	}
 	if code := s.exitCode(); code != 0 {
 		os.Exit(code)
+	}
+}
+
+// anyV2: some target has cpu.pressure or cpu.stat.local (the v2 columns are written).
+func anyV2(targets []*target) bool {
+	for _, t := range targets {
+		if t.HasPSI() || t.HasLocal() {
+			return true
+		}
+	}
+	return false
+}
+
+// setV2 tells each target which v2 columns it fills, when the file has them.
+func setV2(targets []*target, on bool) {
+	for _, t := range targets {
+		t.v2 = nil
+		if on {
+			t.v2 = &v2Cols{psi: t.HasPSI(), local: t.HasLocal()}
+		}
 	}
 }
 

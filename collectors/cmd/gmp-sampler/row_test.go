@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
@@ -64,5 +65,52 @@ func TestAppendRowAllocs(t *testing.T) {
 	row := make([]byte, 0, 256)
 	if n := testing.AllocsPerRun(100, func() { row = appendRow(row[:0], "ctr", 100, 7, &st, true) }); n != 0 {
 		t.Fatalf("%v allocations per row", n)
+	}
+}
+
+// The v2 columns: values where the target has the file, empty fields where it does not
+// (never 0), and no allocation.
+func TestAppendRowV2Columns(t *testing.T) {
+	st := cgroup.Stat{Usage: 5, PSISome: 11, PSIFull: 10, HasPSIFull: true, LocalThrottled: 3}
+	got := string(appendRowV2(nil, "pod", 100, 7, &st, true, &v2Cols{psi: true, local: true}))
+	if want := "100,7,5,0,0,0,0,0,11,10,3,pod\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	st.HasPSIFull = false
+	got = string(appendRowV2(nil, "ctr", 100, 7, &st, true, &v2Cols{psi: true}))
+	if want := "100,7,5,0,0,0,0,0,11,,,ctr\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	row := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() {
+		row = appendRowV2(row[:0], "ctr", 100, 7, &st, true, &v2Cols{psi: true, local: true})
+	}); n != 0 {
+		t.Fatalf("%v allocations per row", n)
+	}
+}
+
+// A file begun without the v2 columns keeps its shape when appended to.
+func TestOpenOutputKeepsAnOldHeader(t *testing.T) {
+	p := t.TempDir() + "/cpu_stat.csv"
+	if err := os.WriteFile(p, []byte(csvHeader+"\n1,1,1,1,1,1,1,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, v2, err := openOutput(p, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if v2 {
+		t.Fatal("rows with the v2 columns would not match the file's header")
+	}
+	p2 := t.TempDir() + "/new.csv"
+	w, v2, err = openOutput(p2, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b, _ := os.ReadFile(p2)
+	if !v2 || string(b) != csvHeader+v2Header+",cgroup\n" {
+		t.Fatalf("v2 %v, header %q", v2, b)
 	}
 }

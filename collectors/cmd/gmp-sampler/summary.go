@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -63,9 +64,58 @@ func newSummary(c *config, targets []*target, hs *hostStat) summary {
 		sum.LimitsSeries = &limitsSummary{Out: c.limitsOut, EveryNs: c.limitsEvery.Nanoseconds()}
 	}
 	for _, t := range targets {
-		sum.Cgroups = append(sum.Cgroups, cgroupInfo(t))
+		info := cgroupInfo(t)
+		// every key the kernel writes, the ones the rows leave out included (nice_usec,
+		// core_sched.force_idle_usec, ...): at the start here, at the end in finish()
+		keyedInto(info, "first", t)
+		sum.Cgroups = append(sum.Cgroups, info)
 	}
 	return sum
+}
+
+// keyedInto reads the target's cpu.stat (and cpu.stat.local, cpu.pressure where it has
+// them) once more, outside the sampling loop, and records every key as stat_<when>,
+// stat_local_<when>, pressure_<when> in info. A read that fails records nothing.
+func keyedInto(info map[string]any, when string, t *target) {
+	read := func(name string) map[string]uint64 {
+		data, err := os.ReadFile(filepath.Join(t.Dir, name))
+		if err != nil {
+			return nil
+		}
+		if name == "cpu.pressure" {
+			var st cgroup.Stat
+			if cgroup.ParsePressure(name, data, &st) != nil {
+				return nil
+			}
+			m := map[string]uint64{"some_total_us": st.PSISome}
+			if st.HasPSIFull {
+				m["full_total_us"] = st.PSIFull
+			}
+			return m
+		}
+		fields, err := cgroup.ParseKeyed(name, data)
+		if err != nil {
+			return nil
+		}
+		m := make(map[string]uint64, len(fields))
+		for _, f := range fields {
+			m[f.Key] = f.Value
+		}
+		return m
+	}
+	if m := read("cpu.stat"); m != nil {
+		info["stat_"+when] = m
+	}
+	if t.HasLocal() {
+		if m := read("cpu.stat.local"); m != nil {
+			info["stat_local_"+when] = m
+		}
+	}
+	if t.HasPSI() {
+		if m := read("cpu.pressure"); m != nil {
+			info["pressure_"+when] = m
+		}
+	}
 }
 
 // kernelRelease is uname -r ("" if uname fails): a container shares the node's kernel.

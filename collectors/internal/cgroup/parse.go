@@ -167,6 +167,10 @@ type Stat struct {
 	Bursts        uint64 // nr_bursts (5.16+; 0 before)
 	BurstTime     uint64 // v2 burst_usec (µs), v1 burst_time (ns)
 	NsUnits       bool   // v1: Usage, ThrottledTime and BurstTime are ns
+	// cgroup v2, where the kernel has the files (Reader.HasPSI, Reader.HasLocal):
+	PSISome, PSIFull uint64 // cpu.pressure totals, µs of wall time stalled
+	HasPSIFull       bool   // the kernel wrote cpu.pressure's full line (5.13+)
+	LocalThrottled   uint64 // cpu.stat.local throttled_usec (6.6+), µs summed over CPUs
 }
 
 // eachLine calls fn(lineno, key, value) for every "key value\n" line of a keyed file
@@ -213,7 +217,8 @@ func isKey(k []byte) bool {
 // file is an error, not a row of zeros. It never allocates unless it fails: the sampler
 // calls it at every read.
 func ParseStat(path string, data []byte, version int, s *Stat) error {
-	*s = Stat{NsUnits: version == 1}
+	s.Usage, s.Periods, s.Throttled, s.ThrottledTime, s.Bursts, s.BurstTime = 0, 0, 0, 0, 0, 0
+	s.NsUnits = version == 1
 	sawRequired := false
 	err := eachLine(path, data, func(key []byte, v uint64) {
 		switch string(key) { // no allocation: the compiler special-cases this conversion

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,18 @@ type Reader struct {
 	stat, usage   *os.File
 	statFd, useFd int
 	buf, ubuf     []byte
+	// cgroup v2's own signals, where the kernel has them: cpu.pressure (PSI) and
+	// cpu.stat.local (6.6+); nil when absent or unreadable (psi=0 on the command line)
+	psi, local     *os.File
+	psiRaw, locRaw []byte // the last read of each
+	pbuf, lbuf     []byte
 }
+
+// HasPSI: the cgroup's cpu.pressure is read with cpu.stat.
+func (r *Reader) HasPSI() bool { return r.psi != nil }
+
+// HasLocal: the cgroup's cpu.stat.local is read with cpu.stat.
+func (r *Reader) HasLocal() bool { return r.local != nil }
 
 // statBufSize: a v2 cpu.stat of 6.x is ~250 bytes; a read that fills the buffer is refused
 // rather than parsed cut. pread copies only what the file holds, so size costs nothing.
@@ -38,7 +50,27 @@ func (c *Cgroup) Open() (*Reader, error) {
 		}
 		r.useFd = int(r.usage.Fd())
 	}
+	if c.Version == 2 {
+		r.psi, r.pbuf = openOptional(filepath.Join(c.Dir, "cpu.pressure"), 256)
+		r.local, r.lbuf = openOptional(filepath.Join(c.Dir, "cpu.stat.local"), 256)
+	}
 	return r, nil
+}
+
+// openOptional opens a file the kernel may not have (a newer kernel's, or PSI turned off:
+// its read then fails with EOPNOTSUPP): nil unless it opens as a regular file and one read
+// of it succeeds.
+func openOptional(path string, size int) (*os.File, []byte) {
+	f, err := openRegular(path)
+	if err != nil {
+		return nil, nil
+	}
+	buf := make([]byte, size)
+	if _, err := unix.Pread(int(f.Fd()), buf, 0); err != nil {
+		f.Close()
+		return nil, nil
+	}
+	return f, buf
 }
 
 // Close closes the files.
@@ -46,6 +78,11 @@ func (r *Reader) Close() {
 	r.stat.Close()
 	if r.usage != nil {
 		r.usage.Close()
+	}
+	for _, f := range []*os.File{r.psi, r.local} {
+		if f != nil {
+			f.Close()
+		}
 	}
 }
 
@@ -149,13 +186,44 @@ func (r *Reader) ReadRaw() (stat, usage []byte, err error) {
 		}
 		usage = r.ubuf[:un]
 	}
+	if r.psi, r.psiRaw, err = readOptional(r.psi, r.pbuf, r.StatPath, "cpu.pressure"); err != nil {
+		return nil, nil, err
+	}
+	if r.local, r.locRaw, err = readOptional(r.local, r.lbuf, r.StatPath, "cpu.stat.local"); err != nil {
+		return nil, nil, err
+	}
 	return r.buf[:n], usage, nil
+}
+
+// readOptional preads an optional file kept open beside cpu.stat.
+func readOptional(f *os.File, buf []byte, statPath, name string) (*os.File, []byte, error) {
+	if f == nil {
+		return nil, nil, nil
+	}
+	n, err := unix.Pread(int(f.Fd()), buf, 0)
+	if err != nil {
+		return f, nil, &GoneError{Path: f.Name(), Err: err}
+	}
+	if n == len(buf) {
+		return f, nil, formatError(f.Name(), 1, firstLine(buf), fmt.Sprintf("file larger than the %d-byte read buffer", len(buf)))
+	}
+	return f, buf[:n], nil
 }
 
 // Parse parses what ReadRaw returned into s (v1: usage from cpuacct.usage, ns).
 func (r *Reader) Parse(stat, usage []byte, s *Stat) error {
 	if err := ParseStat(r.StatPath, stat, r.Version, s); err != nil {
 		return err
+	}
+	if r.psi != nil && r.psiRaw != nil {
+		if err := ParsePressure(r.psi.Name(), r.psiRaw, s); err != nil {
+			return err
+		}
+	}
+	if r.local != nil && r.locRaw != nil {
+		if err := ParseStatLocal(r.local.Name(), r.locRaw, s); err != nil {
+			return err
+		}
 	}
 	if r.Version == 1 {
 		u, err := ParseUsage(r.UsagePath, usage)
