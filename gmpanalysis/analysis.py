@@ -24,7 +24,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import BundleError, MissingDataError
 from .levels import level_names, level_run, period_changes, table_level
-from .periods import PeriodGrid, check_period, fit_period_grid
+from .periods import PeriodGrid, check_period, fit_period_grid, timer_late_ns
 
 
 def period_ns(meta: dict[str, Any]) -> int:
@@ -106,7 +106,7 @@ class Analysis:
     def _check_period(self, P: int) -> None:
         """The recorded period against the samples (:func:`gmpanalysis.periods.check_period`):
         a period the timer cannot have is a :class:`BundleError`, a drifting one a note."""
-        verdict = check_period(self.run.samples, P)
+        verdict = check_period(self.run.samples, P, timer_late_ns(self.run.meta))
         if verdict is None:
             return
         kind, why = verdict

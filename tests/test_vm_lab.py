@@ -19,7 +19,7 @@ import gmpanalysis as gmp
 
 pytestmark = [pytest.mark.lab, pytest.mark.vm]
 
-CLI = [sys.executable, "-m", "gmpanalysis"]
+CLI = [sys.executable, "-m", "gmpanalysis.cli"]
 
 
 def _lab(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
