@@ -43,6 +43,9 @@ type wantStat struct {
 	Bursts        uint64     `json:"nr_bursts"`
 	BurstTime     uint64     `json:"burst"`
 	Keys          []string   `json:"keys"`
+	PSISome       *uint64    `json:"psi_some"` // nil: the case has no cpu.pressure
+	PSIFull       *uint64    `json:"psi_full"` // nil: no cpu.pressure, or no full line in it
+	Local         *uint64    `json:"local_throttled"`
 	Error         *wantError `json:"error"`
 }
 
@@ -180,8 +183,30 @@ func checkStat(t *testing.T, dir string, version int, w *wantStat) {
 	}
 	want := Stat{Usage: w.Usage, Periods: w.Periods, Throttled: w.Throttled, ThrottledTime: w.ThrottledTime,
 		Bursts: w.Bursts, BurstTime: w.BurstTime, NsUnits: version == 1}
+	if w.PSISome != nil {
+		want.PSISome, want.HasPSI = *w.PSISome, true
+	}
+	if w.PSIFull != nil {
+		want.PSIFull, want.HasPSIFull = *w.PSIFull, true
+	}
+	if w.Local != nil {
+		want.LocalThrottled, want.HasLocal = *w.Local, true
+	}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
+	}
+	if r.HasPSI() != want.HasPSI || r.HasLocal() != want.HasLocal {
+		t.Fatalf("reader has cpu.pressure %v, cpu.stat.local %v; want %v, %v", r.HasPSI(), r.HasLocal(), want.HasPSI, want.HasLocal)
+	}
+	// the first half of a read alone: the same counters, the signals unread
+	stat, usage, err := r.ReadRawStat()
+	if err == nil {
+		err = r.Parse(stat, usage, &s)
+	}
+	want.PSISome, want.PSIFull, want.LocalThrottled = 0, 0, 0
+	want.HasPSI, want.HasPSIFull, want.HasLocal = false, false, false
+	if err != nil || s != want {
+		t.Fatalf("cpu.stat alone: %+v %v, want %+v", s, err, want)
 	}
 	if w.Keys != nil {
 		b, _ := os.ReadFile(c.StatPath)
@@ -201,8 +226,8 @@ func checkStat(t *testing.T, dir string, version int, w *wantStat) {
 
 // The sampler's hot path: pread and parse allocate nothing.
 func TestReadAllocatesNothing(t *testing.T) {
-	for _, v := range []string{"v1", "v2"} {
-		dir := filepath.Join(dataDir, v, "set")
+	for _, v := range []string{"v1/set", "v2/set", "v2/signals"} {
+		dir := filepath.Join(dataDir, v)
 		c := &Cgroup{Version: int(v[1] - '0'), StatPath: filepath.Join(dir, "cpu.stat")}
 		if c.Version == 1 {
 			c.UsagePath = filepath.Join(dir, "cpuacct.usage")
@@ -218,6 +243,9 @@ func TestReadAllocatesNothing(t *testing.T) {
 			}
 		}); n != 0 {
 			t.Errorf("%s: %v allocations per read", v, n)
+		}
+		if want := v == "v2/signals"; s.HasPSI != want || s.HasPSIFull != want || s.HasLocal != want {
+			t.Errorf("%s: read %+v", v, s)
 		}
 		r.Close()
 

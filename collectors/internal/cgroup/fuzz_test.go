@@ -3,6 +3,8 @@ package cgroup
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,6 +182,118 @@ func FuzzParseStat(f *testing.F) {
 		if !required {
 			if err == nil {
 				t.Fatalf("%q accepted without its required key", data)
+			}
+			checkFormatError(t, data, err)
+			return
+		}
+		if err != nil || s != want {
+			t.Fatalf("%q: %+v %v, want %+v", data, s, err, want)
+		}
+	})
+}
+
+// addFixtureSeeds adds every fixture file of this name under tests/data/cgroup/v2 as a seed.
+func addFixtureSeeds(f *testing.F, name string) {
+	paths, _ := filepath.Glob(filepath.Join(dataDir, "v2", "*", name))
+	if len(paths) == 0 {
+		f.Fatalf("no fixture %s under %s", name, dataDir)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+// psiLine is a plain reading of one cpu.pressure line as the kernel prints it: a first
+// word, then key=value fields separated by single spaces, each value %llu or %lu.%02lu, one
+// of them total=%llu. ok is false for anything else.
+func psiLine(line string) (word string, total uint64, ok bool) {
+	word, rest, found := strings.Cut(line, " ")
+	if !found || rest == "" {
+		return "", 0, false
+	}
+	totals := 0
+	for _, f := range strings.Split(rest, " ") {
+		key, v, found := strings.Cut(f, "=")
+		if !found || key == "" || strings.Trim(key, "abcdefghijklmnopqrstuvwxyz0123456789_.") != "" {
+			return "", 0, false
+		}
+		whole, frac, dotted := strings.Cut(v, ".")
+		n, err := strconv.ParseUint(whole, 10, 64)
+		if err != nil || strconv.FormatUint(n, 10) != whole {
+			return "", 0, false
+		}
+		if key == "total" {
+			if dotted {
+				return "", 0, false
+			}
+			total, totals = n, totals+1
+		} else if dotted && (len(frac) != 2 || strings.Trim(frac, "0123456789") != "") {
+			return "", 0, false
+		}
+	}
+	return word, total, totals == 1
+}
+
+// FuzzParsePressure checks ParsePressure against psiLine: the same totals, or both refuse.
+func FuzzParsePressure(f *testing.F) {
+	addFixtureSeeds(f, "cpu.pressure")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s Stat
+		err := ParsePressure(fuzzPath, data, &s)
+		var want Stat
+		ok := len(data) > 0 && data[len(data)-1] == '\n'
+		if ok {
+			for _, line := range strings.Split(string(data[:len(data)-1]), "\n") {
+				word, total, lok := psiLine(line)
+				switch {
+				case !lok:
+					ok = false
+				case word == "some" && !want.HasPSI:
+					want.PSISome, want.HasPSI = total, true
+				case word == "full" && !want.HasPSIFull:
+					want.PSIFull, want.HasPSIFull = total, true
+				default: // another word, or a second some or full line
+					ok = false
+				}
+			}
+		}
+		if !ok || !want.HasPSI {
+			if err == nil {
+				t.Fatalf("%q accepted as %+v", data, s)
+			}
+			checkFormatError(t, data, err)
+			if s.HasPSI || s.HasPSIFull {
+				t.Fatalf("%q refused, but left %+v", data, s)
+			}
+			return
+		}
+		if err != nil || s != want {
+			t.Fatalf("%q: %+v %v, want %+v", data, s, err, want)
+		}
+	})
+}
+
+// FuzzParseStatLocal checks ParseStatLocal against ParseKeyed: throttled_usec's value, or
+// both refuse, or no such key.
+func FuzzParseStatLocal(f *testing.F) {
+	addFixtureSeeds(f, "cpu.stat.local")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s Stat
+		err := ParseStatLocal(fuzzPath, data, &s)
+		fields, kerr := ParseKeyed(fuzzPath, data)
+		var want Stat
+		for _, fl := range fields {
+			if fl.Key == "throttled_usec" {
+				want.LocalThrottled, want.HasLocal = fl.Value, true
+			}
+		}
+		if kerr != nil || !want.HasLocal {
+			if err == nil {
+				t.Fatalf("%q accepted as %+v (ParseKeyed: %v)", data, s, kerr)
 			}
 			checkFormatError(t, data, err)
 			return

@@ -2,7 +2,8 @@
 // version holds the cpu controller under a mount, where a cgroup's files are (v1 cpu and
 // cpuacct hierarchies, v2 unified; the kubelet's cgroupfs and systemd layouts), the one
 // rule for "this cgroup exists", and the parsers of cpu.stat, cpuacct.usage, cpu.max,
-// cpu.cfs_quota_us, cpu.cfs_period_us and the burst files.
+// cpu.cfs_quota_us, cpu.cfs_period_us, the burst files and cgroup v2's own signals,
+// cpu.pressure (PSI) and cpu.stat.local.
 //
 // Every parser takes the file's path (for its messages) and its bytes, so tests point it
 // at fixture trees that mirror /sys/fs/cgroup (tests/data/cgroup, shared with the Python
@@ -11,7 +12,8 @@
 // "no limit" (the kernel's defaults), not an error.
 //
 // Units as the kernel writes them: v1 cpu.stat throttled_time and burst_time and
-// cpuacct.usage are ns; v2 cpu.stat is µs; every limit file is µs.
+// cpuacct.usage are ns; v2 cpu.stat, cpu.stat.local and cpu.pressure's totals are µs;
+// every limit file is µs.
 package cgroup
 
 import (
@@ -167,10 +169,17 @@ type Stat struct {
 	Bursts        uint64 // nr_bursts (5.16+; 0 before)
 	BurstTime     uint64 // v2 burst_usec (µs), v1 burst_time (ns)
 	NsUnits       bool   // v1: Usage, ThrottledTime and BurstTime are ns
-	// cgroup v2, where the kernel has the files (Reader.HasPSI, Reader.HasLocal):
-	PSISome, PSIFull uint64 // cpu.pressure totals, µs of wall time stalled
-	HasPSIFull       bool   // the kernel wrote cpu.pressure's full line (5.13+)
-	LocalThrottled   uint64 // cpu.stat.local throttled_usec (6.6+), µs summed over CPUs
+
+	// cgroup v2's own signals, in µs, from the files beside cpu.stat (ParsePressure,
+	// ParseStatLocal; Reader.Parse fills them at every read, ParseStat leaves them alone).
+	// The Has flags say which were read: false where the cgroup has no such file (v1, a
+	// kernel before 6.6 for cpu.stat.local, before 5.13 for the full line, PSI off).
+	PSISome        uint64 // cpu.pressure "some" total=: wall time some task of the group stalled for CPU
+	PSIFull        uint64 // cpu.pressure "full" total=: wall time every task of it stalled (throttling included)
+	LocalThrottled uint64 // cpu.stat.local throttled_usec: its own run queues throttled, by its own quota or an ancestor's, summed over CPUs
+	HasPSI         bool   // PSISome was read
+	HasPSIFull     bool   // PSIFull was read (cpu.pressure had its full line)
+	HasLocal       bool   // LocalThrottled was read
 }
 
 // eachLine calls fn(lineno, key, value) for every "key value\n" line of a keyed file

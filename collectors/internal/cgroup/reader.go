@@ -13,31 +13,55 @@ import (
 // Reader holds a cgroup's counter files open and reads them with pread at offset 0: the
 // kernel regenerates the text on every read from offset 0, with no open/close per sample.
 // ReadRaw and Parse never allocate unless they fail (the sampler calls them ~1000×/s).
+//
+// On cgroup v2 it also holds the cgroup's own signals beside cpu.stat, where the kernel
+// has them: cpu.pressure (PSI) and cpu.stat.local (6.6+).
 type Reader struct {
 	*Cgroup
-	stat, usage   *os.File
-	statFd, useFd int
-	buf, ubuf     []byte
-	// cgroup v2's own signals, where the kernel has them: cpu.pressure (PSI) and
-	// cpu.stat.local (6.6+); nil when absent or unreadable (psi=0 on the command line)
-	psi, local     *os.File
-	psiRaw, locRaw []byte // the last read of each
-	pbuf, lbuf     []byte
+	stat, usage     *os.File
+	statFd, useFd   int
+	buf, ubuf       []byte
+	pressure, local sideFile
+}
+
+// sideFile is one of the optional files read beside cpu.stat; f is nil where the cgroup
+// has none.
+type sideFile struct {
+	path string
+	f    *os.File
+	fd   int
+	buf  []byte
+	raw  []byte // the last ReadRawSignals' bytes; nil after a ReadRawStat alone
 }
 
 // HasPSI: the cgroup's cpu.pressure is read with cpu.stat.
-func (r *Reader) HasPSI() bool { return r.psi != nil }
+func (r *Reader) HasPSI() bool { return r.pressure.f != nil }
 
 // HasLocal: the cgroup's cpu.stat.local is read with cpu.stat.
-func (r *Reader) HasLocal() bool { return r.local != nil }
+func (r *Reader) HasLocal() bool { return r.local.f != nil }
+
+// PressurePath is the cpu.pressure read with cpu.stat; "" where there is none.
+func (r *Reader) PressurePath() string { return r.pressure.path }
+
+// LocalPath is the cpu.stat.local read with cpu.stat; "" where there is none.
+func (r *Reader) LocalPath() string { return r.local.path }
 
 // statBufSize: a v2 cpu.stat of 6.x is ~250 bytes; a read that fills the buffer is refused
 // rather than parsed cut. pread copies only what the file holds, so size costs nothing.
 const statBufSize = 16 << 10
 
-// Open opens the cgroup's counter files (regular files: see openRegular).
+// sideBufSize: cpu.pressure is two lines of at most ~75 bytes, cpu.stat.local one of ~35.
+const sideBufSize = 1 << 10
+
+// Open opens the cgroup's counter files (regular files: see openRegular), and on v2 its
+// cpu.pressure and cpu.stat.local beside cpu.stat where they are: a file that does not
+// exist (v1 has neither, kernels before 6.6 no cpu.stat.local, 6.1+ booted with psi=0 no
+// cpu.pressure) or that answers its first read with EOPNOTSUPP (PSI disabled on a kernel
+// that still shows the file) is left out, not an error. Something other than a regular
+// file in their place is, as for cpu.stat.
 func (c *Cgroup) Open() (*Reader, error) {
 	r := &Reader{Cgroup: c, buf: make([]byte, statBufSize), ubuf: make([]byte, 64), useFd: -1}
+	r.pressure.fd, r.local.fd = -1, -1
 	var err error
 	if r.stat, err = openRegular(c.StatPath); err != nil {
 		return nil, err
@@ -51,37 +75,56 @@ func (c *Cgroup) Open() (*Reader, error) {
 		r.useFd = int(r.usage.Fd())
 	}
 	if c.Version == 2 {
-		r.psi, r.pbuf = openOptional(filepath.Join(c.Dir, "cpu.pressure"), 256)
-		r.local, r.lbuf = openOptional(filepath.Join(c.Dir, "cpu.stat.local"), 256)
+		dir := filepath.Dir(c.StatPath)
+		if r.pressure, err = openSide(filepath.Join(dir, "cpu.pressure")); err == nil {
+			r.local, err = openSide(filepath.Join(dir, "cpu.stat.local"))
+		}
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	return r, nil
 }
 
-// openOptional opens a file the kernel may not have (a newer kernel's, or PSI turned off:
-// its read then fails with EOPNOTSUPP): nil unless it opens as a regular file and one read
-// of it succeeds.
-func openOptional(path string, size int) (*os.File, []byte) {
+// probeRead is the one read Open makes of an optional file (a variable for the tests: a
+// regular file cannot answer EOPNOTSUPP).
+var probeRead = unix.Pread
+
+// openSide opens an optional file for pread; a zero sideFile (fd -1) where the cgroup has
+// none: the file does not exist, or PSI is disabled (psi=0: a kernel that still shows
+// cpu.pressure answers every read with EOPNOTSUPP).
+func openSide(path string) (sideFile, error) {
+	none := sideFile{fd: -1}
 	f, err := openRegular(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return none, nil
+	}
 	if err != nil {
-		return nil, nil
+		return none, err
 	}
-	buf := make([]byte, size)
-	if _, err := unix.Pread(int(f.Fd()), buf, 0); err != nil {
+	buf := make([]byte, sideBufSize)
+	if _, err := probeRead(int(f.Fd()), buf, 0); err != nil {
 		f.Close()
-		return nil, nil
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return none, nil
+		}
+		return none, &GoneError{Path: path, Err: err}
 	}
-	return f, buf
+	return sideFile{path: path, f: f, fd: int(f.Fd()), buf: buf}, nil
 }
 
 // Close closes the files.
 func (r *Reader) Close() {
-	r.stat.Close()
+	if r.stat != nil {
+		r.stat.Close()
+	}
 	if r.usage != nil {
 		r.usage.Close()
 	}
-	for _, f := range []*os.File{r.psi, r.local} {
-		if f != nil {
-			f.Close()
+	for _, sf := range []*sideFile{&r.pressure, &r.local} {
+		if sf.f != nil {
+			sf.f.Close()
 		}
 	}
 }
@@ -166,9 +209,24 @@ type GoneError struct {
 func (e *GoneError) Error() string { return fmt.Sprintf("%s: %v", e.Path, e.Err) }
 func (e *GoneError) Unwrap() error { return e.Err }
 
-// ReadRaw preads cpu.stat (and on v1 cpuacct.usage); the slices stay valid until the next
-// call. A failed read is a *GoneError; a read that fills the buffer a *FormatError.
+// ReadRaw preads cpu.stat (and on v1 cpuacct.usage), then the files beside it
+// (ReadRawStat, then ReadRawSignals); the slices stay valid until the next call. A failed
+// read is a *GoneError; a read that fills the buffer a *FormatError.
 func (r *Reader) ReadRaw() (stat, usage []byte, err error) {
+	if stat, usage, err = r.ReadRawStat(); err != nil {
+		return nil, nil, err
+	}
+	if _, _, err = r.ReadRawSignals(); err != nil {
+		return nil, nil, err
+	}
+	return stat, usage, nil
+}
+
+// ReadRawStat is ReadRaw's first half: cpu.stat (and on v1 cpuacct.usage) alone, so a
+// caller can time that read by itself. A Parse after it leaves the signals unread (their
+// Has flags false) until ReadRawSignals reads them.
+func (r *Reader) ReadRawStat() (stat, usage []byte, err error) {
+	r.pressure.raw, r.local.raw = nil, nil
 	n, err := unix.Pread(r.statFd, r.buf, 0)
 	if err != nil {
 		return nil, nil, &GoneError{Path: r.StatPath, Err: err}
@@ -186,44 +244,43 @@ func (r *Reader) ReadRaw() (stat, usage []byte, err error) {
 		}
 		usage = r.ubuf[:un]
 	}
-	if r.psi, r.psiRaw, err = readOptional(r.psi, r.pbuf, r.StatPath, "cpu.pressure"); err != nil {
-		return nil, nil, err
-	}
-	if r.local, r.locRaw, err = readOptional(r.local, r.lbuf, r.StatPath, "cpu.stat.local"); err != nil {
-		return nil, nil, err
-	}
 	return r.buf[:n], usage, nil
 }
 
-// readOptional preads an optional file kept open beside cpu.stat.
-func readOptional(f *os.File, buf []byte, statPath, name string) (*os.File, []byte, error) {
-	if f == nil {
-		return nil, nil, nil
+// ReadRawSignals is ReadRaw's second half: it preads cpu.pressure and cpu.stat.local
+// where the cgroup has them (nil where not), for the next Parse; the slices stay valid
+// until the next read. Errors as ReadRaw's.
+func (r *Reader) ReadRawSignals() (pressure, local []byte, err error) {
+	if err := r.pressure.read(); err != nil {
+		return nil, nil, err
 	}
-	n, err := unix.Pread(int(f.Fd()), buf, 0)
-	if err != nil {
-		return f, nil, &GoneError{Path: f.Name(), Err: err}
+	if err := r.local.read(); err != nil {
+		return nil, nil, err
 	}
-	if n == len(buf) {
-		return f, nil, formatError(f.Name(), 1, firstLine(buf), fmt.Sprintf("file larger than the %d-byte read buffer", len(buf)))
-	}
-	return f, buf[:n], nil
+	return r.pressure.raw, r.local.raw, nil
 }
 
-// Parse parses what ReadRaw returned into s (v1: usage from cpuacct.usage, ns).
+func (sf *sideFile) read() error {
+	sf.raw = nil
+	if sf.fd < 0 {
+		return nil
+	}
+	n, err := unix.Pread(sf.fd, sf.buf, 0)
+	if err != nil {
+		return &GoneError{Path: sf.path, Err: err}
+	}
+	if n == len(sf.buf) {
+		return formatError(sf.path, 1, firstLine(sf.buf), fmt.Sprintf("file larger than the %d-byte read buffer", len(sf.buf)))
+	}
+	sf.raw = sf.buf[:n]
+	return nil
+}
+
+// Parse parses what ReadRaw returned into s (v1: usage from cpuacct.usage, ns), and the
+// signals the last ReadRawSignals read (s.HasPSI, s.HasLocal: whether there were any).
 func (r *Reader) Parse(stat, usage []byte, s *Stat) error {
 	if err := ParseStat(r.StatPath, stat, r.Version, s); err != nil {
 		return err
-	}
-	if r.psi != nil && r.psiRaw != nil {
-		if err := ParsePressure(r.psi.Name(), r.psiRaw, s); err != nil {
-			return err
-		}
-	}
-	if r.local != nil && r.locRaw != nil {
-		if err := ParseStatLocal(r.local.Name(), r.locRaw, s); err != nil {
-			return err
-		}
 	}
 	if r.Version == 1 {
 		u, err := ParseUsage(r.UsagePath, usage)
@@ -231,6 +288,18 @@ func (r *Reader) Parse(stat, usage []byte, s *Stat) error {
 			return err
 		}
 		s.Usage = u
+	}
+	s.PSISome, s.PSIFull, s.HasPSI, s.HasPSIFull = 0, 0, false, false
+	if r.pressure.raw != nil {
+		if err := ParsePressure(r.pressure.path, r.pressure.raw, s); err != nil {
+			return err
+		}
+	}
+	s.LocalThrottled, s.HasLocal = 0, false
+	if r.local.raw != nil {
+		if err := ParseStatLocal(r.local.path, r.local.raw, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }
