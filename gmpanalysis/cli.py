@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import math
 import os
@@ -327,7 +328,12 @@ def cmd_lab_sweep(a: argparse.Namespace) -> int:
     cfg = _lab_config(a)
     vm = _vm_spec(a)
     _check_out_dir(a.out, "-o", empty=False)
-    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress, vm=vm):
+    runner = None
+    if vm is not None:
+        from .lab.vm import run_vm_lab
+
+        runner = functools.partial(run_vm_lab, spec=vm)
+    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress, runner=runner):
         print(p)
     return 0
 

@@ -648,23 +648,21 @@ def sweep(
     out_dir: str | os.PathLike[str],
     *,
     progress: Progress = _quiet,
-    vm: Any = None,
+    runner: Callable[..., Path] | None = None,
 ) -> list[Path]:
     """The same experiment at several GOMAXPROCS values, one bundle each, same calibration
-    (``vm``: a :class:`~gmpanalysis.lab.vm.VmSpec` to run each in a VM of that kernel, each
-    calibrated there)."""
+    (``runner(cfg, out, progress=...)``: another way to run each, e.g. in a VM of another
+    kernel, calibrated there: :func:`gmpanalysis.lab.vm.run_vm_lab` with its spec bound)."""
     out_dir = Path(out_dir)
     bins = ensure_binaries()
-    ipm = base.iters_per_ms or (None if vm is not None else calibrate(bins))
+    ipm = base.iters_per_ms or (None if runner is not None else calibrate(bins))
     paths = []
     for i, g in enumerate(gomaxprocs_values, 1):
         label = "unset" if g is None else str(g)
         cfg = dataclasses.replace(base, gomaxprocs=g, iters_per_ms=ipm, name=f"{base.name}-gmp{label}")
         progress(f"[{i}/{len(gomaxprocs_values)}] GOMAXPROCS={label}")
-        if vm is not None:
-            from .vm import run_vm_lab
-
-            paths.append(run_vm_lab(cfg, out_dir / cfg.name, vm, progress=progress))
+        if runner is not None:
+            paths.append(runner(cfg, out_dir / cfg.name, progress=progress))
         else:
             paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
     return paths
