@@ -13,7 +13,28 @@ type target struct {
 	name string // label for the optional `cgroup` column
 	*cgroup.Reader
 	lim *limitsState // nil unless --limits-out
-	v2  *v2Cols      // the v2 columns this target fills (nil: the file has none)
+
+	signals     bool    // it has cpu.pressure or cpu.stat.local (v2), read after cpu.stat
+	reads       uint64  // successful reads in the loop (rows)
+	first, last rawRead // the bytes of the first and the last of them, for the summary
+}
+
+// rawRead is a copy of one read's bytes (cpu.stat; cpu.pressure and cpu.stat.local where
+// the target has them), in buffers allocated at open that hold any read the reader accepts,
+// so the loop keeps it without allocating; the summary parses it at the end.
+type rawRead struct {
+	stat, pressure, local []byte
+}
+
+func newRawRead() rawRead {
+	return rawRead{make([]byte, 0, cgroup.StatBufSize), make([]byte, 0, cgroup.SideBufSize), make([]byte, 0, cgroup.SideBufSize)}
+}
+
+// set copies a read's bytes into k.
+func (k *rawRead) set(stat, pressure, local []byte) {
+	k.stat = append(k.stat[:0], stat...)
+	k.pressure = append(k.pressure[:0], pressure...)
+	k.local = append(k.local[:0], local...)
 }
 
 // close closes the target's files.
@@ -66,7 +87,7 @@ func openTarget(m cgroup.Mount, spec string, limits bool) (*target, error) {
 		r.Close()
 		return nil, fmt.Errorf("cgroup %q: %w", spec, err)
 	}
-	tg := &target{name: t.Name, Reader: r}
+	tg := &target{name: t.Name, Reader: r, signals: r.HasPSI() || r.HasLocal(), first: newRawRead(), last: newRawRead()}
 	if limits {
 		lr, err := t.OpenLimits()
 		if err == nil {

@@ -14,7 +14,7 @@ import (
 // beforehand: run allocates nothing until it stops.
 type sampler struct {
 	targets []*target
-	multi   bool // several targets: rows carry the `cgroup` column
+	cols    columns // the rows' optional columns (the output's header)
 	w       *os.File
 	hs      *hostStat     // nil: no /proc/stat reads
 	ls      *limitsSeries // nil: no limits reads (--limits-out off)
@@ -33,10 +33,10 @@ type sampler struct {
 	badData      bool // stopped on a read that did not parse
 }
 
-func newSampler(c *config, targets []*target, w *os.File, hs *hostStat, ls *limitsSeries, stop *atomic.Int32,
-	sum *summary) *sampler {
+func newSampler(c *config, targets []*target, cols columns, w *os.File, hs *hostStat, ls *limitsSeries,
+	stop *atomic.Int32, sum *summary) *sampler {
 	return &sampler{
-		targets: targets, multi: len(targets) > 1, w: w, hs: hs, ls: ls, stop: stop,
+		targets: targets, cols: cols, w: w, hs: hs, ls: ls, stop: stop,
 		iv: c.interval.Nanoseconds(), flushNs: c.flush.Nanoseconds(), sum: sum,
 		pending: make([]byte, 0, 1<<16),
 	}
@@ -121,10 +121,16 @@ func (s *sampler) run() {
 func (s *sampler) readTargets() (last int64, ok bool) {
 	for _, t := range s.targets {
 		t0 := monoNs()
-		// pread at offset 0 on the files kept open (cgroup.Reader)
-		stat, usage, err := t.ReadRaw()
+		// pread at offset 0 on the files kept open (cgroup.Reader). The row's time is the
+		// cpu.stat read's alone; cgroup v2's signal files are read right after it.
+		stat, usage, err := t.ReadRawStat()
 		t1 := monoNs()
 		last = t1
+		var pressure, local []byte
+		if err == nil && t.signals {
+			pressure, local, err = t.ReadRawSignals()
+			last = monoNs()
+		}
 		if err == nil {
 			err = t.Parse(stat, usage, &s.st)
 		}
@@ -132,8 +138,13 @@ func (s *sampler) readTargets() (last int64, ok bool) {
 			s.readFailed(t, err)
 			return last, false
 		}
+		if t.reads == 0 {
+			t.first.set(stat, pressure, local)
+		}
+		t.last.set(stat, pressure, local)
+		t.reads++
 		s.readDur.add(t1 - t0)
-		s.pending = appendRowV2(s.pending, t.name, (t0+t1)/2, t1-t0, &s.st, s.multi, t.v2)
+		s.pending = appendRow(s.pending, t.name, (t0+t1)/2, t1-t0, &s.st, s.cols)
 		s.sum.Rows++
 	}
 	return last, true
@@ -196,9 +207,10 @@ func (s *sampler) finish() {
 		s.hs.sample()
 		s.sum.HostStatErrors = s.hs.errs
 	}
+	// every key of the first and the last read of each target (summary.go)
 	for i, t := range s.targets {
 		if i < len(s.sum.Cgroups) {
-			keyedInto(s.sum.Cgroups[i], "last", t)
+			addReads(s.sum.Cgroups[i], t)
 		}
 	}
 	end := monoNs()

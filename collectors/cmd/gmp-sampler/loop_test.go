@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,7 +67,7 @@ func samplerOn(t *testing.T, root string, args ...string) (s *sampler, sum *summ
 	if got := strings.Count(log.String(), "gmp-sampler: sampling "); got != len(targets) {
 		t.Errorf("log %q: %d sampling lines for %d targets", log.String(), got, len(targets))
 	}
-	w, _, err := openOutput(c.out, len(targets) > 1, false)
+	w, cols, err := openOutput(c.out, wantColumns(targets))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func samplerOn(t *testing.T, root string, args ...string) (s *sampler, sum *summ
 			ls.close()
 		}
 	})
-	return newSampler(c, targets, w, nil, ls, new(atomic.Int32), sum), sum, out
+	return newSampler(c, targets, cols, w, nil, ls, new(atomic.Int32), sum), sum, out
 }
 
 func readRows(t *testing.T, path string) (header string, rows [][]string) {
@@ -253,5 +255,187 @@ func TestStdinEndsTheRun(t *testing.T) {
 				t.Errorf("%d rows in the file, %d counted", len(rows), sum.Rows)
 			}
 		})
+	}
+}
+
+// signalsTree is v2Tree with cgroup g's cpu.stat, cpu.pressure and cpu.stat.local from
+// tests/data/cgroup/v2/signals (a 6.6+ kernel), and a cgroup h with a cpu.stat alone (a
+// level without the files).
+func signalsTree(t *testing.T) string {
+	t.Helper()
+	root := v2Tree(t)
+	src := filepath.Join("..", "..", "..", "tests", "data", "cgroup", "v2", "signals")
+	for _, f := range []string{"cpu.stat", "cpu.pressure", "cpu.stat.local"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "g", f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "h"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "h", "cpu.stat"), []byte("usage_usec 1\nnr_periods 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// the signals fixture's v2 columns as a row writes them, after burst_us
+const fixtureSignals = "2204117,2187350,2702113"
+
+// TestSamplerSignalColumns: a target with cpu.pressure and cpu.stat.local gets the three
+// columns after burst_us, and the summary every key of its first and last reads.
+func TestSamplerSignalColumns(t *testing.T) {
+	root := signalsTree(t)
+	s, sum, out := samplerOn(t, root, "--cgroup", "g", "--interval", "1ms")
+	s.begin(5 * time.Millisecond)
+	s.run()
+	// the kernel's later text: the summary's last read is the last row's
+	g := filepath.Join(root, "g")
+	for f, content := range map[string]string{
+		"cpu.stat":       "usage_usec 3100000\nnice_usec 7\nnr_periods 62\nnr_throttled 53\nthrottled_usec 2700000\nfuture_usec 1\n",
+		"cpu.pressure":   "some avg10=1.00 avg60=0.50 avg300=0.10 total=2300000\n",
+		"cpu.stat.local": "throttled_usec 2800000\n",
+	} {
+		if err := os.WriteFile(filepath.Join(g, f), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.begin(3 * time.Millisecond)
+	s.run()
+	s.finish()
+	hdr, rows := readRows(t, out)
+	if hdr != csvHeader+",psi_some_us,psi_full_us,local_throttled_us" || len(rows) == 0 || uint64(len(rows)) != sum.Rows {
+		t.Fatalf("header %q, %d rows, %d counted", hdr, len(rows), sum.Rows)
+	}
+	if got := strings.Join(rows[0][2:], ","); got != fixtureCounters+","+fixtureSignals {
+		t.Errorf("first row %q", got)
+	}
+	// the later cpu.pressure has no full line: an empty field, never 0
+	if got := strings.Join(rows[len(rows)-1][2:], ","); got != "3100000,62,53,2700000,0,0,2300000,,2800000" {
+		t.Errorf("last row %q", got)
+	}
+	b, err := json.Marshal(sum.Cgroups[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"stat_first": map[string]any{"usage_usec": 3012345.0, "user_usec": 2900000.0, "system_usec": 112345.0,
+			"nice_usec": 0.0, "core_sched.force_idle_usec": 0.0, "nr_periods": 61.0, "nr_throttled": 52.0,
+			"throttled_usec": 2636400.0, "nr_bursts": 0.0, "burst_usec": 0.0},
+		"stat_last": map[string]any{"usage_usec": 3100000.0, "nice_usec": 7.0, "nr_periods": 62.0,
+			"nr_throttled": 53.0, "throttled_usec": 2700000.0, "future_usec": 1.0},
+		"stat_local_first": map[string]any{"throttled_usec": 2702113.0},
+		"stat_local_last":  map[string]any{"throttled_usec": 2800000.0},
+		"pressure_first":   map[string]any{"some_total_us": 2204117.0, "full_total_us": 2187350.0},
+		"pressure_last":    map[string]any{"some_total_us": 2300000.0, "full_total_us": nil},
+		"cpu_pressure":     filepath.Join(g, "cpu.pressure"),
+		"cpu_stat_local":   filepath.Join(g, "cpu.stat.local"),
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(c[k], v) {
+			t.Errorf("summary %s: %v, want %v", k, c[k], v)
+		}
+	}
+}
+
+// TestSamplerSignalsOfSeveralLevels: a level without the files writes empty fields in the
+// v2 columns (never 0) and has no such keys in the summary.
+func TestSamplerSignalsOfSeveralLevels(t *testing.T) {
+	s, sum, out := samplerOn(t, signalsTree(t), "--cgroup", "pod=g", "--cgroup", "ctr=h", "--interval", "1ms", "--summary", "stderr")
+	s.begin(5 * time.Millisecond)
+	s.run()
+	s.finish()
+	hdr, rows := readRows(t, out)
+	if hdr != csvHeader+signalsHeader+",cgroup" || len(rows) == 0 {
+		t.Fatalf("header %q, %d rows", hdr, len(rows))
+	}
+	for i, r := range rows {
+		want := []string{fixtureCounters + "," + fixtureSignals + ",pod", "1,2,0,0,0,0,,,,ctr"}[i%2]
+		if got := strings.Join(r[2:], ","); got != want {
+			t.Fatalf("row %d: %q, want %q", i, got, want)
+		}
+	}
+	ctr := sum.Cgroups[1]
+	for _, k := range []string{"pressure_first", "pressure_last", "stat_local_first", "stat_local_last", "cpu_pressure"} {
+		if _, ok := ctr[k]; ok {
+			t.Errorf("ctr has %s: %v", k, ctr[k])
+		}
+	}
+	if st, ok := ctr["stat_last"].(map[string]uint64); !ok || st["usage_usec"] != 1 || len(st) != 2 {
+		t.Errorf("ctr stat_last %v", ctr["stat_last"])
+	}
+}
+
+// TestSamplerStopsOnBadPressure: a cpu.pressure the kernel would not write stops the run
+// as a bad cpu.stat does (exit 4, the file and line as facts, no row for the read); the
+// summary keeps the last good read.
+func TestSamplerStopsOnBadPressure(t *testing.T) {
+	root := signalsTree(t)
+	s, sum, out := samplerOn(t, root, "--cgroup", "g", "--interval", "1ms")
+	s.begin(3 * time.Millisecond)
+	s.run()
+	rowsBefore := sum.Rows
+	p := filepath.Join(root, "g", "cpu.pressure")
+	if err := os.WriteFile(p, []byte("some avg10=0.00 total=5\nfull avg10=0.00 total=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.begin(time.Second)
+	s.run()
+	s.finish()
+	if !strings.Contains(sum.StopReason, "cpu.pressure") || s.exitCode() != 4 || sum.Rows != rowsBefore {
+		t.Errorf("stop %q, exit %d, rows %d (before %d)", sum.StopReason, s.exitCode(), sum.Rows, rowsBefore)
+	}
+	if e := sum.Error; e == nil || e.Kind != "format" || e.Line != 2 || e.Path != p {
+		t.Errorf("error facts %+v", e)
+	}
+	if _, rows := readRows(t, out); uint64(len(rows)) != rowsBefore {
+		t.Errorf("%d rows written, %d before the bad read", len(rows), rowsBefore)
+	}
+	if pl, ok := sum.Cgroups[0]["pressure_last"].(map[string]any); !ok || pl["some_total_us"] != uint64(2204117) {
+		t.Errorf("pressure_last %v", sum.Cgroups[0]["pressure_last"])
+	}
+}
+
+// TestRunWithSignalsAllocatesNothing: reading, keeping and writing the v2 signals of
+// several levels allocates nothing in the loop.
+func TestRunWithSignalsAllocatesNothing(t *testing.T) {
+	s, sum, _ := samplerOn(t, signalsTree(t), "--cgroup", "pod=g", "--cgroup", "ctr=h", "--interval", "1ms", "--flush", "0")
+	allocs := testing.AllocsPerRun(5, func() {
+		s.begin(3 * time.Millisecond)
+		s.run()
+	})
+	if allocs != 0 || sum.Rows == 0 {
+		t.Errorf("%v allocations per 3 ms run (%d rows)", allocs, sum.Rows)
+	}
+}
+
+// TestAppendKeepsTheFileShape: a second run on a cgroup with the v2 files, appended to a
+// file begun by a run without them, writes rows of the file's shape.
+func TestAppendKeepsTheFileShape(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "cpu_stat.csv")
+	first := csvHeader + "\n1,1,1,1,1,1,1,1\n"
+	if err := os.WriteFile(out, []byte(first), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, sum, _ := samplerOn(t, signalsTree(t), "--cgroup", "g", "--interval", "1ms", "--out", out)
+	s.begin(3 * time.Millisecond)
+	s.run()
+	s.finish()
+	hdr, rows := readRows(t, out)
+	if hdr != csvHeader || uint64(len(rows)) != sum.Rows+1 {
+		t.Fatalf("header %q, %d rows for %d", hdr, len(rows), sum.Rows)
+	}
+	for i, r := range rows[1:] {
+		if got := strings.Join(r[2:], ","); got != fixtureCounters {
+			t.Fatalf("row %d: %q", i, got)
+		}
 	}
 }

@@ -1,19 +1,31 @@
 // gmp-sampler reads the CFS bandwidth counters of one or more cgroups at a fixed interval
 // and appends them, one CSV row per read, to a file or stdout.
 //
-// Each row: t_ns (CLOCK_MONOTONIC midpoint of the read), read_ns (its duration), usage_us,
-// nr_periods, nr_throttled, throttled_us, nr_bursts, burst_us [, psi_some_us, psi_full_us,
-// local_throttled_us] [, cgroup]. The three cgroup v2 columns are there when a target has
-// cpu.pressure (PSI totals, µs) or cpu.stat.local (throttled_usec, 6.6+); a target without
-// one of the files leaves its field empty. Units are
-// normalised to µs whatever the cgroup version (v1 reports ns). Rows are written with
-// write(2) at least every --flush interval and the file only ever grows, so a sampler
-// killed at any moment leaves a readable file holding all but the last few rows.
+// Each row: t_ns (CLOCK_MONOTONIC midpoint of the cpu.stat read), read_ns (its duration),
+// usage_us, nr_periods, nr_throttled, throttled_us, nr_bursts, burst_us
+// [, psi_some_us, psi_full_us, local_throttled_us] [, cgroup]. Units are normalised to µs
+// whatever the cgroup version (v1 reports ns). The three cgroup v2 columns are there when
+// a target has cpu.pressure or cpu.stat.local at the start (v2; never on v1 or where the
+// kernel has neither, so those rows stay as they were): cpu.pressure's "some" and "full"
+// total= (µs of wall time stalled for CPU; "full" from 5.13) and cpu.stat.local's
+// throttled_usec (6.6+: the cgroup's run queues throttled by its own quota or an
+// ancestor's, summed over CPUs), read right after cpu.stat. A target without one of the
+// files (or a cpu.pressure without its full line) writes an empty field there, never 0.
+// The cgroup column (the target's name) is there with several targets. Appending to an
+// existing file keeps the columns of its header. Rows are written with write(2) at least
+// every --flush interval and the file only ever grows, so a sampler killed at any moment
+// leaves a readable file holding all but the last few rows.
 //
 // With --limits-out, the CFS limits of every target (period, quota, burst: rewritten in
 // place by a Kubernetes in-place resize) are reread about every --limits-every, after the
 // tick's cpu.stat reads, and written as a row at each cgroup's first read and at every
 // change: t_ns,prev_ns,cgroup,period_us,quota_us,burst_us (limits.go).
+//
+// With --summary, each entry of the summary's cgroups holds every key of the first and
+// the last row's reads, those the rows leave out included (nice_usec,
+// core_sched.force_idle_usec, later kernels' keys): stat_first/stat_last (cpu.stat, the
+// kernel's units), and where the target has the files stat_local_first/stat_local_last
+// (cpu.stat.local) and pressure_first/pressure_last ({"some_total_us","full_total_us"}).
 //
 // Where the cgroup's files are and how they parse is internal/cgroup's. Exit status: 0 at
 // the end of --duration, on a signal or (with --stop-on-stdin) at stdin's first byte or end, 2 when nothing could be sampled (bad arguments, no
@@ -53,11 +65,10 @@ func main() {
 	if err != nil {
 		fail(&cfg, err)
 	}
-	w, v2, err := openOutput(cfg.out, len(targets) > 1, anyV2(targets))
+	w, cols, err := openOutput(cfg.out, wantColumns(targets))
 	if err != nil {
 		fail(&cfg, err)
 	}
-	setV2(targets, v2)
 	if w != os.Stdout {
 		defer w.Close()
 	}
@@ -82,7 +93,7 @@ func main() {
 		defer ls.close()
 	}
 	sum.Policy, sum.PolicyError = prepareSamplingThread(cfg.fifo, cfg.fifoPrio)
-	s := newSampler(&cfg, targets, w, hs, ls, stop, &sum)
+	s := newSampler(&cfg, targets, cols, w, hs, ls, stop, &sum)
 	s.begin(cfg.duration)
 	if cfg.summary == "stderr" {
 		writeStart(os.Stderr, &sum)
@@ -94,26 +105,6 @@ func main() {
 	}
 	if code := s.exitCode(); code != 0 {
 		os.Exit(code)
-	}
-}
-
-// anyV2: some target has cpu.pressure or cpu.stat.local (the v2 columns are written).
-func anyV2(targets []*target) bool {
-	for _, t := range targets {
-		if t.HasPSI() || t.HasLocal() {
-			return true
-		}
-	}
-	return false
-}
-
-// setV2 tells each target which v2 columns it fills, when the file has them.
-func setV2(targets []*target, on bool) {
-	for _, t := range targets {
-		t.v2 = nil
-		if on {
-			t.v2 = &v2Cols{psi: t.HasPSI(), local: t.HasLocal()}
-		}
 	}
 }
 

@@ -2,61 +2,108 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
 const csvHeader = "t_ns,read_ns,usage_us,nr_periods,nr_throttled,throttled_us,nr_bursts,burst_us"
 
-// v2Header: cgroup v2's own signals, after burst_us, where a target has cpu.pressure or
-// cpu.stat.local (a target without one writes an empty field there, never 0)
-const v2Header = ",psi_some_us,psi_full_us,local_throttled_us"
+// signalsHeader: cgroup v2's own signals, after burst_us, when a target has cpu.pressure or
+// cpu.stat.local (a target without one of them writes an empty field there, never 0).
+const signalsHeader = ",psi_some_us,psi_full_us,local_throttled_us"
 
-// openOutput opens --out ("-": stdout) for appending. A header only for a new file:
-// appending to an existing file continues its rows, with the v2 columns only if its
-// header has them (v2 reports whether rows carry them).
-func openOutput(path string, multi, v2 bool) (*os.File, bool, error) {
-	w, err := openOutputFile(path, multi, v2)
-	if err != nil {
-		return nil, false, err
-	}
-	if w != os.Stdout {
-		if st, err := w.Stat(); err == nil && st.Size() > 0 {
-			head := make([]byte, len(csvHeader)+len(v2Header))
-			n, _ := w.ReadAt(head, 0)
-			v2 = n == len(head) && string(head) == csvHeader+v2Header
-		}
-	}
-	return w, v2, nil
+// columns is the shape of one output's rows: the optional columns it has.
+type columns struct {
+	signals bool // psi_some_us,psi_full_us,local_throttled_us after burst_us
+	cgroup  bool // the target's name, last
 }
 
-func openOutputFile(path string, multi, v2 bool) (*os.File, error) {
-	w := os.Stdout
-	if path != "-" {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("cannot open output: %w", err)
-		}
-		w = f
+func (c columns) header() string {
+	h := csvHeader
+	if c.signals {
+		h += signalsHeader
 	}
-	if st, err := w.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
-		hdr := csvHeader
-		if v2 {
-			hdr += v2Header
-		}
-		if multi {
-			hdr += ",cgroup"
-		}
-		if _, err := w.WriteString(hdr + "\n"); err != nil {
-			if w != os.Stdout {
-				w.Close()
-			}
-			return nil, fmt.Errorf("write: %w", err)
-		}
+	if c.cgroup {
+		h += ",cgroup"
 	}
-	return w, nil
+	return h
+}
+
+// wantColumns is the shape of a new output's rows for these targets: the v2 signals when
+// one of them has cpu.pressure or cpu.stat.local, the name when there are several.
+func wantColumns(targets []*target) columns {
+	c := columns{cgroup: len(targets) > 1}
+	for _, t := range targets {
+		c.signals = c.signals || t.HasPSI() || t.HasLocal()
+	}
+	return c
+}
+
+// openOutput opens --out ("-": stdout) for appending, and says which columns its rows
+// have. A new file (or stdout, a pipe) gets the header of want. An existing file keeps
+// the columns of its header, read back: the v2 signals only if it has them (empty fields
+// where this run's targets lack the files), the cgroup column if it has one (rows of one
+// target then carry its name); a file whose header is not one this sampler writes, or has
+// no cgroup column for the rows of several targets, is refused rather than given rows of
+// another shape.
+func openOutput(path string, want columns) (*os.File, columns, error) {
+	if path == "-" {
+		return writeHeader(os.Stdout, want)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, columns{}, fmt.Errorf("cannot open output: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		return writeHeader(f, want)
+	}
+	have, err := existingColumns(path, want)
+	if err != nil {
+		f.Close()
+		return nil, columns{}, err
+	}
+	return f, have, nil
+}
+
+// writeHeader writes the header of c to w.
+func writeHeader(w *os.File, c columns) (*os.File, columns, error) {
+	if _, err := w.WriteString(c.header() + "\n"); err != nil {
+		if w != os.Stdout {
+			w.Close()
+		}
+		return nil, columns{}, fmt.Errorf("write: %w", err)
+	}
+	return w, c, nil
+}
+
+// existingColumns reads the header line of the non-empty file at path: the columns its
+// rows have.
+func existingColumns(path string, want columns) (columns, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return columns{}, fmt.Errorf("cannot read the header of output %s (appending keeps its columns): %w", path, err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := io.ReadFull(f, buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	for _, c := range []columns{{}, {signals: true}, {cgroup: true}, {signals: true, cgroup: true}} {
+		if line != c.header() {
+			continue
+		}
+		if want.cgroup && !c.cgroup {
+			return columns{}, fmt.Errorf("output %s has no cgroup column (header %q): rows of several cgroups cannot be "+
+				"appended to it; name a new file", path, line)
+		}
+		return c, nil
+	}
+	return columns{}, fmt.Errorf("output %s does not begin with a header this sampler writes (%q, want %q): "+
+		"rows appended to it would not match its columns; name a new file", path, line, want.header())
 }
 
 // appendUs writes v (in µs, or in ns when ns is true) as µs: ns become an exact decimal
@@ -71,16 +118,10 @@ func appendUs(b []byte, v uint64, ns bool) []byte {
 	return b
 }
 
-// appendRow writes one CSV row of the bundle's cpu_stat.csv (units normalised to µs).
-func appendRow(row []byte, name string, tNs, readNs int64, c *cgroup.Stat, multi bool) []byte {
-	return appendRowV2(row, name, tNs, readNs, c, multi, nil)
-}
-
-// v2Cols says which of the v2 signals a target has (nil: the file has no such columns).
-type v2Cols struct{ psi, local bool }
-
-// appendRowV2 is appendRow with the v2 columns when v is not nil.
-func appendRowV2(row []byte, name string, tNs, readNs int64, c *cgroup.Stat, multi bool, v *v2Cols) []byte {
+// appendRow writes one CSV row of the bundle's cpu_stat.csv (units normalised to µs) in
+// the shape cols: the v2 signals (cgroup v2's own, always µs) where c has them, an empty
+// field where the target has no such file; then the target's name.
+func appendRow(row []byte, name string, tNs, readNs int64, c *cgroup.Stat, cols columns) []byte {
 	row = strconv.AppendInt(row, tNs, 10)
 	row = append(row, ',')
 	row = strconv.AppendInt(row, readNs, 10)
@@ -96,21 +137,21 @@ func appendRowV2(row []byte, name string, tNs, readNs int64, c *cgroup.Stat, mul
 	row = strconv.AppendUint(row, c.Bursts, 10)
 	row = append(row, ',')
 	row = appendUs(row, c.BurstTime, c.NsUnits)
-	if v != nil {
+	if cols.signals {
 		row = append(row, ',')
-		if v.psi {
+		if c.HasPSI {
 			row = strconv.AppendUint(row, c.PSISome, 10)
 		}
 		row = append(row, ',')
-		if v.psi && c.HasPSIFull {
+		if c.HasPSIFull {
 			row = strconv.AppendUint(row, c.PSIFull, 10)
 		}
 		row = append(row, ',')
-		if v.local {
+		if c.HasLocal {
 			row = strconv.AppendUint(row, c.LocalThrottled, 10)
 		}
 	}
-	if multi {
+	if cols.cgroup {
 		row = append(row, ',')
 		row = append(row, name...)
 	}

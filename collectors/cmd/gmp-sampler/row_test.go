@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
@@ -50,7 +52,7 @@ func TestAppendRow(t *testing.T) {
 				}
 				st.Usage = u
 			}
-			got := string(appendRow(nil, "g", 100, 7, &st, false))
+			got := string(appendRow(nil, "g", 100, 7, &st, columns{}))
 			if got != c.want {
 				t.Fatalf("got %q, want %q", got, c.want)
 			}
@@ -63,54 +65,109 @@ func TestAppendRow(t *testing.T) {
 func TestAppendRowAllocs(t *testing.T) {
 	st := cgroup.Stat{Usage: 2500000789, Periods: 12, Throttled: 5, ThrottledTime: 145000123, NsUnits: true}
 	row := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(100, func() { row = appendRow(row[:0], "ctr", 100, 7, &st, true) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { row = appendRow(row[:0], "ctr", 100, 7, &st, columns{cgroup: true}) }); n != 0 {
 		t.Fatalf("%v allocations per row", n)
 	}
 }
 
 // The v2 columns: values where the target has the file, empty fields where it does not
 // (never 0), and no allocation.
-func TestAppendRowV2Columns(t *testing.T) {
-	st := cgroup.Stat{Usage: 5, PSISome: 11, PSIFull: 10, HasPSIFull: true, LocalThrottled: 3}
-	got := string(appendRowV2(nil, "pod", 100, 7, &st, true, &v2Cols{psi: true, local: true}))
-	if want := "100,7,5,0,0,0,0,0,11,10,3,pod\n"; got != want {
-		t.Fatalf("got %q, want %q", got, want)
+func TestAppendRowSignals(t *testing.T) {
+	all := columns{signals: true, cgroup: true}
+	for _, c := range []struct {
+		name string
+		st   cgroup.Stat
+		cols columns
+		want string
+	}{
+		{"6.6", cgroup.Stat{Usage: 5, PSISome: 11, PSIFull: 10, LocalThrottled: 3, HasPSI: true, HasPSIFull: true, HasLocal: true},
+			all, "100,7,5,0,0,0,0,0,11,10,3,pod\n"},
+		{"zeros-are-written", cgroup.Stat{HasPSI: true, HasPSIFull: true, HasLocal: true},
+			all, "100,7,0,0,0,0,0,0,0,0,0,pod\n"},
+		{"before-5.13-no-full-line", cgroup.Stat{Usage: 5, PSISome: 11, HasPSI: true, LocalThrottled: 3, HasLocal: true},
+			all, "100,7,5,0,0,0,0,0,11,,3,pod\n"},
+		{"before-6.6-no-cpu.stat.local", cgroup.Stat{Usage: 5, PSISome: 11, PSIFull: 10, HasPSI: true, HasPSIFull: true},
+			all, "100,7,5,0,0,0,0,0,11,10,,pod\n"},
+		{"psi-off", cgroup.Stat{Usage: 5, LocalThrottled: 3, HasLocal: true}, all, "100,7,5,0,0,0,0,0,,,3,pod\n"},
+		// a v1 target appended to a file begun with the columns
+		{"v1-neither", cgroup.Stat{Usage: 5000, NsUnits: true}, columns{signals: true}, "100,7,5.000,0,0,0.000,0,0.000,,,\n"},
+		// a file without the columns: the values are left out
+		{"no-columns", cgroup.Stat{Usage: 5, PSISome: 11, HasPSI: true}, columns{}, "100,7,5,0,0,0,0,0\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := string(appendRow(nil, "pod", 100, 7, &c.st, c.cols)); got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+		})
 	}
-	st.HasPSIFull = false
-	got = string(appendRowV2(nil, "ctr", 100, 7, &st, true, &v2Cols{psi: true}))
-	if want := "100,7,5,0,0,0,0,0,11,,,ctr\n"; got != want {
-		t.Fatalf("got %q, want %q", got, want)
-	}
+	st := cgroup.Stat{Usage: 5, PSISome: 11, PSIFull: 10, LocalThrottled: 3, HasPSI: true, HasPSIFull: true, HasLocal: true}
 	row := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(100, func() {
-		row = appendRowV2(row[:0], "ctr", 100, 7, &st, true, &v2Cols{psi: true, local: true})
-	}); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { row = appendRow(row[:0], "ctr", 100, 7, &st, all) }); n != 0 {
 		t.Fatalf("%v allocations per row", n)
 	}
 }
 
-// A file begun without the v2 columns keeps its shape when appended to.
-func TestOpenOutputKeepsAnOldHeader(t *testing.T) {
-	p := t.TempDir() + "/cpu_stat.csv"
-	if err := os.WriteFile(p, []byte(csvHeader+"\n1,1,1,1,1,1,1,1\n"), 0o644); err != nil {
-		t.Fatal(err)
+// TestOpenOutputColumns: a new file gets the header of the columns asked for; an existing
+// one keeps its header's columns, whatever this run's targets have; a header the sampler
+// does not write, or one without the cgroup column for several targets, is refused.
+func TestOpenOutputColumns(t *testing.T) {
+	none, sig := columns{}, columns{signals: true}
+	multi, sigMulti := columns{cgroup: true}, columns{signals: true, cgroup: true}
+	for _, c := range []struct {
+		name     string
+		existing *string // nil: no file
+		want     columns
+		got      columns
+		refused  string
+	}{
+		{name: "new-v1", want: none, got: none},
+		{name: "new-v2", want: sig, got: sig},
+		{name: "new-v2-several", want: sigMulti, got: sigMulti},
+		{name: "old-file-v2-run", existing: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n"), want: sig, got: none},
+		{name: "v2-file-v1-run", existing: ptr(csvHeader + signalsHeader + "\n1,1,1,1,1,1,1,1,2,,\n"), want: none, got: sig},
+		{name: "several-file-one-target", existing: ptr(csvHeader + signalsHeader + ",cgroup\n"), want: sig, got: sigMulti},
+		{name: "old-several-file-v2-run", existing: ptr(csvHeader + ",cgroup\n"), want: sigMulti, got: multi},
+		{name: "one-target-file-several", existing: ptr(csvHeader + "\n"), want: multi, refused: "no cgroup column"},
+		{name: "foreign-header", existing: ptr("a,b,c\n1,2,3\n"), want: none, refused: "not match its columns"},
+		{name: "header-cut", existing: ptr("t_ns,read_ns,usage_us"), want: none, refused: "not match its columns"},
+		{name: "longer-header", existing: ptr(csvHeader + signalsHeader + ",extra_us\n"), want: sig, refused: "not match"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "cpu_stat.csv")
+			before := ""
+			if c.existing != nil {
+				before = *c.existing
+				if err := os.WriteFile(p, []byte(before), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, got, err := openOutput(p, c.want)
+			b, _ := os.ReadFile(p)
+			if c.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), c.refused) || string(b) != before {
+					t.Fatalf("error %v, file %q: want it refused (%q) and left as it was", err, b, c.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			if got != c.got {
+				t.Errorf("columns %+v, want %+v", got, c.got)
+			}
+			if c.existing == nil && string(b) != c.want.header()+"\n" {
+				t.Errorf("new file %q", b)
+			}
+			if c.existing != nil && string(b) != before {
+				t.Errorf("existing file changed: %q", b)
+			}
+		})
 	}
-	w, v2, err := openOutput(p, false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	if v2 {
-		t.Fatal("rows with the v2 columns would not match the file's header")
-	}
-	p2 := t.TempDir() + "/new.csv"
-	w, v2, err = openOutput(p2, true, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	b, _ := os.ReadFile(p2)
-	if !v2 || string(b) != csvHeader+v2Header+",cgroup\n" {
-		t.Fatalf("v2 %v, header %q", v2, b)
+	if sigMulti.header() != "t_ns,read_ns,usage_us,nr_periods,nr_throttled,throttled_us,nr_bursts,burst_us,"+
+		"psi_some_us,psi_full_us,local_throttled_us,cgroup" {
+		t.Errorf("header %q", sigMulti.header())
 	}
 }
+
+func ptr(s string) *string { return &s }

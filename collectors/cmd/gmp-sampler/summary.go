@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -64,58 +63,63 @@ func newSummary(c *config, targets []*target, hs *hostStat) summary {
 		sum.LimitsSeries = &limitsSummary{Out: c.limitsOut, EveryNs: c.limitsEvery.Nanoseconds()}
 	}
 	for _, t := range targets {
-		info := cgroupInfo(t)
-		// every key the kernel writes, the ones the rows leave out included (nice_usec,
-		// core_sched.force_idle_usec, ...): at the start here, at the end in finish()
-		keyedInto(info, "first", t)
-		sum.Cgroups = append(sum.Cgroups, info)
+		sum.Cgroups = append(sum.Cgroups, cgroupInfo(t))
 	}
 	return sum
 }
 
-// keyedInto reads the target's cpu.stat (and cpu.stat.local, cpu.pressure where it has
-// them) once more, outside the sampling loop, and records every key as stat_<when>,
-// stat_local_<when>, pressure_<when> in info. A read that fails records nothing.
-func keyedInto(info map[string]any, when string, t *target) {
-	read := func(name string) map[string]uint64 {
-		data, err := os.ReadFile(filepath.Join(t.Dir, name))
+// addReads records in info (a target's entry of the summary's cgroups) every key of the
+// first and the last read the loop made of it, the ones the rows leave out included
+// (nice_usec, core_sched.force_idle_usec and keys of later kernels): stat_first and
+// stat_last (cpu.stat, in the kernel's units), stat_local_first and stat_local_last
+// (cpu.stat.local) and pressure_first and pressure_last ({"some_total_us", "full_total_us":
+// cpu.pressure's totals, µs; full null where the kernel writes no full line}) where it
+// has those files. Nothing without a read. The loop kept the bytes (rawRead) and parsed
+// them already; were a parse here to fail, <key>_error would say why instead.
+func addReads(info map[string]any, t *target) {
+	if t.reads == 0 {
+		return
+	}
+	put := func(key string, v any, err error) {
 		if err != nil {
-			return nil
+			info[key+"_error"] = err.Error()
+			return
 		}
-		if name == "cpu.pressure" {
+		info[key] = v
+	}
+	for _, r := range []struct {
+		when string
+		raw  *rawRead
+	}{{"first", &t.first}, {"last", &t.last}} {
+		m, err := keyed(t.StatPath, r.raw.stat)
+		put("stat_"+r.when, m, err)
+		if t.HasLocal() {
+			m, err := keyed(t.LocalPath(), r.raw.local)
+			put("stat_local_"+r.when, m, err)
+		}
+		if t.HasPSI() {
 			var st cgroup.Stat
-			if cgroup.ParsePressure(name, data, &st) != nil {
-				return nil
-			}
-			m := map[string]uint64{"some_total_us": st.PSISome}
+			err := cgroup.ParsePressure(t.PressurePath(), r.raw.pressure, &st)
+			p := map[string]any{"some_total_us": st.PSISome, "full_total_us": nil}
 			if st.HasPSIFull {
-				m["full_total_us"] = st.PSIFull
+				p["full_total_us"] = st.PSIFull
 			}
-			return m
-		}
-		fields, err := cgroup.ParseKeyed(name, data)
-		if err != nil {
-			return nil
-		}
-		m := make(map[string]uint64, len(fields))
-		for _, f := range fields {
-			m[f.Key] = f.Value
-		}
-		return m
-	}
-	if m := read("cpu.stat"); m != nil {
-		info["stat_"+when] = m
-	}
-	if t.HasLocal() {
-		if m := read("cpu.stat.local"); m != nil {
-			info["stat_local_"+when] = m
+			put("pressure_"+r.when, p, err)
 		}
 	}
-	if t.HasPSI() {
-		if m := read("cpu.pressure"); m != nil {
-			info["pressure_"+when] = m
-		}
+}
+
+// keyed is every "key value" of a keyed file's bytes.
+func keyed(path string, data []byte) (map[string]uint64, error) {
+	fields, err := cgroup.ParseKeyed(path, data)
+	if err != nil {
+		return nil, err
 	}
+	m := make(map[string]uint64, len(fields))
+	for _, f := range fields {
+		m[f.Key] = f.Value
+	}
+	return m, nil
 }
 
 // kernelRelease is uname -r ("" if uname fails): a container shares the node's kernel.
@@ -132,6 +136,12 @@ func cgroupInfo(t *target) map[string]any {
 	c := map[string]any{"name": t.name, "path": t.Rel, "version": t.Version, "cpu_stat": t.StatPath}
 	if t.UsagePath != "" {
 		c["cpuacct_usage"] = t.UsagePath
+	}
+	if t.HasPSI() {
+		c["cpu_pressure"] = t.PressurePath()
+	}
+	if t.HasLocal() {
+		c["cpu_stat_local"] = t.LocalPath()
 	}
 	// The bandwidth settings in force at the start, as the kernel has them: a collector
 	// records these rather than deriving them from a pod spec (the kubelet may set

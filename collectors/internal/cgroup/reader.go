@@ -46,12 +46,14 @@ func (r *Reader) PressurePath() string { return r.pressure.path }
 // LocalPath is the cpu.stat.local read with cpu.stat; "" where there is none.
 func (r *Reader) LocalPath() string { return r.local.path }
 
-// statBufSize: a v2 cpu.stat of 6.x is ~250 bytes; a read that fills the buffer is refused
-// rather than parsed cut. pread copies only what the file holds, so size costs nothing.
-const statBufSize = 16 << 10
+// StatBufSize: a v2 cpu.stat of 6.x is ~250 bytes; a read that fills the buffer is refused
+// rather than parsed cut, so every accepted read is shorter. pread copies only what the
+// file holds, so size costs nothing.
+const StatBufSize = 16 << 10
 
-// sideBufSize: cpu.pressure is two lines of at most ~75 bytes, cpu.stat.local one of ~35.
-const sideBufSize = 1 << 10
+// SideBufSize is StatBufSize for cpu.pressure (two lines of at most ~75 bytes) and
+// cpu.stat.local (one of ~35).
+const SideBufSize = 1 << 10
 
 // Open opens the cgroup's counter files (regular files: see openRegular), and on v2 its
 // cpu.pressure and cpu.stat.local beside cpu.stat where they are: a file that does not
@@ -60,7 +62,7 @@ const sideBufSize = 1 << 10
 // that still shows the file) is left out, not an error. Something other than a regular
 // file in their place is, as for cpu.stat.
 func (c *Cgroup) Open() (*Reader, error) {
-	r := &Reader{Cgroup: c, buf: make([]byte, statBufSize), ubuf: make([]byte, 64), useFd: -1}
+	r := &Reader{Cgroup: c, buf: make([]byte, StatBufSize), ubuf: make([]byte, 64), useFd: -1}
 	r.pressure.fd, r.local.fd = -1, -1
 	var err error
 	if r.stat, err = openRegular(c.StatPath); err != nil {
@@ -103,7 +105,7 @@ func openSide(path string) (sideFile, error) {
 	if err != nil {
 		return none, err
 	}
-	buf := make([]byte, sideBufSize)
+	buf := make([]byte, SideBufSize)
 	if _, err := probeRead(int(f.Fd()), buf, 0); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EOPNOTSUPP) {
