@@ -204,6 +204,13 @@ func TestExitCodes(t *testing.T) {
 // sampler, so every allocation would stay).
 func TestRunAllocatesNothing(t *testing.T) {
 	s, sum, _, _ := newTestSampler(t, "--cgroup", "g", "--interval", "1ms", "--flush", "0")
+	checkRunAllocatesNothing(t, s, sum)
+}
+
+// checkRunAllocatesNothing runs the loop for 3 ms at a time and fails on any allocation
+// (or on a run that wrote no row).
+func checkRunAllocatesNothing(t *testing.T, s *sampler, sum *summary) {
+	t.Helper()
 	allocs := testing.AllocsPerRun(5, func() {
 		s.begin(3 * time.Millisecond)
 		s.run()
@@ -408,13 +415,7 @@ func TestSamplerStopsOnBadPressure(t *testing.T) {
 // several levels allocates nothing in the loop.
 func TestRunWithSignalsAllocatesNothing(t *testing.T) {
 	s, sum, _ := samplerOn(t, signalsTree(t), "--cgroup", "pod=g", "--cgroup", "ctr=h", "--interval", "1ms", "--flush", "0")
-	allocs := testing.AllocsPerRun(5, func() {
-		s.begin(3 * time.Millisecond)
-		s.run()
-	})
-	if allocs != 0 || sum.Rows == 0 {
-		t.Errorf("%v allocations per 3 ms run (%d rows)", allocs, sum.Rows)
-	}
+	checkRunAllocatesNothing(t, s, sum)
 }
 
 // TestAppendKeepsTheFileShape: a second run on a cgroup with the v2 files, appended to a

@@ -182,10 +182,10 @@ type Stat struct {
 	HasLocal       bool   // LocalThrottled was read
 }
 
-// eachLine calls fn(lineno, key, value) for every "key value\n" line of a keyed file
-// (cpu.stat and friends). Every line must end with its newline: the kernel writes one,
-// so a missing one means a cut read, even when the cut fell between two digits.
-func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
+// eachRawLine calls fn(lineno, line) for every line of a kernel text file, without its
+// newline. Every line must end with its newline: the kernel writes one, so a missing one
+// means a cut read, even when the cut fell between two digits. fn's error stops the walk.
+func eachRawLine(path string, data []byte, fn func(lineno int, line []byte) error) error {
 	lineno := 0
 	for len(data) > 0 {
 		lineno++
@@ -193,8 +193,18 @@ func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
 		if i < 0 {
 			return formatError(path, lineno, data, "line without its newline: the read was cut")
 		}
-		line := data[:i]
+		if err := fn(lineno, data[:i]); err != nil {
+			return err
+		}
 		data = data[i+1:]
+	}
+	return nil
+}
+
+// eachLine calls fn(key, value) for every "key value\n" line of a keyed file (cpu.stat
+// and friends).
+func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
+	return eachRawLine(path, data, func(lineno int, line []byte) error {
 		sp := bytes.IndexByte(line, ' ')
 		if sp <= 0 || !isKey(line[:sp]) {
 			return formatError(path, lineno, line, "expected 'key value' (key: a-z, 0-9, '_', '.')")
@@ -204,8 +214,8 @@ func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
 			return formatError(path, lineno, line, "expected 'key value' with an unsigned decimal value")
 		}
 		fn(line[:sp], v)
-	}
-	return nil
+		return nil
+	})
 }
 
 // isKey: the kernel's keyed files name their fields in lower-case ASCII, digits, '_' and

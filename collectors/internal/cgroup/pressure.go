@@ -18,18 +18,9 @@ import "bytes"
 // it at every read.
 func ParsePressure(path string, data []byte, s *Stat) error {
 	s.PSISome, s.PSIFull, s.HasPSI, s.HasPSIFull = 0, 0, false, false
-	all := data
 	sawSome, sawFull := false, false
 	var some, full uint64
-	lineno := 0
-	for len(data) > 0 {
-		lineno++
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			return formatError(path, lineno, data, "line without its newline: the read was cut")
-		}
-		line := data[:i]
-		data = data[i+1:]
+	err := eachRawLine(path, data, func(lineno int, line []byte) error {
 		sp := bytes.IndexByte(line, ' ')
 		if sp <= 0 {
 			return formatError(path, lineno, line, "expected 'some|full avg10=N.NN avg60=N.NN avg300=N.NN total=N'")
@@ -55,9 +46,13 @@ func ParsePressure(path string, data []byte, s *Stat) error {
 		default:
 			return formatError(path, lineno, line, "expected a 'some' or 'full' line")
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if !sawSome {
-		return formatError(path, 1, firstLine(all), "no 'some' line (every cpu.pressure has one)")
+		return formatError(path, 1, firstLine(data), "no 'some' line (every cpu.pressure has one)")
 	}
 	s.PSISome, s.PSIFull, s.HasPSI, s.HasPSIFull = some, full, true, sawFull
 	return nil
