@@ -286,6 +286,27 @@ V2_MISSING = (
     "the samples have no {col} column: cgroup v1 has neither cpu.pressure nor cpu.stat.local, and a v2 "
     "kernel before 6.6 no cpu.stat.local (or the bundle was sampled by an older gmp-sampler)"
 )
+V2_EMPTY = "level {level!r} has no {file} ({why}): the sampler left {col} empty"
+V2_FILES = {
+    "psi_some_us": ("cpu.pressure", "PSI turned off: psi=0 on the kernel command line"),
+    "psi_full_us": ("cpu.pressure's full line", "a kernel before 5.13, or PSI turned off"),
+    "local_throttled_us": ("cpu.stat.local", "a kernel before 6.6"),
+}
+
+
+def _v2_missing(run: Run, level: str) -> dict[str, str]:
+    """Why each cgroup v2 column of the level's table is NaN throughout (none: it is not)."""
+    s = run.samples
+    if "cgroup" in s:
+        s = s[s["cgroup"] == level]
+    out = {}
+    for c in V2_SIGNALS:
+        if c not in s:
+            out[c] = V2_MISSING.format(col=c)
+        elif s[c].isna().all():
+            file, why = V2_FILES[c]
+            out[c] = V2_EMPTY.format(level=level, file=file, why=why, col=c)
+    return out
 
 
 def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int) -> dict[str, np.ndarray]:
@@ -562,7 +583,7 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
     out = out[PERIOD_COLUMNS]
     out.attrs["grid"] = grid
     out.attrs["level"] = ref
-    out.attrs["missing"] = {c: V2_MISSING.format(col=c) for c in V2_SIGNALS if c not in run.samples}
+    out.attrs["missing"] = _v2_missing(run, ref)
     out.attrs["ledger"].freezes = place(freezes, out)
     return out
 

@@ -45,7 +45,8 @@ def test_v2_bundle_conserves_and_carries_the_kernels_signals(path):
             assert total_local >= total_own - 1e-6
         else:
             assert x["local_throttled_us"].isna().all()
-            assert "local_throttled_us" not in per.attrs["missing"]  # the column is there, empty
+            assert "before 6.6" in per.attrs["missing"]["local_throttled_us"]  # there, empty, and why
+        assert "psi_full_us" not in per.attrs["missing"]
 
 
 @pytest.mark.parametrize("path", RUNS_V2, ids=[p.name for p in RUNS_V2])
@@ -66,3 +67,12 @@ def test_the_timer_phase_is_the_kernels(path):
     else:
         assert not all(near0), phases  # two random phases both within 0.5 ms of 0: p = 1e-4
         assert np.isfinite(list(phases.values())).all()
+
+
+def test_v1_bundle_has_the_columns_nan_and_says_why():
+    from conftest import RUNS
+
+    per = gmp.df_periods(gmp.load_run(RUNS[0]))
+    for c in ("psi_some_us", "psi_full_us", "local_throttled_us"):
+        assert per[c].isna().all()
+        assert "cgroup v1 has neither" in per.attrs["missing"][c]

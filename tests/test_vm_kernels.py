@@ -127,3 +127,25 @@ def test_kernel_facts_by_version():
 def test_gzip_is_not_needed():
     # the initramfs is an uncompressed cpio: the kernel unpacks it as it is
     assert not kernels.cpio_newc([("a", 0o100644, b"x")]).startswith(gzip.compress(b"")[:2])
+
+
+def test_without_apt_lists_the_newest_cached_kernel_is_used(tmp_path, monkeypatch):
+    for name in ("linux-image-6.12.99+deb12-amd64", "linux-image-6.12.117+deb12-amd64", "linux-image-6.1.0-56-amd64"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / ".complete").write_text(name + "\n")
+        (d / "release").write_text(name.removeprefix("linux-image-") + "\n")
+    (tmp_path / "linux-image-6.12.200+deb12-amd64").mkdir()  # a fetch that never finished
+
+    def no_lists(series, run=None):
+        raise LabError("no Debian kernel package in the apt lists")
+
+    monkeypatch.setenv("GMP_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels, "debian_package", no_lists)
+    monkeypatch.setattr(kernels, "build_initramfs", lambda moddir, dest: dest.write_bytes(b""))
+    said = []
+    k = kernels.ensure_kernel("6.12", said.append)
+    assert k.package == "linux-image-6.12.117+deb12-amd64" and k.release == "6.12.117+deb12-amd64"
+    assert "cached" in said[0]
+    with pytest.raises(LabError, match="apt lists"):
+        kernels.ensure_kernel("6.6")

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import LabError
@@ -77,22 +77,27 @@ def debian_package(series: str, run: Callable[..., subprocess.CompletedProcess] 
         text=True,
         timeout=120,
     ).stdout
+    best = newest(series, (line.split(" ", 1)[0] for line in out.splitlines()))
+    if best is None:
+        raise LabError(
+            f"no Debian kernel package of series {series} (linux-image-{series}.*-amd64) in the apt lists: "
+            "run 'apt-get update' (root), or choose a series Debian packages (6.1, 6.12)"
+        )
+    return best
+
+
+def newest(series: str, names: Iterable[str]) -> str | None:
+    """The newest generic amd64 kernel package of ``series`` among package names."""
     best: tuple[tuple[int, int], str] | None = None
     want = tuple(int(x) for x in series.split("."))
-    for line in out.splitlines():
-        name = line.split(" ", 1)[0]
+    for name in names:
         m = _NAME.match(name)
         if not m or (int(m[1]), int(m[2])) != want:
             continue
         key = (int(m[3]), int(m[4] or 0))
         if best is None or key > best[0]:
             best = (key, name)
-    if best is None:
-        raise LabError(
-            f"no Debian kernel package of series {series} (linux-image-{series}.*-amd64) in the apt lists: "
-            "run 'apt-get update' (root), or choose a series Debian packages (6.1, 6.12)"
-        )
-    return best[1]
+    return None if best is None else best[1]
 
 
 def _modinfo_depends(data: bytes) -> list[str]:
@@ -194,8 +199,16 @@ def build_initramfs(moddir: Path, dest: Path) -> None:
 
 def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None) -> Kernel:
     """The newest Debian kernel of ``series``, fetched and unpacked on first use, its
-    initramfs rebuilt when busybox or the guest's init script changed."""
-    pkg = debian_package(series)
+    initramfs rebuilt when busybox or the guest's init script changed. Where the apt lists
+    offer none (no apt, lists not fetched), the newest one already cached is used."""
+    try:
+        pkg = debian_package(series)
+    except LabError:
+        cached = newest(series, (p.parent.name for p in cache_dir().glob("*/.complete")))
+        if cached is None:
+            raise
+        progress(f"kernel {series}: the apt lists offer none; using the cached {cached}")
+        pkg = cached
     d = cache_dir() / pkg
     done = d / ".complete"
     if not done.exists():
@@ -208,8 +221,14 @@ def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None)
             if r.returncode != 0 or not debs:
                 raise LabError(f"apt-get download {pkg} failed: {r.stderr.strip()[-400:]}")
             x = Path(tmp) / "x"
-            subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(x)], check=True, timeout=600)
-            (vmlinuz,) = (x / "boot").glob("vmlinuz-*")
+            r = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(x)], capture_output=True, text=True, timeout=600)
+            images = sorted((x / "boot").glob("vmlinuz-*"))
+            if r.returncode != 0 or len(images) != 1:
+                raise LabError(
+                    f"{debs[0].name}: dpkg-deb -x gave {len(images)} kernel images under boot/ "
+                    f"({r.stderr.strip()[-300:] or 'exit ' + str(r.returncode)}); is it a linux-image package?"
+                )
+            vmlinuz = images[0]
             release = vmlinuz.name.removeprefix("vmlinuz-")
             shutil.copy2(vmlinuz, d / "vmlinuz")
             shutil.copy2(x / "boot" / f"config-{release}", d / "config")
