@@ -32,7 +32,7 @@ from .export import to_chrome_trace
 from .fleet import fleet_periods
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, iter_generations, read_trace
-from .levels import df_freezes, df_levels
+from .levels import df_freezes, df_kernel, df_levels
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_advice, plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
@@ -73,6 +73,7 @@ __all__ = [
     "df_conservation",
     "df_freezes",
     "df_gomaxprocs",
+    "df_kernel",
     "df_levels",
     "df_mmu",
     "df_period_groups",

@@ -28,7 +28,7 @@ def kernel_version(release: object) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def df_kernel(meta: dict[str, Any], phases_ms: dict[str, float] | None = None) -> pd.DataFrame:
+def kernel_table(meta: dict[str, Any], phases_ms: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per kernel behaviour the analysis depends on.
 
     Columns: ``behaviour``; ``kernel`` what the bundle's kernel (meta ``kernel``,
@@ -88,13 +88,25 @@ def df_kernel(meta: dict[str, Any], phases_ms: dict[str, float] | None = None) -
             "ancestor's; without it, which level froze the group comes from the levels' own counters alone",
         }
     )
-    psi = cg == 2 and at_least(PSI_CGROUP_FULL)
+    full = at_least(PSI_CGROUP_FULL)
     rows.append(
         {
             "behaviour": "cpu.pressure",
-            "kernel": "PSI some/full per cgroup, throttling counted as stall" if psi else "none (cgroup v1)",
+            "kernel": "none (cgroup v1)"
+            if cg != 2
+            else ("PSI some and full per cgroup" if full else "PSI some only (full for cgroups from 5.13)"),
             "seen": None,
-            "assumed": "psi_full_us of a frozen group is its frozen wall time, every level's freezes included",
+            "assumed": "nothing: psi_some_us and psi_full_us are recorded beside the table's own stall, never in "
+            "its place (a throttled Go server showed no CPU pressure at all on 6.18, spinning threads as much "
+            "as their frozen time)",
+        }
+    )
+    rows.append(
+        {
+            "behaviour": "cpu.stat keys",
+            "kernel": "nice_usec and later keys (6.13, 6.12.y)" if at_least(NICE_USEC) or v == (6, 12) else "",
+            "seen": None,
+            "assumed": "keys are read by name and unknown ones kept (meta sampler.cgroups[].stat_first/stat_last)",
         }
     )
     return pd.DataFrame(rows, columns=["behaviour", "kernel", "seen", "assumed"])

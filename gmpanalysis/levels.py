@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
-from .errors import MissingDataError, UsageError
+from .errors import GmpError, MissingDataError, UsageError
+from .kernelfacts import kernel_table
 
 # The name of the process's own cgroup when a bundle does not name its levels.
 OWN = "container"
@@ -508,3 +509,25 @@ def describe(run: Run, level: str | None = None) -> list[str]:
     if both.any():
         out.append(f"In {int(both.sum())} periods both quotas froze it, one after the other.")
     return out
+
+
+def df_kernel(run: Run) -> pd.DataFrame:
+    """What the run's kernel does with CFS bandwidth control, what the run shows and what the
+    analysis assumed (:func:`gmpanalysis.kernelfacts.kernel_table`), with the fitted period
+    timer phase of every level it samples (a level whose grid cannot be fitted left out).
+
+    Columns: ``behaviour`` (period timer phase, throttling, cpu.stat.local, cpu.pressure,
+    cpu.stat keys); ``kernel`` what the kernel does by its version; ``seen`` what the run
+    shows (the phases, ms mod the period; None elsewhere); ``assumed`` what the analysis
+    relies on."""
+    from .timeline import df_periods
+
+    P = (run.meta.get("period_us") or 100_000) * 1000
+    phases = {}
+    for name in level_names(run):
+        try:
+            grid = df_periods(run, level=name).attrs["grid"]
+        except GmpError:
+            continue
+        phases[name] = grid.segments[0].phase_ns % P / 1e6
+    return kernel_table(run.meta, phases)

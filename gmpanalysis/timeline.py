@@ -17,6 +17,7 @@ from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
+from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL
 from .levels import (
     add_frozen_columns,
     covered_by,
@@ -242,7 +243,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
         sel = cr.group == g.group
         reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
 
-    v2 = _v2_signals(s, t, B, margin)
+    v2 = _v2_signals(s, t, B, margin, P)
 
     def nullable_bool(v: np.ndarray) -> pd.arrays.BooleanArray:
         return pd.arrays.BooleanArray(np.nan_to_num(v) > 0, np.isnan(v))
@@ -289,8 +290,8 @@ V2_MISSING = (
 V2_EMPTY = "level {level!r} has no {file} ({why}): the sampler left {col} empty"
 V2_FILES = {
     "psi_some_us": ("cpu.pressure", "PSI turned off: psi=0 on the kernel command line"),
-    "psi_full_us": ("cpu.pressure's full line", "a kernel before 5.13, or PSI turned off"),
-    "local_throttled_us": ("cpu.stat.local", "a kernel before 6.6"),
+    "psi_full_us": ("cpu.pressure's full line", "a kernel before {}.{}, or PSI turned off".format(*PSI_CGROUP_FULL)),
+    "local_throttled_us": ("cpu.stat.local", "a kernel before {}.{}".format(*LOCAL_STAT)),
 }
 
 
@@ -309,12 +310,13 @@ def _v2_missing(run: Run, level: str) -> dict[str, str]:
     return out
 
 
-def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int) -> dict[str, np.ndarray]:
+def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int, P: int) -> dict[str, np.ndarray]:
     """cgroup v2's own per-period signals (NaN where the samples lack them): the PSI
     totals, which the kernel keeps current at every read (the stall in progress included),
     interpolated at the boundaries like usage; cpu.stat.local's throttled time, which the
-    kernel adds when a run queue is unthrottled (at a boundary of whichever level froze
-    it), as the rise between the last reads that saw each boundary."""
+    kernel adds when a run queue is unthrottled, like cpu.stat's: credited the same way
+    (:func:`gmpanalysis.credits.credit_boundaries`: at the boundary that ends the freeze, or
+    mid-period where another level's boundary ended it; NaN inside an unresolved hole)."""
     out = {}
     n = len(B) - 1
     for c in V2_SIGNALS:
@@ -325,8 +327,8 @@ def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int) -> d
         if c.startswith("psi_"):
             out[c] = np.diff(np.interp(B.astype(np.float64), t.astype(np.float64), v))
         else:
-            last = np.clip(np.searchsorted(t, B + margin, side="right") - 1, 0, len(t) - 1)
-            out[c] = np.diff(v[last])
+            counters = {k: s[k].to_numpy() for k in CREDITED if k != "throttled_us"}
+            out[c] = credit_boundaries(B, t, {**counters, "throttled_us": v}, margin, P).values["throttled_us"]
     return out
 
 

@@ -24,7 +24,7 @@ if [[ "$*" != *"not lab"* ]] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/n
   if ! command -v qemu-system-x86_64 >/dev/null 2>&1 || ! command -v busybox >/dev/null 2>&1 \
     || ! apt-cache policy linux-image-6.12-amd64 2>/dev/null | grep -q Candidate; then
     say "installing Debian's qemu-system-x86 and busybox-static for the VM lab (about a minute, once)"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 busybox-static >/dev/null) \
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 busybox-static cpio >/dev/null) \
       || say "could not install qemu; the vm tests will skip"
   fi
   if command -v qemu-system-x86_64 >/dev/null 2>&1; then

@@ -25,6 +25,10 @@ def lab_unavailable_reason() -> str | None:
         ctl = Path("/sys/fs/cgroup/cgroup.subtree_control")
         if "cpu" not in ctl.read_text().split() and not os.access(ctl, os.W_OK):
             return "cgroup v2 without a writable root subtree_control: cpu cannot be delegated here"
+    return _go_missing()
+
+
+def _go_missing() -> str | None:
     from gmpanalysis.lab.binaries import find_go
 
     if find_go() is None and not os.environ.get("GMP_BIN_DIR"):
@@ -37,22 +41,19 @@ def lab_unavailable_reason() -> str | None:
 
 
 def vm_unavailable_reason() -> str | None:
-    """Why the VM lab cannot run here, or None if it can. scripts/test.sh installs qemu and
-    busybox-static where it is root with apt; a machine where it is not cannot have them."""
-    from gmpanalysis.lab.kernels import BUSYBOX
+    """Why the VM lab cannot run here, or None if it can. Where this is root with apt,
+    scripts/test.sh installs qemu and busybox-static and fetches the kernels: there the vm
+    tests run, and fail with the lab's own message if a step is missing."""
+    from gmpanalysis.lab.kernels import BUSYBOX, cache_dir
     from gmpanalysis.lab.vm import QEMU
 
-    if shutil.which(QEMU) is None:
-        return f"{QEMU} is not installed (scripts/test.sh installs Debian's qemu-system-x86 as root with apt)"
-    if not Path(BUSYBOX).is_file():
-        return f"{BUSYBOX} is missing (Debian's busybox-static)"
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        return "the kernels come from Debian's packages: apt-get and dpkg-deb are needed"
-    from gmpanalysis.lab.binaries import find_go
-
-    if find_go() is None and not os.environ.get("GMP_BIN_DIR"):
-        return "needs the Go toolchain to build the collectors (or GMP_BIN_DIR)"
-    return None
+    can_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
+    if not can_install:
+        if shutil.which(QEMU) is None or not Path(BUSYBOX).is_file():
+            return f"{QEMU} or {BUSYBOX} is missing, and without root and apt they cannot be installed"
+        if shutil.which("apt-get") is None and not any(cache_dir().glob("*/.complete")):
+            return "the kernels come from Debian's packages: no apt-get and none cached"
+    return _go_missing()
 
 
 def pytest_collection_modifyitems(config, items):

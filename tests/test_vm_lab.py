@@ -106,8 +106,12 @@ def test_vm_61_resize_default_gomaxprocs(tmp_path):
     assert "psi_some_us" in s and not s["psi_full_us"].isna().any()
     # 6.1 has no cpu.stat.local: the column is empty for every level, never 0
     assert s["local_throttled_us"].isna().all()
+    # Go >= 1.25 with GOMAXPROCS unset follows cpu.max of its own cgroup: the limit moved
+    # 0.5 -> 2 CPUs and its rule gives 2 at both (no change due), named as such
     g = gmp.df_gomaxprocs(run)
-    assert g is not None
+    assert list(g["limit_cpus"].iloc[[0, -1]]) == [0.5, 2.0]
+    assert (g["gomaxprocs"] == 2).all()
+    assert g["followed"].str.contains("go1.25 default").all()
 
 
 def test_vm_killed_leaves_a_bundle(tmp_path):

@@ -11,6 +11,8 @@ kernel image, its config and the modules the initramfs loads are kept.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gzip
 import hashlib
 import io
 import lzma
@@ -46,13 +48,6 @@ class Kernel:
     config: Path
     initramfs: Path
 
-    def config_value(self, key: str) -> str | None:
-        """A CONFIG_* value of the kernel's build (None: not set)."""
-        for line in self.config.read_text().splitlines():
-            if line.startswith(key + "="):
-                return line.split("=", 1)[1]
-        return None
-
 
 def cache_dir() -> Path:
     """$GMP_KERNEL_CACHE, else ~/.cache/gmpanalysis/kernels."""
@@ -66,17 +61,22 @@ def check_series(series: str) -> str:
     return series
 
 
+@functools.lru_cache(maxsize=16)
 def debian_package(series: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
-    """The newest generic amd64 kernel package of ``series`` in the apt lists."""
+    """The newest generic amd64 kernel package of ``series`` in the apt lists (asked once per
+    process: every run of a sweep boots the same kernel)."""
     check_series(series)
     if shutil.which("apt-cache") is None:
         raise LabError(f"--kernel {series} takes Debian's kernel packages: apt-cache is not on this machine")
-    out = run(
-        ["apt-cache", "search", "--names-only", f"^linux-image-{re.escape(series)}\\."],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+    try:
+        out = run(
+            ["apt-cache", "search", "--names-only", f"^linux-image-{re.escape(series)}\\."],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    except subprocess.TimeoutExpired:
+        raise LabError("apt-cache search did not answer within 120 s (apt lists locked?): try again") from None
     best = newest(series, (line.split(" ", 1)[0] for line in out.splitlines()))
     if best is None:
         raise LabError(
@@ -143,11 +143,19 @@ def _builtin(moddir: Path, name: str) -> bool:
 
 
 def _decompress(path: Path) -> bytes:
+    """A module file as plain ELF (Debian compresses them with xz from 6.12 on)."""
     data = path.read_bytes()
     if path.suffix == ".xz":
         return lzma.decompress(data)
+    if path.suffix == ".gz":
+        return gzip.decompress(data)
     if path.suffix == ".zst":
-        return subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True).stdout
+        if shutil.which("zstd") is None:
+            raise LabError(f"{path} is zstd-compressed: install zstd (apt-get install zstd)")
+        r = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, timeout=120)
+        if r.returncode != 0:
+            raise LabError(f"zstd -dc {path} failed: {r.stderr.decode(errors='replace').strip()[-300:]}")
+        return r.stdout
     return data
 
 
@@ -201,6 +209,7 @@ def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None)
     """The newest Debian kernel of ``series``, fetched and unpacked on first use, its
     initramfs rebuilt when busybox or the guest's init script changed. Where the apt lists
     offer none (no apt, lists not fetched), the newest one already cached is used."""
+    check_series(series)
     try:
         pkg = debian_package(series)
     except LabError:
@@ -215,33 +224,10 @@ def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None)
         t0 = time.monotonic()
         progress(f"kernel {series}: fetching Debian's {pkg} (once; cached in {d})")
         d.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=d.parent) as tmp:
-            r = subprocess.run(["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True, timeout=900)
-            debs = list(Path(tmp).glob("*.deb"))
-            if r.returncode != 0 or not debs:
-                raise LabError(f"apt-get download {pkg} failed: {r.stderr.strip()[-400:]}")
-            x = Path(tmp) / "x"
-            r = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(x)], capture_output=True, text=True, timeout=600)
-            images = sorted((x / "boot").glob("vmlinuz-*"))
-            if r.returncode != 0 or len(images) != 1:
-                raise LabError(
-                    f"{debs[0].name}: dpkg-deb -x gave {len(images)} kernel images under boot/ "
-                    f"({r.stderr.strip()[-300:] or 'exit ' + str(r.returncode)}); is it a linux-image package?"
-                )
-            vmlinuz = images[0]
-            release = vmlinuz.name.removeprefix("vmlinuz-")
-            shutil.copy2(vmlinuz, d / "vmlinuz")
-            shutil.copy2(x / "boot" / f"config-{release}", d / "config")
-            mods = x / "lib" / "modules" / release
-            keep = d / "modules"
-            shutil.rmtree(keep, ignore_errors=True)
-            keep.mkdir()
-            if (mods / "modules.builtin").exists():
-                shutil.copy2(mods / "modules.builtin", keep / "modules.builtin")
-            for m in _modules_to_load(mods):
-                (keep / m).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(mods / m, keep / m)
-            (d / "release").write_text(release + "\n")
+        try:
+            _fetch(pkg, d)
+        except subprocess.TimeoutExpired as e:
+            raise LabError(f"fetching {pkg}: {e.cmd[0]} did not finish within {e.timeout:.0f} s; try again") from None
         done.write_text(f"{pkg}\n")
         progress(f"kernel {series}: {pkg} unpacked in {time.monotonic() - t0:.0f} s")
     release = (d / "release").read_text().strip()
@@ -252,6 +238,40 @@ def ensure_kernel(series: str, progress: Callable[[str], None] = lambda _: None)
         build_initramfs(d / "modules", initramfs)
         stamp.write_text(inputs)
     return Kernel(series, release, pkg, d / "vmlinuz", d / "config", initramfs)
+
+
+def _fetch(pkg: str, d: Path) -> None:
+    """apt-get download the package and keep what the VM needs in ``d``."""
+    with tempfile.TemporaryDirectory(dir=d.parent) as tmp:
+        r = subprocess.run(["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True, timeout=900)
+        debs = list(Path(tmp).glob("*.deb"))
+        if r.returncode != 0 or not debs:
+            raise LabError(f"apt-get download {pkg} failed: {r.stderr.strip()[-400:]}")
+        x = Path(tmp) / "x"
+        r = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(x)], capture_output=True, text=True, timeout=600)
+        images = sorted((x / "boot").glob("vmlinuz-*"))
+        if r.returncode != 0 or len(images) != 1:
+            raise LabError(
+                f"{debs[0].name}: dpkg-deb -x gave {len(images)} kernel images under boot/ "
+                f"({r.stderr.strip()[-300:] or 'exit ' + str(r.returncode)}); is it a linux-image package?"
+            )
+        vmlinuz = images[0]
+        release = vmlinuz.name.removeprefix("vmlinuz-")
+        config = x / "boot" / f"config-{release}"
+        if not config.is_file():
+            raise LabError(f"{debs[0].name} has no boot/config-{release}: is it a linux-image package?")
+        shutil.copy2(vmlinuz, d / "vmlinuz")
+        shutil.copy2(config, d / "config")
+        mods = x / "lib" / "modules" / release
+        keep = d / "modules"
+        shutil.rmtree(keep, ignore_errors=True)
+        keep.mkdir()
+        if (mods / "modules.builtin").exists():
+            shutil.copy2(mods / "modules.builtin", keep / "modules.builtin")
+        for m in _modules_to_load(mods):
+            (keep / m).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(mods / m, keep / m)
+        (d / "release").write_text(release + "\n")
 
 
 def _digest(p: Path) -> str:

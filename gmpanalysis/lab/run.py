@@ -135,15 +135,21 @@ def calibrate(bins: dict[str, Path]) -> int:
     return int(out.stdout.strip())
 
 
-def kernel_hz() -> int | None:
-    """CONFIG_HZ of the running kernel, from /proc/config.gz or /boot/config-RELEASE.
+def kernel_hz(config: str | os.PathLike[str] | None = None) -> int | None:
+    """CONFIG_HZ of the running kernel, from /proc/config.gz or /boot/config-RELEASE (or of
+    the kernel whose build config ``config`` is).
 
     The tick rate bounds how stale cpuacct usage can be and when quota is enforced
     (at ticks); USER_HZ from sysconf is a different, fixed number.
     """
     import gzip
 
-    for path, opener in (("/proc/config.gz", gzip.open), (f"/boot/config-{platform.release()}", open)):
+    where = (
+        ((config, open),)
+        if config is not None
+        else (("/proc/config.gz", gzip.open), (f"/boot/config-{platform.release()}", open))
+    )
+    for path, opener in where:
         try:
             with opener(path, "rt") as f:
                 for line in f:
@@ -652,7 +658,8 @@ def sweep(
 ) -> list[Path]:
     """The same experiment at several GOMAXPROCS values, one bundle each, same calibration
     (``runner(cfg, out, progress=...)``: another way to run each, e.g. in a VM of another
-    kernel, calibrated there: :func:`gmpanalysis.lab.vm.run_vm_lab` with its spec bound)."""
+    kernel: :func:`gmpanalysis.lab.vm.run_vm_lab` with its spec bound; the first run
+    calibrates there and the others take its calibration from its meta.json)."""
     out_dir = Path(out_dir)
     bins = ensure_binaries()
     ipm = base.iters_per_ms or (None if runner is not None else calibrate(bins))
@@ -663,6 +670,8 @@ def sweep(
         progress(f"[{i}/{len(gomaxprocs_values)}] GOMAXPROCS={label}")
         if runner is not None:
             paths.append(runner(cfg, out_dir / cfg.name, progress=progress))
+            if ipm is None:
+                ipm = int(_read_json(paths[-1] / "meta.json")["workload"]["iters_per_ms"])
         else:
             paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
     return paths

@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,8 @@ from typing import Any
 
 from ..errors import LabError
 from .binaries import ensure_binaries
-from .kernels import Kernel, ensure_kernel
-from .run import LabConfig, Progress, _die_with_parent, _quiet, check_config
+from .kernels import Kernel, check_series, ensure_kernel
+from .run import LabConfig, Progress, _die_with_parent, _quiet, _read_json, check_config, kernel_hz
 
 QEMU = "qemu-system-x86_64"
 # the guest's own processes (Python, pandas, the demo app's heap, the sampler) fit in 2 GiB
@@ -47,6 +48,7 @@ class VmSpec:
     memory_mb: int = DEFAULT_MEMORY_MB
 
 
+@functools.lru_cache(maxsize=1)
 def qemu_version() -> str | None:
     exe = shutil.which(QEMU)
     if exe is None:
@@ -55,14 +57,21 @@ def qemu_version() -> str | None:
     return out.splitlines()[0] if out else None
 
 
+# where the guest mounts the state directory (vminit.sh): the guest's own /run
+GUEST_STATE = "/run/gmp-vm"
+# what the guest mounts a tmpfs over (vminit.sh): the host's files there are hidden from it
+GUEST_TMPFS = ("/run",)
+
+
 def qemu_command(k: Kernel, spec: VmSpec, state: Path, out: Path) -> list[str]:
     """The qemu command line: TCG with one host thread per vCPU, the host's root and the two
     writable directories over virtio-9p, the serial console on stdout."""
 
     def share(path: str | Path, tag: str, ro: bool) -> list[str]:
         # security_model=none: files are the host user's; multidevs=remap: the host's
-        # mounts below / keep distinct inode numbers in the guest
-        opts = f"local,path={path},mount_tag={tag},security_model=none,multidevs=remap"
+        # mounts below / keep distinct inode numbers in the guest; qemu's option syntax
+        # escapes a comma by doubling it
+        opts = f"local,path={str(path).replace(',', ',,')},mount_tag={tag},security_model=none,multidevs=remap"
         return ["-virtfs", opts + (",readonly=on" if ro else "")]
 
     return [
@@ -81,7 +90,7 @@ def qemu_command(k: Kernel, spec: VmSpec, state: Path, out: Path) -> list[str]:
         str(k.initramfs),
         # psi=1: pressure accounting on even where a kernel's config turns it off by default
         "-append",
-        f"console=ttyS0 quiet panic=-1 psi=1 gmp.state={state}",
+        "console=ttyS0 quiet panic=-1 psi=1",
         "-nodefaults",
         "-display",
         "none",
@@ -98,7 +107,8 @@ def _guest_script(state: Path) -> str:
     """What the guest runs (under chroot into the host's root): this interpreter on
     vmguest.py with the job, in a clean environment."""
     env = {
-        "HOME": "/tmp",
+        "HOME": "/run/gmp-home",
+        "TMPDIR": "/run/gmp-tmp",
         "PATH": "/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
@@ -106,9 +116,23 @@ def _guest_script(state: Path) -> str:
         "GMP_VM_GUEST": "1",
         "LANG": "C.UTF-8",
     }
-    exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
-    job = json.dumps(str(state / "job.json"))
-    return f"{exports}exec {json.dumps(sys.executable)} -m gmpanalysis.lab.vmguest {job}\n"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    job = shlex.quote(f"{GUEST_STATE}/job.json")
+    python = shlex.quote(sys.executable)
+    return f'{exports}mkdir -p "$HOME" "$TMPDIR"\nexec {python} -m gmpanalysis.lab.vmguest {job}\n'
+
+
+def _hidden_in_guest(paths: dict[str, Path]) -> None:
+    """The guest sees the host's files except under the tmpfs it mounts: refuse a Python,
+    a source tree or binaries there, with what to do."""
+    for what, p in paths.items():
+        for q in {Path(p), Path(p).resolve()}:
+            top = next((t for t in GUEST_TMPFS if q.is_relative_to(t)), None)
+            if top is not None:
+                raise LabError(
+                    f"{what} {q} is under {top}, which the VM's guest covers with its own tmpfs: "
+                    "put it elsewhere (the virtualenv, XDG_CACHE_HOME or GMP_BIN_DIR)"
+                )
 
 
 def run_vm_lab(cfg: LabConfig, out: str | os.PathLike[str], spec: VmSpec, *, progress: Progress = _quiet) -> Path:
@@ -124,7 +148,15 @@ def run_vm_lab(cfg: LabConfig, out: str | os.PathLike[str], spec: VmSpec, *, pro
         raise LabError(f"{out} exists and is not empty; bundles are never overwritten: choose a new directory")
     if any(c in str(out) for c in "\n\0"):
         raise LabError(f"{out!r}: a bundle directory without newlines, please")
+    check_series(spec.kernel)
     bins = ensure_binaries()
+    _hidden_in_guest(
+        {
+            "the Python interpreter": Path(sys.executable),
+            "the gmpanalysis sources": Path(__file__).resolve().parents[2],
+            **{f"the collector binary {k}": v for k, v in bins.items()},
+        }
+    )
     kernel = ensure_kernel(spec.kernel, progress)
     out.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="gmp-vm-"))
@@ -136,10 +168,10 @@ def run_vm_lab(cfg: LabConfig, out: str | os.PathLike[str], spec: VmSpec, *, pro
 
 def _vm_facts(kernel: Kernel, spec: VmSpec) -> dict[str, Any]:
     """What meta.json records of the machine around the guest."""
-    hz = kernel.config_value("CONFIG_HZ")
+    hz = kernel_hz(kernel.config)
     return {
         "virtualization": "tcg",
-        "hz": int(hz) if hz and hz.isdigit() else None,
+        "hz": hz,
         "vm": {
             "accel": "tcg",
             "qemu": qemu_version(),
@@ -233,10 +265,3 @@ def _lines(proc: subprocess.Popen, deadline: float):  # -> Iterator[bytes]
         yield from done
     if buf:
         yield buf
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

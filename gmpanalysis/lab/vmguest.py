@@ -13,15 +13,15 @@ from .run import LabConfig, run_lab
 
 
 def main(job_path: str) -> int:
-    job = json.loads(Path(job_path).read_text())
     result_path = Path(job_path).with_name("result.json")
-    cfg = LabConfig(**job["config"])
-    bins = {k: Path(v) for k, v in job["bins"].items()}
 
     def progress(msg: str) -> None:
         print(msg, flush=True)
 
     try:
+        job = json.loads(Path(job_path).read_text())
+        cfg = LabConfig(**job["config"])
+        bins = {k: Path(v) for k, v in job["bins"].items()}
         run_lab(cfg, job["out"], progress=progress, bins=bins, host_facts=job.get("host_facts"))
         result = {"ok": True}
     except GmpError as e:

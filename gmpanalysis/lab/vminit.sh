@@ -13,14 +13,14 @@ mount -t devtmpfs devtmpfs /dev
 say() { echo "gmp-vm: $*"; }
 halt() { sync; poweroff -f; sleep 10; }
 for m in $(cat /modules); do insmod "$m" || say "insmod $m failed"; done
-state=$(sed -n 's/.*gmp\.state=\([^ ]*\).*/\1/p' /proc/cmdline)
-[ -n "$state" ] || { say "no gmp.state= on the kernel command line"; halt; }
 p9="trans=virtio,version=9p2000.L,msize=262144"
 mount -t 9p -o "$p9,ro,cache=loose" hostroot /host || { say "cannot mount the host's root over 9p"; halt; }
 mount -t proc proc /host/proc
 mount -t sysfs sysfs /host/sys
 mount -t devtmpfs devtmpfs /host/dev
-for d in /host/tmp /host/run /host/var/tmp; do mount -t tmpfs tmpfs "$d"; done
+# the host's /tmp stays visible (read-only, like the rest: a checkout or bundle may live
+# there); the guest writes its own files to a tmpfs on /run (guest.sh sets HOME and TMPDIR)
+mount -t tmpfs tmpfs /host/run
 mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || { say "cannot mount cgroup2"; halt; }
 # The first quota set on the machine turns on the kernel's cfs_bandwidth_used static key,
 # which rewrites update_curr() and friends while other CPUs run them (int3 text patching).
@@ -32,12 +32,13 @@ mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || { say "cannot mount cgroup2"; ha
 echo +cpu > /host/sys/fs/cgroup/cgroup.subtree_control
 mkdir /host/sys/fs/cgroup/gmp-vm-bandwidth-on
 echo "1000000 1000000" > /host/sys/fs/cgroup/gmp-vm-bandwidth-on/cpu.max || say "could not set the early quota"
+# the run's state directory (job, guest.sh, result) at a fixed place in the guest's /run
+state=/run/gmp-vm
 mkdir -p "/host$state"
 mount -t 9p -o "$p9,cache=none" gmpstate "/host$state" || { say "cannot mount the state directory"; halt; }
 out=$(cat "/host$state/out_path")
 mkdir -p "/host$out"
 mount -t 9p -o "$p9,cache=none" gmpout "/host$out" || { say "cannot mount the bundle directory $out"; halt; }
 ip link set lo up
-chroot /host /bin/sh "$state/guest.sh"
-echo $? > "/host$state/rc"
+chroot /host /bin/sh "$state/guest.sh" || say "the lab in the guest exited with $?"
 halt
