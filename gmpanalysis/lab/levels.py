@@ -57,27 +57,25 @@ class Levels:
             self.app = LabCgroup(base, root=root, parent=parent)
 
     def create(self, quota_us: int | None, pod_quota_us: int | None, period_us: int, burst_us: int) -> None:
-        """Make the cgroups, the pod first. cgroup v1 refuses a child quota above its
-        parent's (EINVAL); a child without a limit under a limited parent is allowed."""
-        for sl in self.slices:
-            if sl.dirs[0].exists():
-                self.remove()
-                raise LabError(
-                    f"{sl.dirs[0]} exists: a kubelet (or another run) owns that tree; the kubelet layout is "
-                    "for machines without one (the VM lab: --kernel)"
-                )
-            try:
-                sl.create(quota_us=None, period_us=period_us)
-            except BaseException:
-                self.remove()
-                raise
-        if self.pod is not None:
-            self.pod.create(quota_us=pod_quota_us, period_us=period_us)
+        """Make the cgroups, the outermost first; on any failure remove what was made. cgroup
+        v1 refuses a child quota above its parent's (EINVAL); a child without a limit under a
+        limited parent is allowed. In the kubelet layout a pod given no quota of its own gets
+        the container's, as a kubelet gives a pod whose containers all have limits their sum."""
+        if self.slices and pod_quota_us is None:
+            pod_quota_us = quota_us
         try:
+            for sl in self.slices:
+                if sl.dirs[0].exists():
+                    raise LabError(
+                        f"{sl.dirs[0]} exists: a kubelet (or another run) owns that tree; the kubelet layout is "
+                        "for machines without one (the VM lab: --kernel)"
+                    )
+                sl.create(quota_us=None, period_us=period_us)
+            if self.pod is not None:
+                self.pod.create(quota_us=pod_quota_us, period_us=period_us)
             self.app.create(quota_us=quota_us, period_us=period_us, burst_us=burst_us)
         except BaseException:
-            if self.pod is not None:
-                self.pod.remove()
+            self.remove()
             raise
 
     def remove(self) -> None:

@@ -522,8 +522,6 @@ def _run(
 
     quota_us = _quota(cfg.cpu_limit, cfg.period_us)
     lv = Levels(cfg.cgroup_root, cfg.cgroup_parent, with_pod=cfg.parent_cpu_limit is not None, layout=cfg.layout)
-    # a kubelet gives a pod whose containers all have limits the sum of them as its quota
-    pod_limit = cfg.parent_cpu_limit if cfg.parent_cpu_limit is not None or lv.pod is None else cfg.cpu_limit
     cg = lv.app
     rate = cfg.effective_rate()
     meta = _initial_meta(cfg, cg, ipm, quota_us, rate, host_facts)
@@ -545,7 +543,7 @@ def _run(
     # removes the cgroups below if this process is killed outright (SIGKILL runs no finally)
     reaper = CgroupReaper([d for c in (lv.app, lv.pod, *lv.slices[::-1]) if c is not None for d in c.paths])
     try:
-        lv.create(quota_us, _quota(pod_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
+        lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
         lim = cg.limits()
         meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us, levels=lv.meta())
         meta["cgroup_paths"] = [p for c in (lv.app, lv.pod) if c is not None for p in c.paths]
