@@ -22,16 +22,6 @@ mount -t devtmpfs devtmpfs /host/dev
 # there); the guest writes its own files to a tmpfs on /run (guest.sh sets HOME and TMPDIR)
 mount -t tmpfs tmpfs /host/run
 mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || { say "cannot mount cgroup2"; halt; }
-# The first quota set on the machine turns on the kernel's cfs_bandwidth_used static key,
-# which rewrites update_curr() and friends while other CPUs run them (int3 text patching).
-# A 6.12 guest under multi-threaded TCG crashed once in about 12 boots with "Oops: int3" in
-# update_curr, while the lab set up its cgroups. A group that holds a quota for the guest's
-# whole life, set here while nothing else runs, keeps the key on, so the lab's quotas patch
-# nothing (13 boots with it, no crash: fewer than would prove it). Empty, the group is never
-# throttled and its timer never runs.
-echo +cpu > /host/sys/fs/cgroup/cgroup.subtree_control
-mkdir /host/sys/fs/cgroup/gmp-vm-bandwidth-on
-echo "1000000 1000000" > /host/sys/fs/cgroup/gmp-vm-bandwidth-on/cpu.max || say "could not set the early quota"
 # the run's state directory (job, guest.sh, result) at a fixed place in the guest's /run
 state=/run/gmp-vm
 mkdir -p "/host$state"
