@@ -21,8 +21,11 @@ fi
 # into ~/.cache/gmpanalysis/kernels. Where that cannot be done the vm tests skip, saying why.
 if [[ "$*" != *"not lab"* ]] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   SECONDS=0
+  # (grep reads all of apt-cache's output: with pipefail, grep -q closing the pipe early
+  # would fail the test through apt-cache's SIGPIPE)
   if ! command -v qemu-system-x86_64 >/dev/null 2>&1 || ! command -v busybox >/dev/null 2>&1 \
-    || ! apt-cache policy linux-image-6.12-amd64 2>/dev/null | grep -q Candidate; then
+    || ! command -v cpio >/dev/null 2>&1 \
+    || ! apt-cache policy linux-image-6.12-amd64 2>/dev/null | grep Candidate >/dev/null; then
     say "installing Debian's qemu-system-x86 and busybox-static for the VM lab (about a minute, once)"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 busybox-static cpio >/dev/null) \
       || say "could not install qemu; the vm tests will skip"
