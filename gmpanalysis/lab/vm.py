@@ -198,7 +198,9 @@ def _boot(
     (state / "out_path").write_text(str(out) + "\n")
     (state / "guest.sh").write_text(_guest_script(state))
     crashes: list[str] = []
-    for attempt in range(1, BOOTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         facts["vm"]["boot_crashes"] = crashes
         job = {
             "config": dataclasses.asdict(cfg),
@@ -227,7 +229,6 @@ def _boot(
         progress(f"vm: the guest kernel crashed before the run began ({crashes[-1]}); booting it again")
         for f in out.iterdir():
             f.unlink()
-    raise AssertionError("unreachable")
 
 
 def _boot_once(
