@@ -9,7 +9,7 @@ from . import fleet
 from .advise import advise
 from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests
-from .checks import df_checks
+from .checks import df_checks, df_local_checks
 from .compare import compare_runs, period_summary
 from .errors import (
     BundleError,
@@ -66,6 +66,7 @@ __all__ = [
     "analyze",
     "compare_runs",
     "df_checks",
+    "df_local_checks",
     "example_dir",
     "example_run",
     "example_runs",

@@ -190,6 +190,13 @@ class Analysis:
         self._trace_used()
         return out
 
+    @functools.cached_property
+    def local_checks(self) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_local_checks`."""
+        from .checks import local_checks
+
+        return local_checks(self.periods, self.freezes())
+
     def offsets(self, bucket_ms: float = 10.0) -> pd.DataFrame:
         """:func:`gmpanalysis.df_period_offsets` (memoised per bucket width)."""
         from .timeline import period_offsets

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .credits import LATE_CREDIT_NS
 from .errors import MissingDataError
 
 # cpuacct.usage lags the truth by up to a tick per CPU, and threads trickle leftover slice
@@ -70,4 +71,102 @@ def checks(run: Run, per: pd.DataFrame) -> pd.DataFrame:
         }
     )
     out.attrs["silent_fraction"] = float(out["silent"].mean()) if len(out) else np.nan
+    return out
+
+
+# cpu.stat.local's throttled_usec (6.6+) grows when a run queue of the group is unthrottled,
+# by the time it stood throttled by its own quota or an ancestor's; the period table credits
+# that rise as it credits cpu.stat's throttled time (gmpanalysis.credits). A freeze that ends
+# this close to where that rule switches periods may be credited on either side.
+LOCAL_AMBIGUOUS_NS = 2_000_000
+
+
+def df_local_checks(run: Run) -> pd.DataFrame:
+    """The kernel's own answer to "was this cgroup frozen?" (``cpu.stat.local``, Linux 6.6+,
+    cgroup v2) against the freezes found from every level's cpu.stat (:func:`gmpanalysis.df_freezes`).
+
+    One row per period of the process's table (:func:`gmpanalysis.df_periods`). Columns:
+    ``period``; ``end_ns``; ``local_throttled_us`` (µs, summed over CPUs, as credited in the
+    table); ``freezes`` how many freezes of any level end (unthrottle) where the kernel's rise
+    is credited to this period; ``levels`` whose quotas those were (comma-separated);
+    ``kernel_frozen`` (local_throttled_us ≥ 500 µs) and ``found_frozen`` (a freeze of
+    ≥ 500 µs credited here); ``agree`` (boolean, NA where it cannot be told: the samples
+    leave a freeze's start open, a freeze ends within 2 ms of an own boundary, or a level's
+    table does not cover the period). ``df.attrs["agreement"]`` is the share of known rows
+    that agree, ``df.attrs["disagree"]`` the periods that do not.
+    """
+    from .analysis import analyze
+
+    return analyze(run).local_checks.copy()
+
+
+def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
+    """:func:`df_local_checks` over a given period table and its freezes."""
+    from .levels import MIN_FREEZE_US, _union
+
+    if "local_throttled_us" not in per or per["local_throttled_us"].isna().all():
+        why = (per.attrs.get("missing") or {}).get("local_throttled_us", "the table has no local_throttled_us")
+        raise MissingDataError(f"no cpu.stat.local to check the freezes against: {why}")
+    ends = per["end_ns"].to_numpy(np.int64)
+    n = len(per)
+
+    starts = per["start_ns"].to_numpy(np.int64)
+
+    def slot(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The period credited with a rise at ``u`` (as credit_boundaries credits it: to the
+        period that ended at the last own boundary when that is at most LATE_CREDIT_NS
+        before it, else to the period in progress), and whether it lies in the table."""
+        j = np.searchsorted(starts, u, side="right") - 1
+        late = u - starts[np.clip(j, 0, max(n - 1, 0))] <= LATE_CREDIT_NS
+        k = np.where(late, j - 1, j)
+        return np.clip(k, 0, max(n - 1, 0)), (k >= 0) & (k < n) & (u <= ends[-1] + LATE_CREDIT_NS)
+
+    def ambiguous(u: np.ndarray) -> np.ndarray:
+        """Rises this close to a switch of the rule above may be read on its other side."""
+        j = np.clip(np.searchsorted(starts, u, side="right") - 1, 0, max(n - 1, 0))
+        since = u - starts[j]
+        return (np.abs(since - LATE_CREDIT_NS) < LOCAL_AMBIGUOUS_NS) | (ends[j] - u < LOCAL_AMBIGUOUS_NS) & (
+            ends[j] > u
+        )
+
+    dur_us = freezes["dur_ms"].to_numpy(float) * 1e3
+    real = dur_us >= MIN_FREEZE_US
+    # a run queue throttled by its own quota and an ancestor's at once is unthrottled, and
+    # its throttled time added, when the last of them lifts: overlapping freezes are one rise
+    s, e = _union(freezes["start_ns"].to_numpy(np.int64)[real], freezes["end_ns"].to_numpy(np.int64)[real])
+    k, inside = slot(e)
+    count = np.bincount(k[inside], minlength=n)
+    near = inside & ambiguous(e)
+    # a freeze whose start the reads leave open may have lasted up to its whole bracket
+    ko, io = slot(freezes["end_ns"].to_numpy(np.int64)[~freezes["exact"].to_numpy(bool) & ~real])
+    unsure = (np.bincount(k[near], minlength=n) + np.bincount(ko[io], minlength=n)) > 0
+    unsure[np.minimum(k[near] + 1, n - 1)] = True
+    levels = np.full(n, "", dtype=object)
+    for lv in pd.unique(freezes["level"]) if len(freezes) else ():
+        sel = real & (freezes["level"].to_numpy() == lv)
+        kl, il = slot(freezes["end_ns"].to_numpy(np.int64)[sel])
+        # a level's freeze belongs to the rise of the union it is part of
+        ku = np.searchsorted(s, freezes["start_ns"].to_numpy(np.int64)[sel], side="right") - 1
+        kl, il = slot(e[np.clip(ku, 0, max(len(e) - 1, 0))]) if len(e) else (kl, il)
+        hit = np.bincount(kl[il], minlength=n) > 0
+        levels[hit] = np.where(levels[hit] == "", lv, levels[hit] + "," + lv)
+    local = per["local_throttled_us"].to_numpy(float)
+    kernel = local >= MIN_FREEZE_US
+    found = count > 0
+    unknown = np.isnan(local) | unsure | per["frozen_by"].isna().to_numpy()
+    out = pd.DataFrame(
+        {
+            "period": per["period"].to_numpy(),
+            "end_ns": ends,
+            "local_throttled_us": local,
+            "freezes": count,
+            "levels": pd.array(levels, dtype="string"),
+            "kernel_frozen": kernel,
+            "found_frozen": found,
+            "agree": pd.array(np.where(unknown, None, kernel == found), dtype="boolean"),
+        }
+    )
+    known = out["agree"].dropna()
+    out.attrs["agreement"] = float(known.mean()) if len(known) else np.nan
+    out.attrs["disagree"] = out.loc[out["agree"].eq(False).fillna(False), "period"].tolist()
     return out

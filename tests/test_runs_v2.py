@@ -79,3 +79,55 @@ def test_v1_bundle_has_the_columns_nan_and_says_why():
     for c in ("psi_some_us", "psi_full_us", "local_throttled_us"):
         assert per[c].isna().all()
         assert "cgroup v1 has neither" in per.attrs["missing"][c]
+
+
+LOCAL_RUNS = [p for p in RUNS_V2 if kernel_version(gmp.load_run(p).meta["kernel"]) >= (6, 6)]
+ANCESTOR = FIXTURES / "runs-v2" / "v2-6.12-ancestor-pod0.5-ctr4-default"
+
+
+@pytest.mark.parametrize("path", LOCAL_RUNS, ids=[p.name for p in LOCAL_RUNS])
+def test_the_kernels_local_throttled_time_agrees_with_the_freezes_found(path):
+    """cpu.stat.local (6.6+) is the kernel's own "was I frozen, by any level": in every period
+    where the credit can be told, it rose exactly where the levels' cpu.stat found a freeze."""
+    c = gmp.df_local_checks(gmp.load_run(path))
+    known = c["agree"].dropna()
+    assert len(known) >= 0.6 * len(c) and known.sum() >= 5
+    assert c.attrs["agreement"] == 1.0, c.attrs["disagree"]
+    assert c["kernel_frozen"].sum() >= 3 and (c["kernel_frozen"] & c["found_frozen"]).sum() >= 3
+
+
+def test_an_ancestor_quota_freezes_a_container_whose_own_cpu_stat_sees_nothing():
+    run = gmp.load_run(ANCESTOR)
+    per = gmp.df_periods(run)
+    assert per["nr_throttled"].sum() == 0 and per["throttled_rq_us"].sum() == 0
+    frozen = per["frozen_by"].fillna("").str.len() > 0
+    assert frozen.sum() >= 10 and set(per.loc[frozen, "frozen_by"]) == {"pod"}
+    assert per.loc[frozen, "local_throttled_us"].min() > 0
+    c = gmp.df_local_checks(run)
+    assert c.attrs["agreement"] == 1.0
+    # without the pod's freezes the container's own counters would say it never froze, and
+    # the kernel disagrees in every period it froze: the check can fail
+    from gmpanalysis.analysis import analyze
+    from gmpanalysis.checks import local_checks
+
+    fz = analyze(run).freezes()
+    alone = local_checks(per, fz[fz["level"] == "container"])
+    assert alone.attrs["agreement"] < 0.5 and len(alone.attrs["disagree"]) >= 10
+
+
+def test_go_reads_only_its_own_cgroup_and_the_table_says_so():
+    """golang/go#81180 on a real v2 kernel: the runtime's default follows the container's
+    cpu.max (4 CPUs on 4 vCPUs: 4 Ps), not the pod's 0.5, and df_gomaxprocs names it."""
+    run = gmp.load_run(ANCESTOR)
+    g = gmp.df_gomaxprocs(run)
+    assert run.meta["ncpu"] == 4 and set(g["gomaxprocs"].dropna()) == {4}
+    assert (g["limit_cpus"] == 4).all() and (g["ancestor_limit_cpus"] == 0.5).all()
+    assert g["drift"].str.contains("golang/go#81180").all()
+    assert g["followed"].str.contains("go1.25 default").all()
+
+
+def test_df_local_checks_on_v1_says_why_not():
+    from conftest import RUNS
+
+    with pytest.raises(gmp.MissingDataError, match="cpu.stat.local"):
+        gmp.df_local_checks(gmp.load_run(RUNS[0]))
