@@ -212,6 +212,8 @@ def _name(text: str) -> str:
 
 
 def _add_lab_args(p: argparse.ArgumentParser) -> None:
+    from .lab.levels import LAYOUTS
+
     p.add_argument("--name", type=_name, default="lab", help="bundle name (default: lab)")
     p.add_argument("--cpu-limit", default="500m", help="CPU limit: 500m, 0.5, 2 or none (default: 500m)")
     p.add_argument(
@@ -292,10 +294,13 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=["lab", "kubelet"],
+        choices=LAYOUTS,
         default=None,
-        help="cgroup names: lab (gmp-lab-*) or kubelet (kubepods.slice/.../cri-containerd-<id>.scope, the pod's "
-        "quota the container's; only where no kubelet made that tree); default: kubelet with --kernel, else lab",
+        help="cgroup names: lab (gmp-lab-*) or a kubelet's: kubelet (systemd driver, containerd: "
+        "kubepods.slice/.../cri-containerd-<id>.scope), kubelet-crio (crio-<id>.scope), kubelet-cgroupfs "
+        "(kubepods/burstable/pod<uid>/<id>), kubelet-cgroupfs-crio (.../crio-<id>); the pod's quota the "
+        "container's unless --parent-cpu-limit; only where no kubelet made that tree; default: kubelet with "
+        "--kernel, else lab",
     )
     p.add_argument(
         "--no-cpu-header",

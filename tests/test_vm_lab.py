@@ -34,6 +34,23 @@ def _check_conserved(run: gmp.Run, level: str) -> None:
         assert r.rows + r.groups + r.outside == pytest.approx(r.delta, abs=1e-6 * max(1.0, abs(r.delta))), r
 
 
+def _check_kube_names(m: dict, layout: str = "kubelet") -> None:
+    """The levels have the names a kubelet gives them, and the sampler found them as the node
+    agent does: from the pod's UID, its QoS class and the container ID (kube-container:...)."""
+    levels = {x["level"]: x for x in m["levels"]}
+    pod, ctr = levels["pod"]["cgroup"], levels["container"]["cgroup"]
+    uid, cid = m["pod_uid"], m["container_id"]
+    crio = layout.endswith("crio")
+    if "cgroupfs" in layout:
+        assert pod == f"kubepods/burstable/pod{uid}"
+        assert ctr == f"{pod}/{'crio-' if crio else ''}{cid}"
+    else:
+        assert pod == f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+        assert ctr == f"{pod}/{'crio' if crio else 'cri-containerd'}-{cid}.scope"
+    found = {c["name"]: c["path"] for c in m["sampler"]["cgroups"]}
+    assert found == {"container": ctr, "pod": pod}
+
+
 def _check_v2_bundle(out: Path, series: str, cpus: int) -> gmp.Run:
     run = gmp.load_run(out)
     m = run.meta
@@ -45,11 +62,8 @@ def _check_v2_bundle(out: Path, series: str, cpus: int) -> gmp.Run:
     assert m["vm"]["cpus"] == cpus and m["vm"]["kernel_package"].startswith(f"linux-image-{series}.")
     assert m["hz"] == 250  # Debian's CONFIG_HZ, read from the package's config
     # the kubelet's systemd-driver names, the pod's quota the container's
+    _check_kube_names(m)
     levels = {x["level"]: x for x in m["levels"]}
-    pod, ctr = levels["pod"]["cgroup"], levels["container"]["cgroup"]
-    uid = m["pod_uid"].replace("-", "_")
-    assert pod == f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"
-    assert ctr == f"{pod}/cri-containerd-{m['container_id']}.scope"
     assert levels["pod"]["quota_us"] == levels["container"]["quota_us"] == m["quota_us"]
     # the counters add up at both levels, and the kernel's own signals are there
     for level in ("container", "pod"):
@@ -85,17 +99,20 @@ def test_vm_612_done_when(tmp_path):
 
 def test_vm_61_resize_default_gomaxprocs(tmp_path):
     """6.1 (before cpu.stat.local): an in-place resize with GOMAXPROCS left to Go, which
-    follows cpu.max of its own cgroup."""
+    follows cpu.max of its own cgroup; the tree as a kubelet with the cgroupfs driver and
+    CRI-O lays it."""
     out = tmp_path / "b61"
     r = _lab(
         out,
         *("--kernel", "6.1", "--cpus", "4", "--gomaxprocs", "default", "--duration", "6"),
+        *("--layout", "kubelet-cgroupfs-crio"),
         *("--resize-at", "3", "--cpu-limit-after", "2000m", "--trace-start", "1", "--trace-seconds", "4"),
     )
     assert r.returncode == 0, r.stderr[-3000:]
     run = gmp.load_run(out)
     m = run.meta
     assert m["kernel"].startswith("6.1.") and m["cgroup_version"] == 2 and m["ncpu"] == 4
+    _check_kube_names(m, "kubelet-cgroupfs-crio")
     assert m["gomaxprocs_effective"] == 2  # Go >= 1.25 under cpu.max 50000/100000 on 4 CPUs: max(2, ceil(0.5))
     assert {d["level"] for d in m["resizes"]} == {"pod", "container"}
     lim = run.limits

@@ -18,8 +18,12 @@ from ..cgroup import CpuLimits, detect_version, read_cpu_limits_v1, read_cpu_lim
 from ..errors import LabError, UsageError
 
 PREFIX = "gmp-lab-"
-# the names a kubelet with the systemd driver gives the slices, a pod and a containerd container
-KUBE_NAME = re.compile(r"kubepods(-[a-z]+)?(-pod[0-9a-f_]+)?\.slice|cri-containerd-[0-9a-f]{64}\.scope")
+# the names a kubelet gives the QoS levels, a pod and a container: the systemd driver's
+# slices and scopes (containerd, CRI-O), the cgroupfs driver's plain directories
+KUBE_NAME = re.compile(
+    r"kubepods(-[a-z]+)?(-pod[0-9a-f_]+)?\.slice|(cri-containerd-|crio-)[0-9a-f]{64}\.scope"
+    r"|kubepods|burstable|pod[0-9a-f-]{36}|(crio-)?[0-9a-f]{64}"
+)
 # the kernel's ceilings for a group's CPU weight: v1 cpu.shares, v2 cpu.weight
 V1_SHARES_MAX = 262144
 V2_WEIGHT_MAX = 10000

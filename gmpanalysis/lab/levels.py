@@ -21,16 +21,30 @@ from typing import Any
 from ..errors import LabError
 from .cgroups import PREFIX, LabCgroup
 
-# what a kubelet with the systemd cgroup driver makes for a Burstable pod (limits above
-# requests, the common case) and a containerd container in it
-KUBE_SLICES = ("kubepods.slice", "kubepods-burstable.slice")
+# what a kubelet makes for a Burstable pod (limits above requests, the common case) and a
+# container in it, by cgroup driver: the QoS levels, then the pod's and the container's
+# names by runtime (as collectors/internal/cgroup/kube.go finds them)
+KUBE_SLICES = {"systemd": ("kubepods.slice", "kubepods-burstable.slice"), "cgroupfs": ("kubepods", "burstable")}
+KUBE_RUNTIMES = {"containerd": "containerd", "crio": "cri-o"}
+# --layout: lab, or kubelet[-cgroupfs][-crio] (the systemd driver and containerd by default)
+LAYOUTS = ("lab", "kubelet", "kubelet-crio", "kubelet-cgroupfs", "kubelet-cgroupfs-crio")
+
+
+def kube_names(driver: str, runtime: str, uid: uuid.UUID, cid: str) -> tuple[str, str]:
+    """The pod's and the container's directory names a kubelet gives them."""
+    if driver == "systemd":
+        pod = f"kubepods-burstable-pod{str(uid).replace('-', '_')}.slice"
+        return pod, (f"cri-containerd-{cid}.scope" if runtime == "containerd" else f"crio-{cid}.scope")
+    return f"pod{uid}", (cid if runtime == "containerd" else f"crio-{cid}")
 
 
 class Levels:
     """The cgroups of one lab run: ``app`` (where the process lives) and ``pod`` (its
-    parent with a quota of its own, or None). ``layout`` "kubelet" lays them as a kubelet
-    with the systemd driver does (the pod always there), below kubepods.slice and
-    kubepods-burstable.slice, which it creates and removes too."""
+    parent with a quota of its own, or None). ``layout`` "kubelet..." lays them as a kubelet
+    does (the pod always there; :data:`LAYOUTS`: the systemd or the cgroupfs driver,
+    containerd's or CRI-O's container names), below the QoS levels, which it creates and
+    removes too; the sampler then finds them as the node agent does, from the pod's UID, its
+    QoS class and the container ID."""
 
     def __init__(self, root: str, parent: str, with_pod: bool, layout: str = "lab") -> None:
         base = f"{PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}"
@@ -38,16 +52,21 @@ class Levels:
         self.slices: list[LabCgroup] = []
         self.pod_uid: str | None = None
         self.container_id: str | None = None
-        if layout == "kubelet":
+        self.parent = parent
+        if layout not in LAYOUTS:
+            raise LabError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        if layout.startswith("kubelet"):
+            self.driver = "cgroupfs" if "cgroupfs" in layout else "systemd"
+            self.runtime = KUBE_RUNTIMES["crio" if layout.endswith("crio") else "containerd"]
             rel = parent
-            for name in KUBE_SLICES:
+            for name in KUBE_SLICES[self.driver]:
                 self.slices.append(LabCgroup(name, root=root, parent=rel, kube=True))
                 rel = self.slices[-1].rel
             uid = uuid.uuid4()
-            pod = f"kubepods-burstable-pod{str(uid).replace('-', '_')}.slice"
-            self.pod = LabCgroup(pod, root=root, parent=rel, kube=True)
             self.container_id = secrets.token_hex(32)
-            self.app = LabCgroup(f"cri-containerd-{self.container_id}.scope", root=root, parent=self.pod.rel, kube=True)
+            pod, ctr = kube_names(self.driver, self.runtime, uid, self.container_id)
+            self.pod = LabCgroup(pod, root=root, parent=rel, kube=True)
+            self.app = LabCgroup(ctr, root=root, parent=self.pod.rel, kube=True)
             self.pod_uid = str(uid)
             return
         if with_pod:
@@ -90,7 +109,16 @@ class Levels:
                     sl.remove()
 
     def sampler_args(self) -> list[str]:
-        """gmp-sampler --cgroup arguments: one per level, named as cpu_stat.csv's column."""
+        """gmp-sampler --cgroup arguments: one per level, named as cpu_stat.csv's column. A
+        kubelet layout at the mount's root is named as the node agent names it (pod UID, QoS
+        class, container ID): the sampler's own rules find the directories."""
+        if self.pod_uid is not None and not self.parent:
+            return [
+                "--cgroup",
+                f"container=kube-container:{self.pod_uid}:Burstable:{self.runtime}://{self.container_id}",
+                "--cgroup",
+                f"pod=kube-pod:{self.pod_uid}:Burstable",
+            ]
         out = ["--cgroup", f"container={self.app.rel}"]
         if self.pod is not None:
             out += ["--cgroup", f"pod={self.pod.rel}"]

@@ -35,10 +35,9 @@ from ..errors import GmpError, LabError
 from ..schema import new_meta
 from .binaries import ensure_binaries
 from .cgroups import PREFIX, LabCgroup, check_cgroup_parent
-from .levels import Levels, Resizer
+from .levels import LAYOUTS, Levels, Resizer
 from .reaper import CgroupReaper
 
-LAYOUTS = ("lab", "kubelet")
 APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
 
 
@@ -76,10 +75,9 @@ class LabConfig:
     # each request's own CPU in requests.csv's cpu_ns (the handler holds its OS thread while
     # it runs, for the thread CPU clock: more thread hand-offs); False: not measured
     cpu_header: bool = True
-    # "lab": gmp-lab-* cgroups under cgroup_parent; "kubelet": the tree a kubelet with the
-    # systemd driver makes (kubepods.slice/kubepods-burstable.slice/...-pod<uid>.slice/
-    # cri-containerd-<id>.scope), the pod's quota the container's unless parent_cpu_limit
-    # says otherwise (a one-container pod)
+    # "lab": gmp-lab-* cgroups under cgroup_parent; "kubelet...": the tree a kubelet makes
+    # (levels.LAYOUTS: systemd or cgroupfs driver, containerd or CRI-O names), the pod's quota
+    # the container's unless parent_cpu_limit says otherwise (a one-container pod)
     layout: str = "lab"
 
     def effective_rate(self) -> float:
