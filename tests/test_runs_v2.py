@@ -131,3 +131,20 @@ def test_df_local_checks_on_v1_says_why_not():
 
     with pytest.raises(gmp.MissingDataError, match="cpu.stat.local"):
         gmp.df_local_checks(gmp.load_run(RUNS[0]))
+
+
+def test_a_quota_write_refills_at_once_and_keeps_the_timers_phase():
+    """tg_set_cfs_bandwidth refills the runtime when cpu.max is written, and restarts the
+    period timer only if it is not running: measured on 6.12 (VM), the period of the write
+    used more than its old quota, and the grid fitted before and after the write has one phase."""
+    run = gmp.load_run(FIXTURES / "runs-v2" / "v2-6.12-resize-0.5to2cpu-default")
+    s = run.samples[run.samples["cgroup"] == "container"]
+    t = min(r["t_ns"] for r in run.meta["resizes"])
+    P = run.meta["period_us"] * 1000
+    a = gmp.fit_period_grid(s[s["t_ns"] < t])
+    b = gmp.fit_period_grid(s[s["t_ns"] > t + P])
+    d = abs((a.phase_ns - b.phase_ns + P / 2) % P - P / 2)
+    assert d <= 3 * max(a.uncertainty_ns, b.uncertainty_ns), (a, b)
+    per = gmp.df_periods(run)
+    k = per[(per["start_ns"] <= t) & (per["end_ns"] > t)].iloc[0]
+    assert k["quota_us"] == 50_000 and k["usage_us"] > 1.2 * k["quota_us"]
