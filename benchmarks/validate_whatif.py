@@ -1,30 +1,36 @@
-"""The what-if model against real runs: every configuration predicted from every run of the
-other configurations of its workload, beside what its own repeats measured.
+"""The what-if estimator against real runs, held out: every run predicted from every run of
+the *other* configurations of its workload (leave one configuration out), beside what it
+measured; the errors per regime go to gmpanalysis/whatif-validation.json, which the
+advice and the report read their error bars from.
 
-    .venv/bin/python benchmarks/validate_whatif.py [SWEEP_DIR] [--csv OUT.csv]
+    .venv/bin/python benchmarks/validate_whatif.py [DIR ...] [--csv OUT.csv] [--no-write]
 
-SWEEP_DIR (default benchmarks/data/sweep) holds the bundles of benchmarks/make-sweep.sh,
-named WORKLOAD-LIMITcpu-gmpG-rREPEAT. For each workload and configuration (limit,
-GOMAXPROCS) the printout gives, per figure, what the repeats measured (mean [min-max]),
-what the model predicted from each other configuration's runs (each run replayed under
-every repeat's settings over four tick phases, and averaged; median [min-max]), the
-median error, the goal and whether the worst prediction meets it:
+Each DIR holds bundles (default: fixtures/runs, fixtures/runs-v2, the 16-CPU v2 runs in
+../shared/data/16cpu-v2 and benchmarks/data/sweep where present). A workload is the
+bundles of one directory whose names agree but for the GOMAXPROCS part (gmpN, default,
+numcpu) and a repeat suffix (-rN); a configuration is (limit, GOMAXPROCS). Prints, per
+regime (:func:`gmpanalysis.modelerror.regime`: the CPUs, GOMAXPROCS over the limit) and
+figure, the held-out error's median and p90, and how often each goal holds:
 
-- throttled share of the periods: within 5 points;
-- quota exhaustion p50: within 3 ms;
-- CPUs frozen p50 (rounded to 0.1): within 0.1;
-- stall per second: within 15 % (of the measured mean; 15 ms/s where that is below 100);
-- p99 latency: within 25 %, or inside the measured min-max of the repeats.
+- throttled share of the periods within 5 points;
+- exhaustion p50 within 3 ms or 15 %;
+- CPUs frozen p50 within 10 % of the CPUs;
+- p99 latency within 30 %;
+- throughput within 15 %;
+- never more CPUs frozen than the setting can run on (min(CPUs, GOMAXPROCS)).
 
-Not a test (tests/test_whatif.py checks the shipped runs); numbers move with the machine.
+A run whose limit was resized mid-run is a source only (it has no one setting to be
+predicted under); runs made in a TCG guest are left out unless --with-tcg. Not a test;
+numbers move with the machine and the runs given.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
 import re
-import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -32,105 +38,122 @@ from pathlib import Path
 import pandas as pd
 
 import gmpanalysis as gmp
+from gmpanalysis import modelerror as ME
 from gmpanalysis import whatif as W
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = re.compile(r"^(?P<w>[a-z]+)-(?P<lim>[0-9.]+)cpu-gmp(?P<g>\d+)-r(?P<r>\d+)$")
-FIGURES = ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "stall_ms_per_s", "p99_ms")
+DEFAULT_DIRS = [
+    ROOT / "fixtures" / "runs",
+    ROOT / "fixtures" / "runs-v2",
+    ROOT.parent / "shared" / "data" / "16cpu-v2",
+    ROOT / "benchmarks" / "data" / "sweep",
+]
+VARIANT = re.compile(r"-(gmp\d+|default|numcpu|automaxprocs|pinned)(?=-r\d+$|$)")
+REPEAT = re.compile(r"-r\d+$")
 
 
-def met(fig: str, pred: float, mean: float, lo: float, hi: float) -> bool:
-    if math.isnan(pred) or math.isnan(mean):
-        return math.isnan(pred) and math.isnan(mean)
-    err = abs(pred - mean)
-    if fig == "throttled_pct":
-        return err <= 5.0
-    if fig == "exhausted_p50_ms":
-        return err <= 3.0
-    if fig == "cpus_frozen_p50":
-        return err <= 0.1 + 1e-9
-    if fig == "stall_ms_per_s":
-        return err <= 0.15 * max(mean, 100.0)
-    return err <= 0.25 * mean or lo <= pred <= hi
+def workload(name: str) -> str | None:
+    """The name without its GOMAXPROCS part and repeat (None: the name has no such part)."""
+    base = REPEAT.sub("", name)
+    return VARIANT.sub("", base) if VARIANT.search(base) else None
 
 
-def _mean(v: list[float]) -> float:
-    v = [x for x in v if not math.isnan(x)]
-    return statistics.fmean(v) if v else math.nan
+def goals(e: dict[str, float], pred: dict[str, float], truth: dict[str, float], cpus: float) -> dict[str, bool]:
+    nan = math.isnan
+    ex = e["exhausted_p50_ms"]
+    return {
+        "throttled ±5 points": not nan(e["throttled_pct"]) and e["throttled_pct"] <= 5,
+        "exhaustion ±3 ms or ±15 %": not nan(ex) and (ex <= 3 or ex <= 0.15 * truth["exhausted_p50_ms"]),
+        "CPUs frozen ±10 % of CPUs": not nan(e["cpus_frozen_p50"]) and e["cpus_frozen_p50"] <= 0.1 * cpus,
+        "p99 ±30 %": not nan(e["p99_pct"]) and e["p99_pct"] <= 30,
+        "throughput ±15 %": not nan(e["throughput_pct"]) and e["throughput_pct"] <= 15,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sweep", nargs="?", default=str(ROOT / "benchmarks" / "data" / "sweep"))
+    ap.add_argument("dirs", nargs="*", type=Path)
     ap.add_argument("--csv", default=None, help="write every prediction here")
+    ap.add_argument("--no-write", action="store_true", help=f"do not rewrite {ME.VALIDATION_FILE.name}")
+    ap.add_argument(
+        "--with-tcg",
+        action="store_true",
+        help="keep runs made in a TCG guest (the VM lab): its CPU is not a machine's (README), so by default "
+        "they are left out",
+    )
     a = ap.parse_args()
-    runs = []
+    groups: dict[tuple[str, str], list[gmp.Run]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for d in sorted(Path(a.sweep).iterdir()):
-            m = NAME.match(d.name)
-            if m and (d / "meta.json").exists():
-                run = gmp.load_run(d)
-                runs.append({"w": m["w"], "lim": float(m["lim"]), "g": int(m["g"]), "r": int(m["r"]), "run": run})
-    if not runs:
-        print(f"no sweep bundles in {a.sweep}: run benchmarks/make-sweep.sh first", file=sys.stderr)
-        return 2
+        for d in a.dirs or [x for x in DEFAULT_DIRS if x.is_dir()]:
+            for b in sorted(p for p in d.iterdir() if (p / "meta.json").exists()):
+                w = workload(b.name)
+                run = gmp.load_run(b)
+                if run.meta.get("virtualization") == "tcg" and not a.with_tcg:
+                    continue
+                if w and run.requests is not None and len(run.requests):
+                    groups.setdefault((d.name, w), []).append(run)
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for x in runs:
-            x["truth"] = W.measured(x["run"])
-        for w in sorted({x["w"] for x in runs}):
-            mine = [x for x in runs if x["w"] == w]
-            for cfg in sorted({(x["lim"], x["g"]) for x in mine}):
-                reps = [x for x in mine if (x["lim"], x["g"]) == cfg]
-                for src in (x for x in mine if (x["lim"], x["g"]) != cfg):
-                    # under each repeat's settings (their tick phase taken as unknown:
-                    # W.predict averages over it), then averaged as the measurements are
-                    each = [W.predict(src["run"], r["run"]) for r in reps]
-                    got = {f: _mean([e[f] for e in each]) for f in FIGURES}
-                    for fig in FIGURES:
-                        # a repeat without a throttled period has no exhaustion to average
-                        vals = [r["truth"][fig] for r in reps if not math.isnan(r["truth"][fig])] or [math.nan]
-                        rows.append(
-                            {"workload": w, "limit": cfg[0], "gomaxprocs": cfg[1], "figure": fig,
-                             "source": src["run"].meta["name"], "predicted": got[fig],
-                             "measured_mean": statistics.fmean(vals), "measured_min": min(vals),
-                             "measured_max": max(vals), "repeats": sum(not math.isnan(v) for v in vals)}
-                        )  # fmt: skip
+        for (where, w), runs in sorted(groups.items()):
+            conf = {id(r): (W.settings(r)["quota_us"], W.settings(r)["gomaxprocs"]) for r in runs}
+            for tgt in runs:
+                sources = [s for s in runs if conf[id(s)] != conf[id(tgt)]]
+                # a run whose limit changed mid-run has no one setting to predict it under
+                resized = len({q for q in W._own_quota(tgt).values() if not math.isnan(q)}) > 1
+                if not sources or resized:
+                    continue
+                truth = W.measured(tgt)
+                st = W.target_setting(tgt)
+                cpus = float(st["cpus"])
+                limit = None if st["quota_us"] is None else st["quota_us"] / st["period_us"]
+                reg = ME.regime(cpus, limit, float(st["gomaxprocs"]))
+                for src in sources:
+                    pred = W.predict(src, tgt)
+                    e = ME.errors_of(pred, truth)
+                    bound = min(cpus, float(st["gomaxprocs"]))
+                    rows.append(
+                        {"dir": where, "workload": w, "target": tgt.meta.get("name"), "source": src.meta.get("name"),
+                         "regime": reg, "cpus": cpus, **{f"pred_{k}": v for k, v in pred.items()},
+                         **{f"meas_{k}": v for k, v in truth.items()}, **e,
+                         **goals(e, pred, truth, cpus),
+                         "frozen within CPUs": math.isnan(pred["cpus_frozen_p50"]) or pred["cpus_frozen_p50"] <= bound}
+                    )  # fmt: skip
+    if not rows:
+        print("no workload with two configurations among the bundles given", file=sys.stderr)
+        return 2
     df = pd.DataFrame(rows)
     if a.csv:
         df.to_csv(a.csv, index=False)
-    df["met"] = [
-        met(f, p, m, lo, hi)
-        for f, p, m, lo, hi in zip(
-            df.figure, df.predicted, df.measured_mean, df.measured_min, df.measured_max, strict=True
-        )
-    ]
-    df["error"] = df.predicted - df.measured_mean
-    print(f"{len(runs)} runs; {len(df) // len(FIGURES)} predictions")
-    summary = []
-    for (w, lim, g, fig), grp in df.groupby(["workload", "limit", "gomaxprocs", "figure"], sort=True):
-        m0, m1, m2 = grp.measured_mean.iloc[0], grp.measured_min.iloc[0], grp.measured_max.iloc[0]
-        summary.append(
-            {"workload": w, "limit": lim, "gmp": g, "figure": fig,
-             "measured": f"{m0:.1f} [{m1:.1f}-{m2:.1f}]",
-             "predicted": f"{grp.predicted.median():.1f} [{grp.predicted.min():.1f}-{grp.predicted.max():.1f}]",
-             "error_median": round(float(grp.error.median()), 2), "met": f"{int(grp.met.sum())}/{len(grp)}"}
-        )  # fmt: skip
-    s = pd.DataFrame(summary)
-    with pd.option_context("display.width", 200, "display.max_rows", 500, "display.max_columns", 20):
-        print(s.to_string(index=False))
-        print("\nshare of predictions within the goal, per figure and workload:")
-        print((df.groupby(["workload", "figure"]).met.mean() * 100).round(1).unstack().to_string())
-        # advise.MODEL_ERROR's figures: absolute error over every prediction with both sides
-        # known, p99 as a share of the measured p99
-        ok = df.dropna(subset=["predicted", "measured_mean"])
-        err = ok.error.abs().where(ok.figure != "p99_ms", 100 * ok.error.abs() / ok.measured_mean)
-        q = err.groupby(ok.figure).quantile([0.5, 0.9]).unstack().round(1)
-        q.columns = ["median |error|", "p90 |error|"]
-        print("\nabsolute error over all predictions (p99_ms: % of the measured p99):")
-        print(q.to_string())
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    print(f"{df['target'].nunique()} runs in {len(groups)} workloads; {len(df)} held-out predictions\n")
+    show = ["target", "source", "regime"] + [
+        c for k in ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "p99_ms", "throughput_rps")
+        for c in (f"meas_{k}", f"pred_{k}")
+    ]  # fmt: skip
+    print(df[show].round(1).to_string(index=False))
+    summary = ME.summarise(rows)
+    print("\nheld-out |error| per regime (median / p90, n):")
+    for reg, figs in summary.items():
+        cells = ", ".join(f"{k} {v['median']:g}/{v['p90']:g} ({v['n']})" for k, v in figs.items())
+        print(f"  {reg}: {cells}")
+    gcols = [*goals({k: 0.0 for k in ME.UNITS}, {}, {"exhausted_p50_ms": 1.0}, 1.0), "frozen within CPUs"]
+    print("\nshare of held-out predictions within each goal, per regime (%):")
+    print((df.groupby("regime")[gcols].mean() * 100).round(0).to_string())
+    if not a.no_write:
+        out = {
+            "date": datetime.date.today().isoformat(),
+            "estimator": f"whatif.estimate, {W.TICK_PHASES} tick phases",
+            "method": "each run predicted from every run of the other configurations of its workload"
+            + ("" if a.with_tcg else "; runs in TCG guests left out"),
+            "runs": sorted(f"{where}/{r.meta.get('name')}" for (where, _), rs in groups.items() for r in rs),
+            "predictions": len(df),
+            "regimes": summary,
+        }
+        ME.VALIDATION_FILE.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+        print(f"\nwrote {ME.VALIDATION_FILE.relative_to(ROOT)}")
     return 0
 
 

@@ -9,8 +9,10 @@ the predictions are averaged over the runs. Objectives:
   and that throttles at most 10 % of periods (without requests: the cheapest that
   throttles at most 10 %).
 
-Cost is the CPU reserved: the limit in CPUs (a burst is not reserved). The model's error
-measured on real runs (benchmarks/validate_whatif.py) comes with the advice.
+Cost is the CPU reserved: the limit in CPUs (a burst is not reserved). Every figure is the
+model's one estimator (:func:`~.whatif.estimate`: tick phase unknown), and its error bars
+are the held-out errors the validation measured in the recommended setting's regime
+(:mod:`gmpanalysis.modelerror`); outside the regimes it covered, the advice says so.
 """
 
 from __future__ import annotations
@@ -24,26 +26,26 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gomaxprocs import rules
-from .whatif import demand, settings, summarize, what_if
+from .modelerror import load as load_validation
+from .modelerror import model_error, regime
+from .whatif import demand, estimate, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
-
-# what the replay missed by on the validation sweep (benchmarks/validate_whatif.py: 72 lab
-# runs, 2 workloads x 4 limits x GOMAXPROCS 1/2/4 x 3 repeats, 792 predictions, each under
-# its target's repeats' settings with the tick phase unknown, this machine, 2026-11-24):
-# median and 90th percentile of the absolute error
-MODEL_ERROR = {
-    "throttled_pct": (0.7, 3.8, "points"),
-    "stall_ms_per_s": (2.4, 25.2, "ms/s"),
-    "p99_pct": (10.1, 27.7, "% of p99"),
-    "exhausted_p50_ms": (1.3, 12.6, "ms"),
-}
+# GOMAXPROCS tried by default (with each limit's rule values and the run's own): the
+# replay's answer moves little between neighbours this far apart
+G_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+# the limits tried first (CPUs); the finer steps between the best of them and its neighbours next
+COARSE_LIMITS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
 def _candidates(max_limit: float, own: float | None) -> list[float]:
     steps = [x / 4 for x in range(1, 8)] + [float(x) for x in range(2, 65)]
     out = sorted({x for x in steps if x <= max_limit + 1e-9} | ({own} if own and own <= max_limit else set()))
     return out or [max_limit]
+
+
+def _g_candidates(ncpu: int, own_g: int | None) -> list[int]:
+    return sorted({g for g in G_STEPS if g <= ncpu} | {ncpu} | ({own_g} if own_g and own_g <= ncpu else set()))
 
 
 def advise(
@@ -61,14 +63,22 @@ def advise(
     ``cpus``: the CPUs the service may run on (default: the run's host); ``max_limit``: the
     largest limit to consider, in CPUs (default ``cpus``); ``limits``, ``gomaxprocs``:
     the candidates (default: 0.25-CPU steps to 1.75, then whole CPUs, and the run's own;
-    GOMAXPROCS 1 to ``cpus``); ``bursts``: burst as a share of the quota (default 0 and 1).
+    GOMAXPROCS :data:`G_STEPS` up to ``cpus``, ``cpus`` itself and the run's own; what each
+    rule gives at the recommended limit is in ``baselines``); ``bursts``: burst as a share
+    of the quota (default 0 and 1).
 
     Columns: ``rank``, ``limit_cpu``, ``quota_us``, ``period_us``, ``burst_us``,
     ``gomaxprocs``, ``throttled_pct`` (% of periods), ``stall_ms_per_s`` (frozen wall time per
     second), ``p99_ms`` (NaN without requests), ``exhausted_p50_ms``, ``cost_cpu`` (CPUs
-    reserved). ``.attrs``: ``recommendation`` (one sentence), ``baselines`` (what the run's
-    own setting, Go >= 1.25's default, automaxprocs and the downward API would give at the
-    recommended limit, and how much worse each is), ``model_error`` (:data:`MODEL_ERROR`).
+    reserved), ``throughput_rps`` (requests answered per second). ``.attrs``:
+    ``recommendation`` (one sentence), ``baselines`` (what the run's own setting, Go >=
+    1.25's default, automaxprocs and the downward API would give at the recommended limit,
+    and how much worse each is), ``regime`` (the recommended setting's:
+    :func:`gmpanalysis.modelerror.regime`), ``model_error`` (figure -> (median, p90, unit)
+    of the held-out errors there; empty: not validated there), ``validated`` (the
+    validation's date). Without ``limits``, the limits are searched coarse to fine: 0.25,
+    0.5, 1, 2, 4, ... CPUs (:data:`COARSE_LIMITS`, the run's own and the largest), then the
+    default steps between the best of those and its neighbours.
     """
     runs = [runs] if isinstance(runs, Run) else list(runs)
     if not runs:
@@ -83,26 +93,45 @@ def advise(
     period = int(lim0["period_us"])
     own = None if lim0["quota_us"] is None else lim0["quota_us"] / period
     cand_limits = sorted(set(limits)) if limits is not None else _candidates(top, own)
-    cand_g = sorted(set(gomaxprocs)) if gomaxprocs is not None else list(range(1, ncpu + 1))
+    own_g = int(lim0["gomaxprocs"]) if lim0["gomaxprocs"] else None
+    if gomaxprocs is not None:
+        cand_g = sorted(set(gomaxprocs))
+    else:
+        cand_g = _g_candidates(ncpu, own_g)
     with_requests = all(demand(r)["source"] == "requests" for r in runs)
-    rows = []
-    for lim in cand_limits:
-        for g in cand_g:
-            for b in sorted(set(bursts)):
-                rows.append(_predict(runs, lim, period, b * lim * period, g, ncpu))
+    burst_set = sorted(set(bursts))
+
+    def at(lims: list[float]) -> list[dict[str, float]]:
+        return [_predict(runs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
+
+    if limits is not None:
+        rows = at(cand_limits)
+    else:
+        # coarse to fine: limits doubling from 0.25 CPU (and the run's own), then every
+        # candidate between the best of those and its neighbours
+        coarse = sorted({x for x in cand_limits if x in COARSE_LIMITS or x == own} | {cand_limits[-1]})
+        rows = at(coarse)
+        first = _rank(pd.DataFrame(rows), objective, with_requests)
+        i = coarse.index(float(first.iloc[0].limit_cpu))
+        lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)]
+        rows += at([x for x in cand_limits if lo < x < hi and x not in coarse])
     table = pd.DataFrame(rows)
     table = _rank(table, objective, with_requests)
     best = table.iloc[0]
-    table.attrs["recommendation"] = _sentence(best, objective, with_requests)
+    validation = load_validation()
+    reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs))
+    err = model_error(reg, validation)
+    table.attrs["regime"] = reg
+    table.attrs["model_error"] = err
+    table.attrs["validated"] = validation.get("date")
+    table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err)
     table.attrs["baselines"] = _baselines(runs, best, lim0, ncpu)
-    table.attrs["model_error"] = dict(MODEL_ERROR)
     return table
 
 
 def _predict(runs: list[Run], lim: float, period: int, burst_us: float, g: int, ncpu: int) -> dict[str, float]:
     figs = [
-        summarize(what_if(r, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu))
-        for r in runs
+        estimate(r, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu) for r in runs
     ]
     out: dict[str, float] = {
         "limit_cpu": lim,
@@ -112,7 +141,7 @@ def _predict(runs: list[Run], lim: float, period: int, burst_us: float, g: int, 
         "gomaxprocs": g,
         "cost_cpu": lim,
     }
-    for k in ("throttled_pct", "stall_ms_per_s", "p99_ms", "exhausted_p50_ms"):
+    for k in ("throttled_pct", "stall_ms_per_s", "p99_ms", "exhausted_p50_ms", "throughput_rps"):
         vals = [f[k] for f in figs if not math.isnan(f[k])]
         out[k] = float(np.mean(vals)) if vals else math.nan
     return out
@@ -138,15 +167,29 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
     return t
 
 
-def _sentence(best: pd.Series, objective: str, with_requests: bool) -> str:
+def _sentence(
+    best: pd.Series, objective: str, with_requests: bool, reg: str, err: dict[str, tuple[float, float, str]]
+) -> str:
     burst = f", a burst of {best.burst_us / 1000:.0f} ms (Linux 5.14+)" if best.burst_us > 0 else ""
-    p99 = f"p99 {best.p99_ms:.0f} ms (±{MODEL_ERROR['p99_pct'][0]:.0f} %), " if with_requests else ""
-    return (
+
+    def pm(key: str, unit: str) -> str:
+        return f" (±{err[key][0]:g}{unit}, p90 ±{err[key][1]:g}{unit})" if key in err else ""
+
+    p99 = f"p99 {best.p99_ms:.0f} ms{pm('p99_pct', ' %')}, " if with_requests else ""
+    said = (
         f"For {objective}: a CPU limit of {best.limit_cpu:g} ({best.quota_us:.0f} µs per {best.period_us:.0f} µs)"
         f"{burst} with GOMAXPROCS={best.gomaxprocs:.0f}: predicted {p99}"
-        f"{best.throttled_pct:.0f} % of periods throttled (±{MODEL_ERROR['throttled_pct'][0]:g} points), "
+        f"{best.throttled_pct:.0f} % of periods throttled{pm('throttled_pct', ' points')}, "
         f"{best.stall_ms_per_s:.0f} ms frozen per second."
     )
+    if not err:
+        said += (
+            f" The model has not been validated in this regime ({reg}): no error bars; "
+            "check the setting with a run (gmpanalysis lab run, or a canary)."
+        )
+    else:
+        said += f" Error bars: the model's held-out errors on real runs in this regime ({reg})."
+    return said
 
 
 def _baselines(runs: list[Run], best: pd.Series, lim0: dict, ncpu: int) -> pd.DataFrame:

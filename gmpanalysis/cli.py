@@ -402,7 +402,10 @@ def cmd_advise(a: argparse.Namespace) -> int:
             keep = ["setting", "limit_cpu", "throttled_pct", "p99_ms", "throttled_worse_points", "p99_worse_pct"]
             print(b[keep].to_string(index=False))
     err = ", ".join(f"{k} {v[0]:g} (p90 {v[1]:g}) {v[2]}" for k, v in t.attrs["model_error"].items())
-    print(f"\nthe model's error on real runs (median, p90): {err}")
+    if err:
+        print(f"\nthe model's held-out error on real runs in this regime ({t.attrs['regime']}; median, p90): {err}")
+    else:
+        print(f"\nthe model has not been validated in this regime ({t.attrs['regime']}): no error bars")
     return 0
 
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import copy
 import math
 import numbers
 from typing import Any
@@ -83,13 +84,23 @@ def _num(x: object) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
 
 
-def _grid_phase(run: Run) -> int:
+def _memo(run: Run, key: str, build: Any) -> Any:
+    """``build(run)`` kept with the run's :class:`~gmpanalysis.analysis.Analysis` (a replay
+    of many settings reads the same demand, quotas and levels each time; an edited run gets
+    a new Analysis, and so a new memo). Callers must not change what it returns."""
+    cache = analyze(run).__dict__.setdefault("_whatif", {})
+    if key not in cache:
+        cache[key] = build(run)
+    return cache[key]
+
+
+def _grid_phase_built(run: Run) -> int:
     """The run's period grid phase; 0 for a run without a quota, whose group has no
     bandwidth timer (a limit set later gets a phase of the kernel's choosing)."""
     return 0 if _no_quota(run) else analyze(run).grid.phase_ns
 
 
-def _no_quota(run: Run) -> bool:
+def _no_quota_built(run: Run) -> bool:
     """No level of the run ever had a quota (meta.json, its levels, limits.csv)."""
     if run.meta.get("quota_us") is not None:
         return False
@@ -129,7 +140,7 @@ def _periods(run: Run) -> pd.DataFrame:
     )
 
 
-def _own_quota(run: Run) -> dict[int, float]:
+def _own_quota_built(run: Run) -> dict[int, float]:
     """The quota in force in each of the run's periods (µs, NaN: none), by period number:
     from limits.csv where the bundle has it (a limit resized in place), at the level the
     per-period table is on (a pod's quota when the container has none)."""
@@ -138,7 +149,7 @@ def _own_quota(run: Run) -> dict[int, float]:
     return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
 
 
-def _outer_levels(run: Run) -> list[dict[str, Any]]:
+def _outer_levels_built(run: Run) -> list[dict[str, Any]]:
     """The levels of the run above the table's with a quota of their own (a pod's), each as
     :func:`settings` lists it, with its quota period by period (``quota_by_period``) and its
     grid's phase (``phase_ns``) for replaying the run itself."""
@@ -177,14 +188,8 @@ def _outer_levels(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def settings(run: Run) -> dict[str, Any]:
-    """The run's own settings as the replay takes them: ``quota_us`` (the first known; None:
-    no limit), ``period_us``, ``burst_us``, ``gomaxprocs``, ``cpus`` (None if not recorded),
-    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults), ``tick_phase_ns`` (how long
-    after a scheduler tick the boundaries came), and ``outer``: the
-    levels above with a quota of their own (a pod's), each a dict of ``level``,
-    ``quota_us``, ``period_us``, ``burst_us`` and ``offset_ns`` (how long after the table
-    level's boundary its own comes)."""
+def _settings_built(run: Run) -> dict[str, Any]:
+    """:func:`settings`, built."""
     m = run.meta
     a = analyze(run)
     own = [x for x in _own_quota(run).values() if not math.isnan(x)]
@@ -210,15 +215,8 @@ def settings(run: Run) -> dict[str, Any]:
 USAGE_ITEM_NS = 10_000_000
 
 
-def demand(run: Run) -> dict[str, Any]:
-    """The run's CPU demand as the replay takes it: arrivals (``sched_ns``, int64 ns) and the
-    CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
-    generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
-    open one), the measured CPU over the span, and where the demand came from
-    (``source``: "requests", with ``cost_source`` "cpu_ns" or "mean": :func:`request_costs`;
-    or "usage" for a bundle without requests: each period's measured
-    CPU as work arriving in it, a lower bound where the run was throttled, since work the
-    quota held back shows up later or never; latency is then unknown)."""
+def _demand_built(run: Run) -> dict[str, Any]:
+    """:func:`demand`, built."""
     per = _periods(run)
     r = run.requests
     if r is None or not len(r):
@@ -280,6 +278,64 @@ def request_costs(r: pd.DataFrame, used_ns: float) -> tuple[float | np.ndarray, 
     return used_ns / n, "mean"
 
 
+# the per-run inputs of a replay, each built once per run (``_memo``)
+def _grid_phase(run: Run) -> int:
+    return _memo(run, "grid_phase", _grid_phase_built)
+
+
+def _no_quota(run: Run) -> bool:
+    return _memo(run, "no_quota", _no_quota_built)
+
+
+def _own_quota(run: Run) -> dict[int, float]:
+    return _memo(run, "own_quota", _own_quota_built)
+
+
+def _outer_levels(run: Run) -> list[dict[str, Any]]:
+    return _memo(run, "outer_levels", _outer_levels_built)
+
+
+def _stw_model(run: Run) -> dict[str, float] | None:
+    return _memo(run, "stw_model", _stw_model_built)
+
+
+def _prep_built(run: Run) -> dict[str, Any]:
+    """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
+    no_quota = _no_quota(run)
+    return {
+        "settings": _memo(run, "settings", _settings_built),
+        "demand": _memo(run, "demand", _demand_built),
+        "phase": _grid_phase(run),
+        "no_quota": no_quota,
+        "own_quota": _own_quota(run),
+        "outer_levels": _outer_levels(run),
+        "stw": _stw_model(run),
+        "own_period_ns": None if no_quota else analyze(run).period_ns,
+    }
+
+
+def settings(run: Run) -> dict[str, Any]:
+    """The run's own settings as the replay takes them: ``quota_us`` (the first known; None:
+    no limit), ``period_us``, ``burst_us``, ``gomaxprocs``, ``cpus`` (None if not recorded),
+    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults), ``tick_phase_ns`` (how long
+    after a scheduler tick the boundaries came), and ``outer``: the levels above with a quota
+    of their own (a pod's), each a dict of ``level``, ``quota_us``, ``period_us``,
+    ``burst_us`` and ``offset_ns`` (how long after the table level's boundary its own comes)."""
+    return copy.deepcopy(_memo(run, "settings", _settings_built))
+
+
+def demand(run: Run) -> dict[str, Any]:
+    """The run's CPU demand as the replay takes it: arrivals (``sched_ns``, int64 ns) and the
+    CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
+    generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
+    open one), the measured CPU over the span, and where the demand came from
+    (``source``: "requests", with ``cost_source`` "cpu_ns" or "mean": :func:`request_costs`;
+    or "usage" for a bundle without requests: each period's measured
+    CPU as work arriving in it, a lower bound where the run was throttled, since work the
+    quota held back shows up later or never; latency is then unknown)."""
+    return copy.deepcopy(_memo(run, "demand", _demand_built))
+
+
 def what_if(
     run: Run,
     quota_us: float | None = None,
@@ -317,7 +373,8 @@ def what_if(
     usage or latency.
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
-    lim = settings(run)
+    prep = _memo(run, "prep", _prep_built)
+    lim = prep["settings"]
     P = lim["period_us"] if period_us is None else period_us
     burst = lim["burst_us"] if burst_us is None else burst_us
     G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
@@ -328,7 +385,7 @@ def what_if(
     if unlimited:
         q = None
     elif quota_us is None:  # the run's own, period by period (on its own period only)
-        q = _own_quota(run) if P == lim["period_us"] else lim["quota_us"]
+        q = prep["own_quota"] if P == lim["period_us"] else lim["quota_us"]
     else:
         q = quota_us
     bad = [
@@ -352,15 +409,15 @@ def what_if(
             "unlimited=True takes no levels above"
         )
     P, G, C, burst = int(P), int(G), int(C), float(burst)
-    d = demand(run)
-    phase = _grid_phase(run)
-    specs = [] if unlimited else _outer_specs(run, outer, q, P * 1000, phase)
+    d = prep["demand"]
+    phase = prep["phase"]
+    specs = [] if unlimited else _outer_specs(prep, outer, q, P * 1000, phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     out = _replay(
         sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns,
     )  # fmt: skip
-    stw = _stw_model(run)
+    stw = prep["stw"]
     if stw is not None:
         # a GC stop-the-world begins while the group runs, about as often per CPU-second as
         # in the run; one that begins within its own length of the exhaustion cannot finish
@@ -401,7 +458,7 @@ def what_if(
     return out
 
 
-def _stw_model(run: Run) -> dict[str, float] | None:
+def _stw_model_built(run: Run) -> dict[str, float] | None:
     """The run's GC stop-the-world pauses as the replay takes them (None without a trace
     holding any, or without a quota: no period grid to place them on): how many began per
     CPU-second the group used over the trace window
@@ -434,7 +491,7 @@ MIN_QUOTA_US = 1000
 
 
 def _outer_specs(
-    run: Run,
+    prep: dict[str, Any],
     outer: list[dict[str, Any]] | None,
     q: float | dict[int, float] | None,
     period_ns: int,
@@ -444,9 +501,9 @@ def _outer_specs(
     By default the run's own, each period's quota moved by as many CPUs as this level's
     moves at that time (``q`` over ``period_ns`` against the run's own quota then)."""
     if outer is None:
-        own = _own_quota(run)
-        own_p = analyze(run).period_ns if not _no_quota(run) else period_ns
-        base = _grid_phase(run)
+        own = prep["own_quota"]
+        own_p = prep["own_period_ns"] or period_ns
+        base = prep["phase"]
         ks = sorted(own)
 
         def cpus_then(t: int) -> float:
@@ -458,7 +515,7 @@ def _outer_specs(
             return 0.0 if math.isnan(was) else float(q) / (period_ns / 1000) - was / (own_p / 1000)
 
         specs: list[tuple[float | dict[int, float] | None, int, int, float]] = []
-        for lv in _outer_levels(run):
+        for lv in prep["outer_levels"]:
             P = int(lv["period_us"]) * 1000
             moved = {}
             for k, v in lv["quota_by_period"].items():
@@ -670,7 +727,9 @@ def _replay(
                     lv.refill(t)
             if t >= own.b - eps:
                 if not math.isnan(row[1]) and row[2] > 0:
-                    row[3] = sum(own.b - x for x in own.froze_at if not math.isnan(x)) / row[2]
+                    # the CPUs frozen through the stall: a CPU throttled before the work went
+                    # flat counts for the stall only, so never more than the CPUs it was on
+                    row[3] = sum(min(own.b - x, row[2]) for x in own.froze_at if not math.isnan(x)) / row[2]
                 # nr_throttled counts a period whose timer finds a CPU of the level throttled
                 row[4] = float(any(own.frozen))
                 own.refill(t)
@@ -733,13 +792,20 @@ def _replay(
     per.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
     per.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
     per.attrs["latency_ms"] = lat.to_numpy()
+    # the requests answered per second, from the first one sent to the last answer
+    span = float(np.nanmax(end) - np.min(sent)) if n else math.nan
+    per.attrs["throughput_rps"] = n / span * 1e9 if span > 0 else math.nan
     return per
 
 
-def summarize(per: pd.DataFrame, latency_ms: np.ndarray | None = None) -> dict[str, float]:
+def summarize(
+    per: pd.DataFrame, latency_ms: np.ndarray | None = None, throughput_rps: float | None = None
+) -> dict[str, float]:
     """The figures the validation compares, from a measured df_periods table or a what_if
     one over the same span: throttled share of the periods (%), exhaustion p50 (ms), CPUs
-    frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms)."""
+    frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms), requests
+    answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
+    NaN without requests)."""
     known = per["throttled"].notna().to_numpy()  # a hole in the samples: not a period to count
     per = per[known]
     thr = per["throttled"].astype(bool).to_numpy()
@@ -748,27 +814,32 @@ def summarize(per: pd.DataFrame, latency_ms: np.ndarray | None = None) -> dict[s
     cpus = per.loc[thr, "cpus_throttled"].dropna()
     if latency_ms is None:
         latency_ms = per.attrs.get("latency_ms")
+    rps = per.attrs.get("throughput_rps", math.nan) if throughput_rps is None else throughput_rps
     return {
         "throttled_pct": 100.0 * thr.mean() if len(per) else math.nan,
         "exhausted_p50_ms": float(ex.median() / 1000) if len(ex) else math.nan,
         "cpus_frozen_p50": round(float(cpus.median()), 1) if len(cpus) else math.nan,
         "stall_ms_per_s": float(per.loc[thr, "stall_us"].sum() / 1000 / span_s) if span_s else math.nan,
         "p99_ms": float(np.nanpercentile(latency_ms, 99)) if latency_ms is not None and len(latency_ms) else math.nan,
+        "throughput_rps": float(rps),
     }
 
 
 def measured(run: Run) -> dict[str, float]:
     """:func:`summarize` of the run itself, over the periods the replay covers."""
     per = _periods(run)
-    d = demand(run)
+    d = _memo(run, "demand", _demand_built)
     t0, t1 = d["span_ns"]
     span = per[(per["end_ns"] > t0) & (per["start_ns"] < t1)]
     r = run.requests
     lat = None
+    rps = math.nan
     if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
         ok = r["status"] // 100 == 2
         lat = ((r.loc[ok, "end_ns"] - r.loc[ok, "sched_ns"]) / 1e6).to_numpy()
-    return summarize(span, lat if lat is not None else np.zeros(0))
+        took = float(r.loc[ok, "end_ns"].max() - r["sched_ns"].min()) if ok.any() else math.nan
+        rps = int(ok.sum()) / took * 1e9 if took > 0 else math.nan
+    return summarize(span, lat if lat is not None else np.zeros(0), rps)
 
 
 def replay_as(source: Run, target: Run, tick_phase_ns: int | None = None) -> pd.DataFrame:
@@ -776,36 +847,49 @@ def replay_as(source: Run, target: Run, tick_phase_ns: int | None = None) -> pd.
     burst, GOMAXPROCS, CPUs, the levels above): what the target would have measured,
     predicted from the source. The ticks fall as on the source's clock unless
     ``tick_phase_ns`` is given (:func:`predict` averages over them)."""
-    lim = settings(target)
-    return what_if(
-        source,
-        quota_us=lim["quota_us"],
-        period_us=lim["period_us"],
-        burst_us=lim["burst_us"],
-        gomaxprocs=lim["gomaxprocs"],
-        cpus=lim["cpus"],
-        unlimited=lim["quota_us"] is None and not lim["outer"],
-        outer=lim["outer"],
-        tick_phase_ns=tick_phase_ns,
-    )
+    return what_if(source, tick_phase_ns=tick_phase_ns, **target_setting(target))
 
 
 # a run not yet made has no known tick phase (its bandwidth timer starts wherever the limit
-# is set): predictions for one average over this many phases spread evenly over a tick
-TICK_PHASES = 4
+# is set): predictions for one average over this many phases spread evenly over a tick (a
+# tick moves the exhaustion by up to a tick per level: two phases half a tick apart bound it)
+TICK_PHASES = 2
 
 
-def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
-    """:func:`summarize` of ``source``'s demand replayed under ``target``'s settings,
-    averaged over ``phases`` tick phases spread evenly over a tick (NaN where none has the
-    figure): the prediction for a setting whose tick phase is not known."""
-    tick = 1_000_000_000 // settings(target)["hz"]
-    each = [summarize(replay_as(source, target, tick_phase_ns=i * tick // phases)) for i in range(phases)]
+def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
+    """The model's one estimator: :func:`summarize` of the run's demand replayed under
+    ``setting`` (:func:`what_if`'s keywords), averaged over ``phases`` tick phases spread
+    evenly over a tick (NaN where none has the figure), since a setting not yet run has no
+    known tick phase. :func:`predict`, :func:`gmpanalysis.advise` and the report all use
+    it, and the validation (benchmarks/validate_whatif.py) measures its error."""
+    tick = 1_000_000_000 // int(_memo(run, "prep", _prep_built)["settings"]["hz"])
+    each = [summarize(what_if(run, tick_phase_ns=i * tick // phases, **setting)) for i in range(phases)]
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
         out[k] = float(np.mean(v)) if v else math.nan
     return out
+
+
+def target_setting(target: Run) -> dict[str, Any]:
+    """``target``'s settings as :func:`what_if`'s keywords (limit, period, burst,
+    GOMAXPROCS, CPUs, the levels above), for replaying another run's demand under them."""
+    lim = _memo(target, "prep", _prep_built)["settings"]
+    return {
+        "quota_us": lim["quota_us"],
+        "period_us": lim["period_us"],
+        "burst_us": lim["burst_us"],
+        "gomaxprocs": lim["gomaxprocs"],
+        "cpus": lim["cpus"],
+        "unlimited": lim["quota_us"] is None and not lim["outer"],
+        "outer": copy.deepcopy(lim["outer"]),
+    }
+
+
+def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
+    """:func:`estimate` of ``source``'s demand under ``target``'s settings: what the target
+    would have measured, predicted from the source, its tick phase taken as unknown."""
+    return estimate(source, phases, **target_setting(target))
 
 
 def validate(runs: list[Run]) -> pd.DataFrame:
@@ -823,4 +907,15 @@ def validate(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["demand", "measured", "predict", "replay_as", "settings", "summarize", "validate", "what_if"]
+__all__ = [
+    "demand",
+    "estimate",
+    "measured",
+    "predict",
+    "replay_as",
+    "settings",
+    "summarize",
+    "target_setting",
+    "validate",
+    "what_if",
+]

@@ -71,4 +71,40 @@ def test_the_command_prints_the_ranking_and_the_sentence():
          "--max-limit", "1", "--top", "3"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "For cost: a CPU limit of" in out and "go1.25 default" in out and "the model's error" in out
+    assert "For cost: a CPU limit of" in out and "go1.25 default" in out
+    assert "the model's held-out error on real runs in this regime" in out or "has not been validated" in out
+
+
+def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch):
+    """The advice's ± are the held-out errors of the recommended setting's regime, read from
+    the validation file; outside every validated regime it gives none and says so."""
+    from gmpanalysis import modelerror as ME
+
+    A = sys.modules["gmpanalysis.advise"]  # the package's name "advise" is the function
+
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp2")
+    adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    reg = ME.regime(2, 0.5, 2)
+    assert adv.attrs["regime"] == reg
+    fake = {"date": "2000-01-01", "regimes": {reg: {"p99_pct": {"n": 9, "median": 7.5, "p90": 21.0}}}}
+    monkeypatch.setattr(A, "load_validation", lambda: fake)
+    adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    assert adv.attrs["model_error"] == {"p99_pct": (7.5, 21.0, "% of p99")}
+    assert "(±7.5 %, p90 ±21 %)" in adv.attrs["recommendation"] and adv.attrs["validated"] == "2000-01-01"
+    few = {"regimes": {reg: {"p99_pct": {"n": ME.MIN_PREDICTIONS - 1, "median": 1.0, "p90": 2.0}}}}
+    monkeypatch.setattr(A, "load_validation", lambda: few)
+    adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    assert adv.attrs["model_error"] == {} and "not been validated in this regime" in adv.attrs["recommendation"]
+
+
+def test_the_committed_validation_is_well_formed():
+    from gmpanalysis import modelerror as ME
+
+    v = ME.load()
+    assert v["date"] and v["predictions"] > 0 and v["runs"]
+    known = {ME.regime(c, lim, g) for c in (2, 4, 16) for lim in (None, 1.0) for g in (1, 2, 8)}
+    assert set(v["regimes"]) <= known
+    for figs in v["regimes"].values():
+        assert set(figs) <= set(ME.UNITS)
+        for e in figs.values():
+            assert e["n"] >= 1 and 0 <= e["median"] <= e["p90"]

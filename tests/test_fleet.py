@@ -277,7 +277,7 @@ def test_fleet_on_a_local_cluster(tmp_path):
     # the advisor ran once per workload (here one bundle each) and said what advise() says
     assert len(read_advice(str(store / "derived"))) == len(wl) == 4
     for r in s.itertuples():
-        t = gmp.advise(_load(ls.loc[r.key, "path"]), objective="throttle")
+        t = gmp.advise(_load(ls.loc[r.key, "path"]), objective="throttle", bursts=(0.0,))
         assert r.advice == t.attrs["recommendation"] and r.advice_gomaxprocs == t.iloc[0]["gomaxprocs"]
     report = (store / "derived" / "report.html").read_text()
     assert all(w in report for w in wl["workload"])

@@ -41,13 +41,14 @@ def test_two_cpus_share_the_quota_and_burst_carries_what_was_left():
     """Two requests of 40 ms on two CPUs, 5 ms slices drawn at 4 ms ticks (each draw also
     pays what the CPU ran past its runtime): at the tick at 24 ms the pool has 8 ms for the
     first CPU and none for the second, which is throttled; the first runs out at the tick
-    at 32 ms. Usage goes flat at 32 ms with (76 + 68) / 68 CPUs frozen. With a 20 ms burst,
+    at 32 ms. Usage goes flat at 32 ms with both CPUs frozen through the 68 ms stall (the
+    second froze 8 ms earlier: that is not more CPUs, so 2, not (76 + 68) / 68). With a 20 ms burst,
     a period that used 10 ms (and handed back the 2 ms its CPU held beyond 1 ms when it went
     idle) leaves 39 ms, of which 20 carry over: the next pool holds 70 ms; the CPU that
     kept 1 ms draws later, and the second freezes at the tick at 40 ms."""
     per = W._replay(np.array([0, 0]), 40e6, None, 50_000, 100_000_000, 0, 0, 2, 2, 5000, 250)
     assert per["exhausted_at_us"].iloc[0] == pytest.approx(32_000)
-    assert per["cpus_throttled"].iloc[0] == pytest.approx((76 + 68) / 68)
+    assert per["cpus_throttled"].iloc[0] == pytest.approx(2.0)
     assert per["usage_us"].iloc[0] == pytest.approx(56_000)
     sched = np.array([0, 100_000_000, 100_000_000])
     late = W._replay(sched, 10e6, None, 50_000, 100_000_000, 0, 20_000, 2, 2, 5000, 250)
@@ -101,7 +102,7 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
     # (and it stops freezing the work); the same 0.5 CPU in 10 ms periods leaves it alone
     phase = W._grid_phase(nested)
     for q, period, pod_q in ((100_000, 100_000, 100_000), (5_000, 10_000, 50_000), (50_000, 100_000, 50_000)):
-        ((got_q, *_),) = W._outer_specs(nested, None, q, period * 1000, phase)
+        ((got_q, *_),) = W._outer_specs(W._memo(nested, "prep", W._prep_built), None, q, period * 1000, phase)
         assert set(got_q.values()) == {pod_q}, (q, period, set(got_q.values()))
     more = W.what_if(nested, quota_us=100_000)
     assert more.attrs["model"]["outer"][0]["quota_us"] == "period by period"
@@ -269,3 +270,49 @@ def test_a_run_without_a_limit_predicts_the_limited_ones(runs):
         assert abs(got["exhausted_p50_ms"] - truth["exhausted_p50_ms"]) <= 3, (name, got, truth)
         assert abs(got["cpus_frozen_p50"] - truth["cpus_frozen_p50"]) <= 0.1 + 1e-9, (name, got, truth)
         assert abs(got["stall_ms_per_s"] - truth["stall_ms_per_s"]) <= 0.15 * truth["stall_ms_per_s"], name
+
+
+def _replayable() -> list:
+    """Every shipped and shared run the replay can take (a limit and requests)."""
+    from pathlib import Path
+
+    dirs = [Path("fixtures/runs"), Path("fixtures/runs-v2"), Path("../shared/data/16cpu-v2")]
+    return sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if (p / "requests.csv").exists())
+
+
+@pytest.mark.parametrize("path", _replayable(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_hard_invariants_on_every_shipped_and_shared_run(path):
+    """Under its own settings, many Ps, one P, a quarter CPU and twice the CPUs: never more
+    CPUs frozen than the work can be on (the CPUs, GOMAXPROCS), exhaustion and stall inside
+    the period, no more CPU used than the CPUs give, and every request answered."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run(path)
+    own = W.settings(run)
+    C = int(own["cpus"])
+    many = {"cpus": 2 * C, "gomaxprocs": 2 * C}
+    for setting in ({}, {"gomaxprocs": C}, {"gomaxprocs": 1}, {"quota_us": 25_000}, many):
+        per = W.what_if(run, **setting)
+        G = setting.get("gomaxprocs", own["gomaxprocs"])
+        cpus = setting.get("cpus", C)
+        P = (per["end_ns"] - per["start_ns"]) / 1e3
+        assert (per["cpus_throttled"].dropna() <= min(G, cpus) + 1e-9).all(), setting
+        ex = per["exhausted_at_us"].dropna()
+        assert ((ex >= 0) & (ex <= P[ex.index] + 1e-6)).all(), setting
+        assert ((per["stall_us"] >= -1e-6) & (per["stall_us"] <= P + 1e-6)).all(), setting
+        assert (per["usage_us"] <= min(G, cpus) * P + 1e-3).all(), setting
+        assert np.isfinite(per.attrs["latency_ms"]).all() and per.attrs["throughput_rps"] > 0, setting
+
+
+def test_one_estimator_for_predict_and_advise(runs):
+    """predict() is estimate() under the target's settings, and the advisor's figures for a
+    setting are estimate()'s for it: one estimator, whose error the validation measures."""
+    src, tgt = runs["cpu-0.5cpu-gmp1"], runs["cpu-0.5cpu-gmp8"]
+    assert W.predict(src, tgt) == W.estimate(src, **W.target_setting(tgt))
+    adv = gmp.advise(src, limits=[0.5], gomaxprocs=[8], bursts=[0.0])
+    est = W.estimate(src, quota_us=50_000.0, period_us=100_000, burst_us=0.0, gomaxprocs=8, cpus=2)
+    for k in ("throttled_pct", "stall_ms_per_s", "p99_ms", "exhausted_p50_ms", "throughput_rps"):
+        assert adv.iloc[0][k] == pytest.approx(est[k], nan_ok=True), k
+    # the run's own throughput, measured and replayed under its own settings
+    m = W.measured(src)
+    assert m["throughput_rps"] == pytest.approx(W.estimate(src, **W.target_setting(src))["throughput_rps"], rel=0.05)

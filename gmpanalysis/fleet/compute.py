@@ -227,7 +227,7 @@ def _advice(run: Any) -> tuple[str | None, float, float]:
     if run.meta.get("quota_us") is None or not run.meta.get("ncpu"):
         return None, math.nan, math.nan
     try:
-        t = advise(run, objective="throttle")
+        t = advise(run, objective="throttle", bursts=(0.0,))  # the fleet reports limit and GOMAXPROCS
     except GmpError:
         return None, math.nan, math.nan
     if t.empty:

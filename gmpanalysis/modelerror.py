@@ -1,0 +1,98 @@
+"""How far the what-if estimator (:func:`gmpanalysis.whatif.estimate`) has missed on real runs,
+by regime: the error bars the advice and the report print.
+
+``benchmarks/validate_whatif.py`` predicts every run of a sweep from the runs of the other
+configurations of its workload (leave one configuration out), and writes the held-out
+errors here, to ``whatif-validation.json`` beside this module, with the date, the runs and
+the machines. A regime is where a setting lives: the CPUs the service can run on, and
+GOMAXPROCS over the limit. Outside every regime the validation covered, there are no error
+bars to give, and the advice says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VALIDATION_FILE = Path(__file__).with_name("whatif-validation.json")
+# the figures and how each error is measured
+UNITS = {
+    "throttled_pct": "points",
+    "exhausted_p50_ms": "ms",
+    "cpus_frozen_p50": "CPUs",
+    "stall_ms_per_s": "ms/s",
+    "p99_pct": "% of p99",
+    "throughput_pct": "% of req/s",
+}
+# the least held-out predictions a regime needs before its error bars are given
+MIN_PREDICTIONS = 3
+
+
+def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float) -> str:
+    """The regime of a setting: ``cpus`` the CPUs it may run on (2 or fewer, 3-8, 9 or more)
+    and GOMAXPROCS over the limit in CPUs (at most 1, up to 4, above 4; "no limit")."""
+    c = "≤2 CPUs" if cpus <= 2 else ("3-8 CPUs" if cpus <= 8 else "≥9 CPUs")
+    if limit_cpu is None or not math.isfinite(limit_cpu) or limit_cpu <= 0:
+        return f"{c}, no limit"
+    r = gomaxprocs / limit_cpu
+    if r <= 1 + 1e-9:
+        g = "GOMAXPROCS ≤ limit"
+    else:
+        g = "GOMAXPROCS ≤ 4× limit" if r <= 4 + 1e-9 else "GOMAXPROCS > 4× limit"
+    return f"{c}, {g}"
+
+
+def errors_of(pred: dict[str, float], truth: dict[str, float]) -> dict[str, float]:
+    """One prediction's errors, figure by figure (:data:`UNITS`; NaN where either side has
+    none): absolute, latency and throughput as a share of the measured value."""
+    out = {}
+    for k in ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "stall_ms_per_s"):
+        out[k] = abs(pred[k] - truth[k])
+    for k, fig in (("p99_pct", "p99_ms"), ("throughput_pct", "throughput_rps")):
+        out[k] = 100 * abs(pred[fig] - truth[fig]) / truth[fig] if truth[fig] else math.nan
+    return out
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per regime and figure: the held-out predictions' count, median and 90th percentile of
+    the absolute error. ``rows``: one per prediction, with ``regime`` and :func:`errors_of`'s keys."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for reg in sorted({r["regime"] for r in rows}):
+        mine = [r for r in rows if r["regime"] == reg]
+        out[reg] = {}
+        for k in UNITS:
+            v = np.array([r[k] for r in mine], dtype=float)
+            v = v[~np.isnan(v)]
+            if len(v):
+                out[reg][k] = {
+                    "n": int(len(v)),
+                    "median": round(float(np.median(v)), 2),
+                    "p90": round(float(np.quantile(v, 0.9)), 2),
+                }
+    return out
+
+
+def load(path: Path = VALIDATION_FILE) -> dict[str, Any]:
+    """The committed validation (empty where there is none)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def model_error(reg: str, validation: dict[str, Any] | None = None) -> dict[str, tuple[float, float, str]]:
+    """The error bars of a regime, figure by figure: (median, p90, unit) of the held-out
+    absolute errors; empty where the validation has fewer than :data:`MIN_PREDICTIONS` there."""
+    v = load() if validation is None else validation
+    figs = (v.get("regimes") or {}).get(reg) or {}
+    return {k: (e["median"], e["p90"], UNITS[k]) for k, e in figs.items() if e.get("n", 0) >= MIN_PREDICTIONS}
+
+
+def validated_regimes(validation: dict[str, Any] | None = None) -> list[str]:
+    """The regimes with error bars."""
+    v = load() if validation is None else validation
+    return [r for r in (v.get("regimes") or {}) if model_error(r, v)]
