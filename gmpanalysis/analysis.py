@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from .bundle import Run
+from .cgroup import bundle_period_us
 from .errors import BundleError, MissingDataError
 from .levels import level_names, level_run, period_changes, table_level
 from .periods import PeriodGrid, check_period, fit_period_grid, timer_late_ns
@@ -30,7 +31,7 @@ from .periods import PeriodGrid, check_period, fit_period_grid, timer_late_ns
 def period_ns(meta: dict[str, Any]) -> int:
     """The CFS period of a bundle, in ns: its ``period_us`` (validated by the bundle reader;
     the kernel's default, 100 ms, when a hand-made meta lacks it)."""
-    return int(meta.get("period_us") or 100_000) * 1000
+    return bundle_period_us(meta) * 1000
 
 
 def _fingerprint(df: pd.DataFrame | None) -> tuple[Any, ...] | None:

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import BundleError, GmpError, GmpWarning, NotFoundError, TruncatedLineWarning
-from .schema import READABLE, check, upgrade
+from .goversion import go_minor
+from .schema import MAX_NS, READABLE, check, upgrade
 
 CPU_STAT_COLUMNS: dict[str, Any] = {
     "t_ns": np.int64,  # CLOCK_MONOTONIC midpoint of the read
@@ -94,10 +95,8 @@ HOST_STAT_COLUMNS: dict[str, Any] = {
     "ncpu": np.int64,  # CPUs online at the read (per-CPU lines)
 }
 
-# What a value in a bundle CSV can be: times are CLOCK_MONOTONIC ns since boot, and 2^62 ns
-# (146 years of uptime) bounds them so that the sum of two times still fits in int64;
-# counters and µs totals stay below 2^53, where float64 still holds every integer.
-MAX_NS = 2**62
+# What a value in a bundle CSV can be: times are CLOCK_MONOTONIC ns since boot, below
+# schema.MAX_NS; counters and µs totals stay below 2^53, where float64 still holds every integer.
 MAX_COUNT = 2**53
 CPU_STAT_RANGES: dict[str, tuple[float, float]] = {
     "t_ns": (1, MAX_NS),
@@ -195,12 +194,6 @@ class Run:
 TRACE_FORMAT_OF_GO = {22: 22, 23: 23, 24: 23, 25: 25, 26: 26, 27: 26}
 
 
-def _go_minor(v: object) -> int | None:
-    """N of a "go1.N[.P]" version string (None for "devel ..." and other forms)."""
-    m = re.fullmatch(r"go1\.(\d{1,4})(?:[.\w+-]*)", v) if isinstance(v, str) else None
-    return int(m.group(1)) if m else None
-
-
 def check_trace_belongs(run: Run, tr: Any) -> None:
     """A trace.out of another run (another collection, another host, another binary) is not
     used as if it were this one's: its clock span must overlap the collection's (the
@@ -221,7 +214,7 @@ def check_trace_belongs(run: Run, tr: Any) -> None:
                 f"{start}..{end} ns (meta.json and cpu_stat.csv of {run.path}): the trace comes from another run "
                 "or host. Put this run's trace there, or remove trace.out"
             )
-    minor = _go_minor(run.meta.get("go_version"))
+    minor = go_minor(run.meta.get("go_version"))
     version = tr.meta.get("version")
     if minor is None or not isinstance(version, int):
         return

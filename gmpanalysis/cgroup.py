@@ -35,6 +35,15 @@ from pathlib import Path
 from .errors import CgroupFormatError
 
 DEFAULT_PERIOD_US = 100_000
+
+
+def bundle_period_us(meta: dict) -> int:
+    """A bundle's CFS period in µs: its meta.json ``period_us`` (validated by the bundle
+    reader), the kernel's default where a hand-made meta lacks it. The one place that
+    default is taken."""
+    return int(meta.get("period_us") or DEFAULT_PERIOD_US)
+
+
 MIN_PERIOD_US, MAX_PERIOD_US = 1_000, 1_000_000
 MIN_QUOTA_US, MAX_QUOTA_US = 1_000, (1 << 44) - 1  # the kernel's max_cfs_runtime, in µs
 # Without a quota the kernel checks a burst only against the µs -> ns conversion

@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .cgroup import DEFAULT_PERIOD_US
+from .goversion import go_minor
 
 RULES = ("env", "go1.25 default", "NumCPU", "automaxprocs", "downward API")
 
@@ -66,24 +68,13 @@ def applicable(go_version: Any, default_godebug: Any) -> set[str]:
     containermaxprocs=0, ``NumCPU`` otherwise; both when neither is known. env, automaxprocs
     and the downward API are always possible (they act through the environment or a call)."""
     out = {"env", "automaxprocs", "downward API"}  # (env and the downward API need a value in env)
-    ver = _go_minor(go_version)
+    ver = go_minor(go_version)
     off = isinstance(default_godebug, str) and "containermaxprocs=0" in default_godebug.split(",")
     if ver is None and not isinstance(default_godebug, str):
         return out | {"go1.25 default", "NumCPU"}
     if ver is not None and ver < 25 or off:
         return out | {"NumCPU"}
     return out | {"go1.25 default"}
-
-
-def _go_minor(v: Any) -> int | None:
-    if not isinstance(v, str) or not v.startswith("go1."):
-        return None
-    digits = ""
-    for ch in v[4:]:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return int(digits) if digits else None
 
 
 def df_gomaxprocs(run: Run) -> pd.DataFrame:
@@ -157,7 +148,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
         if not len(x):
             x = lim[lim["level"] == level].head(1)
         if not len(x):
-            return np.nan, None, 100_000
+            return np.nan, None, DEFAULT_PERIOD_US
         q, p = x["quota_us"].iloc[-1], int(x["period_us"].iloc[-1])
         return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
 

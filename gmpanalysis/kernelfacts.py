@@ -14,6 +14,20 @@ from typing import Any
 
 import pandas as pd
 
+from .cgroup import bundle_period_us
+
+# CONFIG_HZ where a bundle does not record its kernel's (meta.json ``hz``): Debian's and
+# most distributions' x86 kernels
+DEFAULT_HZ = 250
+
+
+def tick_ns(meta: dict[str, Any]) -> int:
+    """The scheduler tick of a bundle's kernel (ns): 1/HZ, from meta.json ``hz``. The tick
+    decides when a CPU out of runtime is caught and the steps cpuacct usage moves in."""
+    hz = meta.get("hz")
+    return 1_000_000_000 // (int(hz) if isinstance(hz, int) and not isinstance(hz, bool) and hz > 0 else DEFAULT_HZ)
+
+
 # (major, minor) from which each behaviour holds (mainline; a vendor kernel may backport)
 RANDOM_PHASE = (6, 4)  # a cgroup's period timer starts at a random phase (41abdba93747)
 LOCAL_STAT = (6, 6)  # cpu.stat.local with throttled_usec
@@ -48,7 +62,7 @@ def kernel_table(meta: dict[str, Any], phases_ms: dict[str, float] | None = None
     rand = at_least(RANDOM_PHASE)
     seen = None
     if phases_ms:
-        period_ms = (meta.get("period_us") or 100_000) / 1000
+        period_ms = bundle_period_us(meta) / 1000
         near0 = {k: min(p % period_ms, period_ms - p % period_ms) < 0.5 for k, p in phases_ms.items()}
         txt = ", ".join(f"{k} {p:.1f} ms" for k, p in phases_ms.items())
         seen = f"phases {txt}" + (" (all on multiples of the period)" if all(near0.values()) else "")

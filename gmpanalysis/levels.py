@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .cgroup import bundle_period_us
 from .errors import GmpError, MissingDataError, UsageError
 from .kernelfacts import kernel_table
 
@@ -201,7 +202,7 @@ def limit_series(run: Run) -> pd.DataFrame:
                 "t_ns": start,
                 "level": name,
                 "quota_us": m.get("quota_us"),
-                "period_us": m.get("period_us") or 100_000,
+                "period_us": bundle_period_us(m),
                 "burst_us": m.get("burst_us") or 0,
             }
         )
@@ -522,7 +523,7 @@ def df_kernel(run: Run) -> pd.DataFrame:
     relies on."""
     from .timeline import df_periods
 
-    P = (run.meta.get("period_us") or 100_000) * 1000
+    P = bundle_period_us(run.meta) * 1000
     phases = {}
     for name in level_names(run):
         try:

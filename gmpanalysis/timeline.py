@@ -17,7 +17,7 @@ from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError, UsageError
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
-from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL
+from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import (
     add_frozen_columns,
     covered_by,
@@ -33,10 +33,10 @@ from .levels import (
 from .periods import PeriodGrid
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
-# of about one scheduler tick. cpuacct.usage moves in tick-sized steps (4 ms at HZ=250), so
-# shorter windows look flat even for a busy CPU; after the quota runs out, threads still
-# trickle leftover slice (36-520 µs steps seen here), far below a quarter CPU per tick.
-TICK_WINDOW_NS = 4_000_000
+# of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
+# tick-sized steps, so shorter windows look flat even for a busy CPU; after the quota runs
+# out, threads still trickle leftover slice (36-520 µs steps seen here), far below a quarter
+# CPU per tick.
 RUNNING_CPUS = 0.25
 # A stretch without reads longer than this many sampling intervals is a hole: usage is
 # interpolated across it (and says so); counters stay exact unless several period
@@ -44,9 +44,9 @@ RUNNING_CPUS = 0.25
 HOLE_READS = 10
 # The finest sampling the exhaustion brackets assume the truth is defined at (~1 kHz reads).
 RESOLUTION_NS = 1_000_000
-# An exhaustion bracket wider than a scheduler tick (4 ms at HZ=250) plus a read either side
-# leaves the moment open: the row gives the bracket and no point value.
-OPEN_BRACKET_US = 6_000.0
+# An exhaustion bracket wider than a scheduler tick plus this (a read either side) leaves the
+# moment open: the row gives the bracket and no point value (6 ms at HZ=250).
+OPEN_BRACKET_SLACK_US = 2_000.0
 
 PERIOD_COLUMNS = [
     "period",
@@ -113,7 +113,7 @@ def coverage(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _exhaustion(
-    t: np.ndarray, u: np.ndarray, start: np.ndarray, end: np.ndarray, P: int, unc_ns: int
+    t: np.ndarray, u: np.ndarray, start: np.ndarray, end: np.ndarray, P: int, unc_ns: int, tick: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quota exhaustion in each period [start, end): µs from the start to the last read at
     which usage still rose at a running CPU's pace, with its bracket.
@@ -130,7 +130,7 @@ def _exhaustion(
     # the rise over the last tick-length of time (usage interpolated there, so missing
     # reads change the window only a little)
     tf = t.astype(np.float64)
-    back = np.maximum(tf - TICK_WINDOW_NS, tf[0])
+    back = np.maximum(tf - tick, tf[0])
     rise = u - np.interp(back, tf, u)
     win = (tf - back) / 1e3
     # ... and the read itself carries a running-pace step (a window ending at a read can
@@ -172,6 +172,7 @@ def _exhaustion(
 def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
     seg = grid.segments[seg_no]
     P = grid.period_ns
+    tick = tick_ns(run.meta)
     t = s["t_ns"].to_numpy()
     u = s["usage_us"].to_numpy().astype(np.float64)
     B = seg.boundaries(P)
@@ -214,14 +215,14 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     ex_hi = np.full(n, np.nan)
     ti = np.flatnonzero(throttled)
     if len(ti):
-        exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(t, u, start[ti], end[ti], P, seg.uncertainty_ns)
+        exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick)
     # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
     # the bracket stays, a point value (and the stall and CPU count that follow) would be made up
-    open_ex = throttled & ((ex_hi - ex_lo) > OPEN_BRACKET_US)
+    open_ex = throttled & ((ex_hi - ex_lo) > tick / 1e3 + OPEN_BRACKET_SLACK_US)
     exhausted[open_ex] = np.nan
     stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
-    measurable = throttled & (stall >= TICK_WINDOW_NS / 1e3) & ~np.isnan(d_thr_us)
+    measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
     cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
 
     quota, changes = quota_per_period(run, start, end)

@@ -65,15 +65,16 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
+from .cgroup import bundle_period_us
 from .errors import GmpError, MissingDataError, UsageError
-from .timeline import TICK_WINDOW_NS
+from .kernelfacts import DEFAULT_HZ, tick_ns
 
 # sched_cfs_bandwidth_slice_us: the runtime a CPU takes from the pool at a time (the
 # kernel's default; a bundle may record its own as meta["cfs_slice_us"])
 SLICE_US = 5000.0
-# the scheduler tick (CONFIG_HZ; 250 on Debian's kernels and here): a CPU's runtime is
+# the scheduler tick where a bundle records no CONFIG_HZ (kernelfacts): a CPU's runtime is
 # checked when the tick charges it, so a CPU out of runtime runs on up to one tick
-HZ = 250
+HZ = DEFAULT_HZ
 
 
 def _us(ns: float) -> float:
@@ -119,7 +120,7 @@ def _periods(run: Run) -> pd.DataFrame:
     s = run.samples
     if s.empty:
         raise MissingDataError(f"{run.path}: no samples in cpu_stat.csv: nothing to replay")
-    P = int(run.meta.get("period_us") or 100_000) * 1000
+    P = bundle_period_us(run.meta) * 1000
     t = s["t_ns"].to_numpy(dtype=np.int64)
     u = s["usage_us"].to_numpy(dtype=np.float64)
     k = np.arange(t[0] // P, t[-1] // P + 1, dtype=np.int64)
@@ -201,11 +202,11 @@ def _settings_built(run: Run) -> dict[str, Any]:
         "gomaxprocs": a.gomaxprocs or m.get("ncpu"),
         "cpus": m.get("ncpu"),
         "slice_us": float(m.get("cfs_slice_us") or SLICE_US),
-        "hz": int(m.get("hz") or HZ),
+        "hz": 1_000_000_000 // tick_ns(m),
         "outer": outer,
         # where the scheduler ticks fell relative to the boundaries (ticks at multiples of
         # 1/HZ on CLOCK_MONOTONIC); None for a run without a grid
-        "tick_phase_ns": None if _no_quota(run) else a.grid.phase_ns % (1_000_000_000 // int(m.get("hz") or HZ)),
+        "tick_phase_ns": None if _no_quota(run) else a.grid.phase_ns % tick_ns(m),
     }
 
 
@@ -778,7 +779,7 @@ def _replay(
             "exhausted_at_us": ex / 1000,
             "stall_us": vals[:, 2] / 1000,
             # as measured: a stall shorter than a tick gives no CPU count (df_periods)
-            "cpus_throttled": np.where(vals[:, 2] >= TICK_WINDOW_NS, vals[:, 3], np.nan),
+            "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),
         }
     )
     # a request belongs to the period it entered in (an open loop's scheduled time)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ClockWarning, NotFoundError, TraceFormatError, TruncatedTraceWarning, UsageError
+from ..schema import MAX_NS
 from . import kernels, spec
 from . import tables as _tables
 from .memory import trim
@@ -65,9 +66,8 @@ TICKS_PER_S_LINUX = 15_625_000  # nanotime()/64: ticks * 64 are CLOCK_MONOTONIC 
 # (Go's own test traces use 10^9, a 1 ns tick.)
 FREQ_MIN = 100_000  # a 10 us tick
 FREQ_MAX = 1_000_000_000  # a 1 ns tick
-# Largest time accepted, in ns: 146 years of CLOCK_MONOTONIC (uptime). Anything later is a
-# corrupt field; staying under 2^62 keeps sums and differences of two times inside int64.
-MAX_NS = 1 << 62
+# Largest time accepted (schema.MAX_NS: 146 years of CLOCK_MONOTONIC): anything later is a
+# corrupt field, and sums and differences of two times stay inside int64.
 
 
 @dataclasses.dataclass
