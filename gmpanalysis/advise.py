@@ -31,8 +31,9 @@ from .modelerror import model_error, regime
 from .whatif import demand, estimate, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
-# GOMAXPROCS tried by default (with each limit's rule values and the run's own): the
-# replay's answer moves little between neighbours this far apart
+# GOMAXPROCS tried by default (with the CPUs and the run's own; what each rule gives at the
+# recommended limit is in the baselines): the replay's answer moves little between
+# neighbours this far apart
 G_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 # the limits tried first (CPUs); the finer steps between the best of them and its neighbours next
 COARSE_LIMITS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)

@@ -740,11 +740,11 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     first sample: its samples are then empty, and the analysis says so).
 
     ``path`` may also be a URL (``s3://...``, ``file://...``: any fsspec location, such as a
-    bundle in a store, :mod:`gmpanalysis.fleet.store`): the bundle is copied into a local
+    bundle in a store, :mod:`gmpanalysis.fleet.store`; :mod:`gmpanalysis.location`): the bundle is copied into a local
     cache first (``$GMP_CACHE``, else ~/.cache/gmpanalysis/bundles).
     """
     if "://" in str(path):
-        from .fleet.store import fetch_bundle
+        from .location import fetch_bundle
 
         path = fetch_bundle(str(path))
     d = Path(path)

@@ -90,9 +90,10 @@ def df_local_checks(run: Run) -> pd.DataFrame:
     table); ``freezes`` how many freezes of any level end (unthrottle) where the kernel's rise
     is credited to this period; ``levels`` whose quotas those were (comma-separated);
     ``kernel_frozen`` (local_throttled_us ≥ 500 µs) and ``found_frozen`` (a freeze of
-    ≥ 500 µs credited here); ``agree`` (boolean, NA where it cannot be told: the samples
-    leave a freeze's start open, a freeze ends within 2 ms of an own boundary, or a level's
-    table does not cover the period). ``df.attrs["agreement"]`` is the share of known rows
+    ≥ 500 µs credited here); ``agree`` (boolean, NA where it cannot be told: a shorter
+    freeze, or one whose start the samples leave open, is credited there; a freeze ends
+    within 2 ms of where the crediting switches periods; or a level's table does not cover
+    the period). ``df.attrs["agreement"]`` is the share of known rows
     that agree, ``df.attrs["disagree"]`` the periods that do not.
     """
     from .analysis import analyze
@@ -111,22 +112,32 @@ def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     n = len(per)
 
     starts = per["start_ns"].to_numpy(np.int64)
+    last = max(n - 1, 0)
 
     def slot(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The period credited with a rise at ``u`` (as credit_boundaries credits it: to the
+        """The period credited with a rise at ``u``, as credit_boundaries credits it: to the
         period that ended at the last own boundary when that is at most LATE_CREDIT_NS
-        before it, else to the period in progress), and whether it lies in the table."""
+        before it, else to the period in progress; and whether that period is in the table
+        (a rise in a gap between segments, or late after one, is outside it)."""
         j = np.searchsorted(starts, u, side="right") - 1
-        late = u - starts[np.clip(j, 0, max(n - 1, 0))] <= LATE_CREDIT_NS
-        k = np.where(late, j - 1, j)
-        return np.clip(k, 0, max(n - 1, 0)), (k >= 0) & (k < n) & (u <= ends[-1] + LATE_CREDIT_NS)
+        jc = np.clip(j, 0, last)
+        in_j = (j >= 0) & (u < ends[jc])
+        late = u - starts[jc] <= LATE_CREDIT_NS
+        # inside period j: late credits go to the period that ended at its start, if the
+        # table has it (contiguous); past period j's end (a gap, or the table's end): to j
+        # while still late, else nowhere in the table
+        prev_ok = (jc >= 1) & (ends[np.clip(jc - 1, 0, last)] == starts[jc])
+        k = np.where(in_j, np.where(late, jc - 1, jc), jc)
+        ok = (j >= 0) & np.where(in_j, ~late | prev_ok, u - ends[jc] <= LATE_CREDIT_NS)
+        return np.clip(k, 0, last), ok
 
     def ambiguous(u: np.ndarray) -> np.ndarray:
-        """Rises this close to a switch of the rule above may be read on its other side."""
-        j = np.clip(np.searchsorted(starts, u, side="right") - 1, 0, max(n - 1, 0))
+        """Rises this close to where the rule above switches periods may be read on its
+        other side."""
+        j = np.clip(np.searchsorted(starts, u, side="right") - 1, 0, last)
         since = u - starts[j]
-        return (np.abs(since - LATE_CREDIT_NS) < LOCAL_AMBIGUOUS_NS) | (ends[j] - u < LOCAL_AMBIGUOUS_NS) & (
-            ends[j] > u
+        return (np.abs(since - LATE_CREDIT_NS) < LOCAL_AMBIGUOUS_NS) | (
+            (ends[j] > u) & (ends[j] - u < LOCAL_AMBIGUOUS_NS)
         )
 
     dur_us = freezes["dur_ms"].to_numpy(float) * 1e3
@@ -136,11 +147,15 @@ def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     s, e = _union(freezes["start_ns"].to_numpy(np.int64)[real], freezes["end_ns"].to_numpy(np.int64)[real])
     k, inside = slot(e)
     count = np.bincount(k[inside], minlength=n)
-    near = inside & ambiguous(e)
-    # a freeze whose start the reads leave open may have lasted up to its whole bracket
-    ko, io = slot(freezes["end_ns"].to_numpy(np.int64)[~freezes["exact"].to_numpy(bool) & ~real])
-    unsure = (np.bincount(k[near], minlength=n) + np.bincount(ko[io], minlength=n)) > 0
-    unsure[np.minimum(k[near] + 1, n - 1)] = True
+    near = k[inside & ambiguous(e)]
+    # a freeze shorter than MIN_FREEZE_US still adds its time over every CPU it froze (more
+    # than MIN_FREEZE_US on several), and one whose start the reads leave open may have
+    # lasted up to its whole bracket: either leaves the period it is credited to unknown
+    ko, io = slot(freezes["end_ns"].to_numpy(np.int64)[~real])
+    unsure = np.zeros(n, dtype=bool)
+    for d in (-1, 0, 1):  # the period a near rise was credited to, and either neighbour
+        unsure[np.clip(near + d, 0, last)] = True
+    unsure[ko[io]] = True
     levels = np.full(n, "", dtype=object)
     for lv in pd.unique(freezes["level"]) if len(freezes) else ():
         sel = real & (freezes["level"].to_numpy() == lv)

@@ -28,8 +28,10 @@ UNITS = {
     "p99_pct": "% of p99",
     "throughput_pct": "% of req/s",
 }
-# the least held-out predictions a regime needs before its error bars are given
+# the least held-out predictions, and distinct runs predicted, a regime needs before its
+# error bars are given
 MIN_PREDICTIONS = 3
+MIN_TARGETS = 2
 
 
 def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float) -> str:
@@ -58,18 +60,21 @@ def errors_of(pred: dict[str, float], truth: dict[str, float]) -> dict[str, floa
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per regime and figure: the held-out predictions' count, median and 90th percentile of
-    the absolute error. ``rows``: one per prediction, with ``regime`` and :func:`errors_of`'s keys."""
+    """Per regime and figure: the held-out predictions' count (``n``), the distinct runs
+    predicted (``targets``), the median and 90th percentile of the absolute error. ``rows``:
+    one per prediction, with ``regime``, ``target`` and :func:`errors_of`'s keys."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for reg in sorted({r["regime"] for r in rows}):
         mine = [r for r in rows if r["regime"] == reg]
         out[reg] = {}
         for k in UNITS:
             v = np.array([r[k] for r in mine], dtype=float)
-            v = v[~np.isnan(v)]
+            keep = ~np.isnan(v)
+            v = v[keep]
             if len(v):
                 out[reg][k] = {
                     "n": int(len(v)),
+                    "targets": len({r["target"] for r, kept in zip(mine, keep, strict=True) if kept}),
                     "median": round(float(np.median(v)), 2),
                     "p90": round(float(np.quantile(v, 0.9)), 2),
                 }
@@ -86,10 +91,15 @@ def load(path: Path = VALIDATION_FILE) -> dict[str, Any]:
 
 def model_error(reg: str, validation: dict[str, Any] | None = None) -> dict[str, tuple[float, float, str]]:
     """The error bars of a regime, figure by figure: (median, p90, unit) of the held-out
-    absolute errors; empty where the validation has fewer than :data:`MIN_PREDICTIONS` there."""
+    absolute errors; none for a figure with fewer than :data:`MIN_PREDICTIONS` predictions
+    of :data:`MIN_TARGETS` runs there."""
     v = load() if validation is None else validation
     figs = (v.get("regimes") or {}).get(reg) or {}
-    return {k: (e["median"], e["p90"], UNITS[k]) for k, e in figs.items() if e.get("n", 0) >= MIN_PREDICTIONS}
+    return {
+        k: (e["median"], e["p90"], UNITS[k])
+        for k, e in figs.items()
+        if e.get("n", 0) >= MIN_PREDICTIONS and e.get("targets", 0) >= MIN_TARGETS
+    }
 
 
 def validated_regimes(validation: dict[str, Any] | None = None) -> list[str]:

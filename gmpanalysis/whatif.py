@@ -434,6 +434,7 @@ def what_if(
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
         out.attrs["latency_ms"] = np.zeros(0)
+        out.attrs["throughput_rps"] = math.nan
     out.attrs["model"] = {
         "demand": d["source"],
         "quota_us": q if not isinstance(q, dict) else "as the run had it, period by period",
@@ -445,7 +446,7 @@ def what_if(
         "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
-        "stw": stw,
+        "stw": None if stw is None else dict(stw),
         "outer": [
             {
                 "quota_us": x[0] if not isinstance(x[0], dict) else "period by period",
@@ -838,8 +839,11 @@ def measured(run: Run) -> dict[str, float]:
     if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
         ok = r["status"] // 100 == 2
         lat = ((r.loc[ok, "end_ns"] - r.loc[ok, "sched_ns"]) / 1e6).to_numpy()
-        took = float(r.loc[ok, "end_ns"].max() - r["sched_ns"].min()) if ok.any() else math.nan
-        rps = int(ok.sum()) / took * 1e9 if took > 0 else math.nan
+        # answered (any HTTP status; 0 is a transport error or timeout), as the replay
+        # answers every request
+        ans = r["status"] > 0
+        took = float(r.loc[ans, "end_ns"].max() - r["sched_ns"].min()) if ans.any() else math.nan
+        rps = int(ans.sum()) / took * 1e9 if took > 0 else math.nan
     return summarize(span, lat if lat is not None else np.zeros(0), rps)
 
 

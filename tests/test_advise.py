@@ -86,15 +86,18 @@ def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch)
     adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
     reg = ME.regime(2, 0.5, 2)
     assert adv.attrs["regime"] == reg
-    fake = {"date": "2000-01-01", "regimes": {reg: {"p99_pct": {"n": 9, "median": 7.5, "p90": 21.0}}}}
+    fake = {"date": "2000-01-01", "regimes": {reg: {"p99_pct": {"n": 9, "targets": 3, "median": 7.5, "p90": 21.0}}}}
     monkeypatch.setattr(A, "load_validation", lambda: fake)
     adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
     assert adv.attrs["model_error"] == {"p99_pct": (7.5, 21.0, "% of p99")}
     assert "(±7.5 %, p90 ±21 %)" in adv.attrs["recommendation"] and adv.attrs["validated"] == "2000-01-01"
-    few = {"regimes": {reg: {"p99_pct": {"n": ME.MIN_PREDICTIONS - 1, "median": 1.0, "p90": 2.0}}}}
+    few = {"regimes": {reg: {"p99_pct": {"n": ME.MIN_PREDICTIONS - 1, "targets": 3, "median": 1.0, "p90": 2.0}}}}
     monkeypatch.setattr(A, "load_validation", lambda: few)
     adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
     assert adv.attrs["model_error"] == {} and "not been validated in this regime" in adv.attrs["recommendation"]
+    one = {"regimes": {reg: {"p99_pct": {"n": 9, "targets": ME.MIN_TARGETS - 1, "median": 1.0, "p90": 2.0}}}}
+    monkeypatch.setattr(A, "load_validation", lambda: one)  # many predictions of one run: not enough
+    assert gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0]).attrs["model_error"] == {}
 
 
 def test_the_committed_validation_is_well_formed():

@@ -24,7 +24,8 @@ import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
 from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, summarize_bundle
-from gmpanalysis.fleet.store import BUNDLES, fetch_bundle, newest_first
+from gmpanalysis.fleet.store import BUNDLES, newest_first
+from gmpanalysis.location import fetch_bundle
 from gmpanalysis.timeline import df_conservation
 
 RUNS = Path("fixtures/runs")

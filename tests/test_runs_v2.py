@@ -93,7 +93,8 @@ def test_the_kernels_local_throttled_time_agrees_with_the_freezes_found(path):
     known = c["agree"].dropna()
     assert len(known) >= 0.6 * len(c) and known.sum() >= 5
     assert c.attrs["agreement"] == 1.0, c.attrs["disagree"]
-    assert c["kernel_frozen"].sum() >= 3 and (c["kernel_frozen"] & c["found_frozen"]).sum() >= 3
+    # ... and frozen periods among those told: the agreement is not only about quiet periods
+    assert (c["agree"].notna() & c["kernel_frozen"]).sum() >= 3
 
 
 def test_an_ancestor_quota_freezes_a_container_whose_own_cpu_stat_sees_nothing():
@@ -148,3 +149,54 @@ def test_a_quota_write_refills_at_once_and_keeps_the_timers_phase():
     per = gmp.df_periods(run)
     k = per[(per["start_ns"] <= t) & (per["end_ns"] > t)].iloc[0]
     assert k["quota_us"] == 50_000 and k["usage_us"] > 1.2 * k["quota_us"]
+
+
+def _table(starts_ms, local_us):
+    import pandas as pd
+
+    s = np.array(starts_ms, dtype=np.int64) * 1_000_000
+    return pd.DataFrame(
+        {
+            "period": np.arange(len(s)),
+            "start_ns": s,
+            "end_ns": s + 100_000_000,
+            "local_throttled_us": np.array(local_us, dtype=float),
+            "frozen_by": pd.array(["x"] * len(s), dtype="string"),
+        }
+    )
+
+
+def _freeze(start_ms, end_ms, exact=True):
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "level": ["pod"],
+            "start_ns": [int(start_ms * 1e6)],
+            "end_ns": [int(end_ms * 1e6)],
+            "dur_ms": [end_ms - start_ms],
+            "exact": [exact],
+        }
+    )
+
+
+def test_local_checks_edges_are_unknown_not_disagreements():
+    """Where the kernel's rise could have been credited to either side (near the late-credit
+    cutoff), in a gap between segments, or from a freeze too short or too open to count,
+    the check says unknown; a plain miss is a disagreement."""
+    from gmpanalysis.checks import local_checks
+
+    # a pod freeze ending 5.5 ms into period 2: credited to 2 by the rule, to 1 if the read
+    # that saw it came within 5 ms; the kernel's rise sits in 1: unknown there, not False
+    c = local_checks(_table([0, 100, 200, 300], [0, 40_000, 0, 0]), _freeze(150, 205.5))
+    assert c["agree"].isna()[[1, 2]].all() and c.attrs["disagree"] == []
+    # a freeze ending in a gap between two segments is no period's: where the kernel rose
+    # nowhere, everything agrees
+    c = local_checks(_table([0, 100, 400], [0, 0, 0]), _freeze(150, 320))
+    assert c.attrs["agreement"] == 1.0
+    # too short to count as found, yet several CPUs' worth on the kernel's side: unknown
+    c = local_checks(_table([0, 100, 200], [0, 800, 0]), _freeze(199.8, 200))
+    assert c["agree"].isna()[1]
+    # a real freeze the kernel never saw: a disagreement
+    c = local_checks(_table([0, 100, 200], [0, 0, 0]), _freeze(150, 200))
+    assert c.attrs["disagree"] == [1]

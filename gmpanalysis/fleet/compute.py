@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BundleError, GmpError, UsageError
-from .store import BUNDLES, DERIVED, PARTS, fs_of, list_bundles, newest_first, partition_path
+from ..location import fs_of
+from .store import BUNDLES, DERIVED, PARTS, list_bundles, newest_first, partition_path
 
 PERIODS_DIR = "periods"
 # the summary rows' layout version is in the directory's name: rows of an earlier layout
@@ -142,7 +143,7 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
 
     from ..analysis import analyze
     from ..bundle import load_run
-    from .store import fetch_bundle
+    from ..location import fetch_bundle
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
@@ -182,7 +183,7 @@ def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[
     import warnings
 
     from ..bundle import load_run
-    from .store import fetch_bundle
+    from ..location import fetch_bundle
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {"key": key, "advice": None, "advice_limit_cpus": math.nan, "advice_gomaxprocs": math.nan}

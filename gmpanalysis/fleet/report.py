@@ -82,7 +82,7 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
 def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
     """Write the fleet report (HTML, one file) and return its path: workloads ranked by
     frozen CPU-seconds per hour, then every bundle, failures with their messages."""
-    from .store import fs_of
+    from ..location import fs_of
 
     wl = df_fleet_workloads(summary)
     fmt = {c: "{:.2f}".format for c in wl.columns if wl[c].dtype.kind == "f"}

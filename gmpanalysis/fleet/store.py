@@ -29,31 +29,17 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import BundleError, GmpWarning, NotFoundError, UsageError
+from ..errors import BundleError, GmpWarning, NotFoundError
+from ..location import BUNDLE_FILES, fs_of
 
 PARTS = ("cluster", "namespace", "workload", "pod", "capture")
 BUNDLES = "bundles"
 DERIVED = "derived"
-# the files of a bundle the store keeps (anything else in the directory stays behind)
-BUNDLE_FILES = ("meta.json", "cpu_stat.csv", "limits.csv", "host_stat.csv", "requests.csv", "trace.out")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # a pod of a Deployment is named <deployment>-<replicaset hash>-<5 characters>, of a
 # ReplicaSet or DaemonSet <name>-<5 characters>, of a StatefulSet <name>-<ordinal>
 _DEPLOYMENT_POD = re.compile(r"^(?P<w>.+)-[a-z0-9]{6,10}-[a-z0-9]{5}$")
 _SET_POD = re.compile(r"^(?P<w>.+)-(?:[a-z0-9]{5}|\d+)$")
-
-
-def fs_of(url: str | os.PathLike[str]) -> tuple[Any, str]:
-    """(fsspec filesystem, path inside it) of a store or bundle location."""
-    try:
-        from fsspec.core import url_to_fs
-    except ImportError:
-        raise UsageError("the bundle store needs fsspec: pip install 'gmpanalysis[fleet]'") from None
-    try:
-        fs, path = url_to_fs(str(url))
-    except (ImportError, ValueError) as e:  # an unknown protocol, or its package missing (s3fs)
-        raise UsageError(f"{url}: cannot open this location ({e}); s3:// needs pip install s3fs") from None
-    return fs, path.rstrip("/") or "/"
 
 
 def _safe(v: object, default: str) -> str:
@@ -245,29 +231,3 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "path"} for r in rows], columns=["key", *PARTS])
     df.insert(1, "path", pd.Series([r["path"] for r in rows], dtype=object, index=df.index))
     return df.drop_duplicates("key", keep="first").sort_values("key", kind="stable").reset_index(drop=True)
-
-
-def fetch_bundle(url: str, cache: str | os.PathLike[str] | None = None) -> Path:
-    """A bundle at an fsspec URL copied into a local cache directory (once per URL), for
-    :func:`gmpanalysis.load_run`."""
-    fs, path = fs_of(url)
-    base = Path(cache or os.environ.get("GMP_CACHE") or Path.home() / ".cache" / "gmpanalysis" / "bundles")
-    dest = base / hashlib.sha256(url.encode()).hexdigest()[:24]
-    if (dest / "meta.json").is_file():
-        return dest
-    if not fs.exists(f"{path}/meta.json"):
-        raise NotFoundError(f"{url}: no bundle there (no meta.json)")
-    tmp = base / f".incoming-{uuid.uuid4().hex}"
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name in BUNDLE_FILES:
-        if fs.exists(f"{path}/{name}"):
-            fs.get_file(f"{path}/{name}", str(tmp / name))
-    try:
-        tmp.rename(dest)
-    except OSError:  # fetched meanwhile by another process: theirs stays
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (dest / "meta.json").is_file():
-            raise NotFoundError(f"{url}: could not be cached in {dest}; check that directory and retry") from None
-    return dest
