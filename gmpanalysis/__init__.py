@@ -9,8 +9,7 @@ from . import fleet
 from .advise import advise
 from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests
-from .checks import df_checks, df_local_checks
-from .compare import compare_runs, period_summary
+from .compare import period_summary
 from .errors import (
     BundleError,
     CgroupFormatError,
@@ -30,15 +29,25 @@ from .errors import (
 from .examples import example_dir, example_run, example_runs
 from .export import to_chrome_trace
 from .fleet import fleet_periods
+from .frames import (
+    compare_runs,
+    df_checks,
+    df_freezes,
+    df_kernel,
+    df_levels,
+    df_local_checks,
+    df_period_offsets,
+    df_periods,
+    df_stw_periods,
+)
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, iter_generations, read_trace
-from .levels import df_freezes, df_kernel, df_levels
 from .mmu import df_mmu
 from .periods import PeriodGrid, fit_period_grid
 from .plot import plot_advice, plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
 from .sampling import df_lateness, df_sampling_holes, read_lateness, sampling_summary
-from .timeline import df_conservation, df_period_groups, df_period_offsets, df_periods, df_stw_periods
+from .timeline import df_conservation, df_period_groups
 from .whatif import what_if
 
 __version__ = "0.1.0"

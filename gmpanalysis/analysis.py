@@ -23,9 +23,13 @@ import pandas as pd
 
 from .bundle import Run
 from .cgroup import bundle_period_us
+from .checks import checks, local_checks
+from .compare import period_summary
 from .errors import BundleError, MissingDataError
-from .levels import level_names, level_run, period_changes, table_level
+from .gomaxprocs import effective as effective_gomaxprocs
+from .levels import level_names, level_run, levels_table, period_changes, table_level
 from .periods import PeriodGrid, check_period, fit_period_grid, timer_late_ns
+from .timeline import build_level, build_periods, period_offsets, stw_periods
 
 
 def period_ns(meta: dict[str, Any]) -> int:
@@ -72,20 +76,10 @@ class Analysis:
 
     @functools.cached_property
     def gomaxprocs(self) -> int | None:
-        """GOMAXPROCS at the start of the run: what the collector recorded, else the first
-        value in the trace (the runtime's own ProcsChange), else a literal GOMAXPROCS in
-        the environment (the runtime takes it as is); None when nothing tells."""
-        m = self.run.meta
-        g = m.get("gomaxprocs_effective")
-        if isinstance(g, int) and g > 0:
-            return g
-        tr = self.run.trace
+        """GOMAXPROCS at the start of the run (:func:`gmpanalysis.gomaxprocs.effective`)."""
+        out = effective_gomaxprocs(self.run)
         self._trace_used()
-        if tr is not None and len(tr.gomaxprocs):
-            return int(tr.gomaxprocs["procs"].iloc[0])
-        from .gomaxprocs import parse_env
-
-        return parse_env(m.get("gomaxprocs_env"))
+        return out
 
     @functools.cached_property
     def grid(self) -> PeriodGrid:
@@ -127,40 +121,50 @@ class Analysis:
         """The cgroup levels sampled, the process's own first (:func:`gmpanalysis.df_levels`)."""
         return level_names(self.run)
 
+    def of_level(self, name: str) -> Analysis:
+        """The analysis of one level of the run, as a run of its own."""
+        return analyze(level_run(self.run, name))
+
     @functools.cached_property
     def level_table(self) -> pd.DataFrame:
         """This (single-level) run's own table, before other levels' freezes are laid on it."""
-        from .timeline import _build_level
-
-        out = _build_level(self.run, self.grid)
+        out = build_level(self.run, self.grid)
         self._trace_used()
         return out
+
+    def level_table_of(self, name: str) -> pd.DataFrame:
+        """A level's own period table (on its own grid), memoised by its analysis."""
+        a = self.of_level(name)
+        if a.run.meta.get("quota_us") is None:
+            raise MissingDataError(f"{self.run.path}: level {name!r} has no CPU limit, so no period timer")
+        return a.level_table
 
     @functools.cached_property
     def periods(self) -> pd.DataFrame:
         """The per-period table (:func:`gmpanalysis.df_periods`) on the grid of the process's own
         level (or the nearest level above with a quota: :func:`gmpanalysis.levels.table_level`)."""
-        from .timeline import build_periods
-
         if self.run.meta.get("quota_us") is None and "cgroup" not in self.run.samples:
             raise MissingDataError(
                 f"{self.run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to"
             )
-        out = build_periods(self.run, self.grid)
+        out = build_periods(self.run, self.grid, level_table=self.level_table_of)
         self._trace_used()
         return out
 
     def level_periods(self, level: str | None = None) -> pd.DataFrame:
         """The per-period table on one level's grid (memoised per level)."""
-        from .timeline import build_periods
-
         if level is None or level == table_level(self.run):
             return self.periods
         cache = self.__dict__.setdefault("_level_periods", {})
         if level not in cache:
-            lr = level_run(self.run, level)
-            cache[level] = build_periods(self.run, analyze(lr).grid, level=level)
+            grid = self.of_level(level).grid
+            cache[level] = build_periods(self.run, grid, level=level, level_table=self.level_table_of)
         return cache[level]
+
+    @functools.cached_property
+    def levels_table(self) -> pd.DataFrame:
+        """:func:`gmpanalysis.df_levels`."""
+        return levels_table(self)
 
     def freezes(self, level: str | None = None) -> pd.DataFrame:
         """:func:`gmpanalysis.df_freezes` on one level's grid."""
@@ -169,15 +173,11 @@ class Analysis:
     @functools.cached_property
     def summary(self) -> dict[str, float]:
         """:func:`gmpanalysis.period_summary` of the period table."""
-        from .compare import period_summary
-
         return period_summary(self.periods)
 
     @functools.cached_property
     def stw_periods(self) -> pd.DataFrame:
         """:func:`gmpanalysis.df_stw_periods`."""
-        from .timeline import stw_periods
-
         out = stw_periods(self.run, self.periods)
         self._trace_used()
         return out
@@ -185,8 +185,6 @@ class Analysis:
     @functools.cached_property
     def checks(self) -> pd.DataFrame:
         """:func:`gmpanalysis.df_checks`."""
-        from .checks import checks
-
         out = checks(self.run, self.periods)
         self._trace_used()
         return out
@@ -194,14 +192,10 @@ class Analysis:
     @functools.cached_property
     def local_checks(self) -> pd.DataFrame:
         """:func:`gmpanalysis.df_local_checks`."""
-        from .checks import local_checks
-
         return local_checks(self.periods, self.freezes())
 
     def offsets(self, bucket_ms: float = 10.0) -> pd.DataFrame:
         """:func:`gmpanalysis.df_period_offsets` (memoised per bucket width)."""
-        from .timeline import period_offsets
-
         cache = self.__dict__.setdefault("_offsets", {})
         if bucket_ms not in cache:
             cache[bucket_ms] = period_offsets(self.run, self.periods, bucket_ms)

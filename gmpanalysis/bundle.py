@@ -823,3 +823,21 @@ def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())  # on disk before the rename: a host crash leaves old or new, not empty
     os.replace(tmp, p)
+
+
+# A trace file at least this big is not read whole for df_periods: its running intervals
+# are summed per period one generation at a time (see _running_coverage), unless the run's
+# trace is in memory already.
+STREAM_TRACE_BYTES = 256 << 20
+
+
+def streams_trace(run: Run) -> bool:
+    """Whether the analysis reads the run's trace a generation at a time (a trace.out past
+    :data:`STREAM_TRACE_BYTES` not parsed whole yet) rather than whole."""
+    p = run.trace_path
+    if p is None or run._trace is not None:
+        return False
+    try:
+        return p.stat().st_size >= STREAM_TRACE_BYTES
+    except OSError:
+        return False  # the full read says what is wrong with it

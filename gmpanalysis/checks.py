@@ -8,6 +8,7 @@ import pandas as pd
 from .bundle import Run
 from .credits import LATE_CREDIT_NS
 from .errors import MissingDataError
+from .intervals import union
 
 # cpuacct.usage lags the truth by up to a tick per CPU, and threads trickle leftover slice
 # after exhaustion: events this soon after the estimated exhaustion do not break a silence.
@@ -29,21 +30,6 @@ def _event_times(tr: object) -> np.ndarray:
     for table in (tr.running, tr.stw, tr.gc, tr.sweep, tr.assist):
         parts.append(table.end_ns[~table.open])
     return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
-
-
-def df_checks(run: Run) -> pd.DataFrame:
-    """For each throttled period inside the trace window: did the trace fall silent from
-    quota exhaustion to the period's end boundary, as a frozen process must?
-
-    Columns: ``period``; ``end_ns`` (the boundary); ``exhausted_ns`` (start +
-    exhausted_at_us); ``last_event_before_ns`` (last trace event before the boundary);
-    ``first_event_after_us`` (µs from the boundary to the next trace event); ``silent``
-    (no trace event between exhaustion + 1 ms and the boundary). ``df.attrs["silent_fraction"]``
-    is the share of silent periods: near 1 when samples and trace agree on the period grid.
-    """
-    from .analysis import analyze
-
-    return analyze(run).checks.copy()
 
 
 def checks(run: Run, per: pd.DataFrame) -> pd.DataFrame:
@@ -81,29 +67,9 @@ def checks(run: Run, per: pd.DataFrame) -> pd.DataFrame:
 LOCAL_AMBIGUOUS_NS = 2_000_000
 
 
-def df_local_checks(run: Run) -> pd.DataFrame:
-    """The kernel's own answer to "was this cgroup frozen?" (``cpu.stat.local``, Linux 6.6+,
-    cgroup v2) against the freezes found from every level's cpu.stat (:func:`gmpanalysis.df_freezes`).
-
-    One row per period of the process's table (:func:`gmpanalysis.df_periods`). Columns:
-    ``period``; ``end_ns``; ``local_throttled_us`` (µs, summed over CPUs, as credited in the
-    table); ``freezes`` how many freezes of any level end (unthrottle) where the kernel's rise
-    is credited to this period; ``levels`` whose quotas those were (comma-separated);
-    ``kernel_frozen`` (local_throttled_us ≥ 500 µs) and ``found_frozen`` (a freeze of
-    ≥ 500 µs credited here); ``agree`` (boolean, NA where it cannot be told: a shorter
-    freeze, or one whose start the samples leave open, is credited there; a freeze ends
-    within 2 ms of where the crediting switches periods; or a level's table does not cover
-    the period). ``df.attrs["agreement"]`` is the share of known rows
-    that agree, ``df.attrs["disagree"]`` the periods that do not.
-    """
-    from .analysis import analyze
-
-    return analyze(run).local_checks.copy()
-
-
 def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     """:func:`df_local_checks` over a given period table and its freezes."""
-    from .levels import MIN_FREEZE_US, _union
+    from .levels import MIN_FREEZE_US
 
     if "local_throttled_us" not in per or per["local_throttled_us"].isna().all():
         why = (per.attrs.get("missing") or {}).get("local_throttled_us", "the table has no local_throttled_us")
@@ -144,7 +110,7 @@ def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     real = dur_us >= MIN_FREEZE_US
     # a run queue throttled by its own quota and an ancestor's at once is unthrottled, and
     # its throttled time added, when the last of them lifts: overlapping freezes are one rise
-    s, e = _union(freezes["start_ns"].to_numpy(np.int64)[real], freezes["end_ns"].to_numpy(np.int64)[real])
+    s, e = union(freezes["start_ns"].to_numpy(np.int64)[real], freezes["end_ns"].to_numpy(np.int64)[real])
     k, inside = slot(e)
     count = np.bincount(k[inside], minlength=n)
     near = k[inside & ambiguous(e)]

@@ -357,7 +357,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
     import pandas as pd
 
     from .bundle import load_run
-    from .compare import compare_runs
+    from .frames import compare_runs
 
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:

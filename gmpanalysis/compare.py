@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .analysis import analyze
 from .bundle import Run
-from .errors import MissingDataError, UsageError
+from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
 
 
@@ -106,30 +105,13 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     return out
 
 
-def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = None) -> pd.DataFrame:
-    """One row per run: the table a GOMAXPROCS sweep is read from.
-
-    Columns: ``name``; ``gomaxprocs`` (effective at the start: recorded, else from the
-    trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`); ``cpu_limit``; ``quota_us``;
-    ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
-    ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
-    sampled span); ``requests_unsampled`` (requests begun before the first or after the last
-    sample, left out of those; absent for runs without requests); every key of :func:`period_summary`;
-    ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
-    ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + mark
-    assists while on a P, as % of goroutine running time in the trace window);
-    ``phase_uncertainty_us``; ``latency_p99_lo_ms``, ``latency_p99_hi_ms`` the 95 %
-    confidence interval of the p99 latency (NaN where too few requests bound it, see
-    :func:`latency_ci`).
-    ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
-    """
-    runs = list(runs)
-    if periods is not None and len(periods) != len(runs):
-        raise MissingDataError(f"compare_runs: {len(runs)} runs but {len(periods)} period tables; pass one per run")
+def compare_table(
+    runs: Sequence[Run], periods: Sequence[pd.DataFrame], gomaxprocs: Sequence[int | None]
+) -> pd.DataFrame:
+    """:func:`gmpanalysis.compare_runs` from the runs' period tables and their GOMAXPROCS at the start."""
     rows = []
     for i, run in enumerate(runs):
-        # callers that already hold the per-period tables pass them in ``periods``
-        per = periods[i] if periods is not None else analyze(run).periods
+        per = periods[i]
         m = run.meta
         load = m.get("load") or {}
         desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(
@@ -137,7 +119,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
         )
         row: dict[str, object] = {
             "name": run.name,
-            "gomaxprocs": analyze(run).gomaxprocs,
+            "gomaxprocs": gomaxprocs[i],
             "cpu_limit": m.get("cpu_limit"),
             "quota_us": m.get("quota_us"),
             "load": desc,

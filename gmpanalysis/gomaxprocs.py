@@ -77,6 +77,20 @@ def applicable(go_version: Any, default_godebug: Any) -> set[str]:
     return out | {"go1.25 default"}
 
 
+def effective(run: Run) -> int | None:
+    """GOMAXPROCS at the start of the run: what the collector recorded, else the first value
+    in the trace (the runtime's own ProcsChange), else a literal GOMAXPROCS in the
+    environment (the runtime takes it as is); None when nothing tells."""
+    m = run.meta
+    g = m.get("gomaxprocs_effective")
+    if isinstance(g, int) and not isinstance(g, bool) and g > 0:
+        return g
+    tr = run.trace
+    if tr is not None and len(tr.gomaxprocs):
+        return int(tr.gomaxprocs["procs"].iloc[0])
+    return parse_env(m.get("gomaxprocs_env"))
+
+
 def df_gomaxprocs(run: Run) -> pd.DataFrame:
     """GOMAXPROCS over the run against every level's CPU limit over time, what each rule
     would set, the rule the process followed, and where it drifted from the limit.
@@ -100,7 +114,6 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     ``default_godebug``; ``applicable`` the runtime rules possible for this binary;
     ``own_level`` the level the process lives in (the one the runtime reads).
     """
-    from .analysis import analyze
     from .levels import level_names, limit_series
 
     m = run.meta
@@ -115,7 +128,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     tr = run.trace
     g_t: list[int] = []
     g_v: list[int] = []
-    first = analyze(run).gomaxprocs
+    first = effective(run)
     if tr is not None and len(tr.gomaxprocs):
         gm = tr.gomaxprocs
         g_t = gm["t_ns"].to_numpy(dtype=np.int64).tolist()

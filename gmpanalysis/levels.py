@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bundle import Run
+from .bundle import Run, streams_trace
 from .cgroup import bundle_period_us
-from .errors import GmpError, MissingDataError, UsageError
-from .kernelfacts import kernel_table
+from .errors import MissingDataError, UsageError
+from .intervals import coverage, union
 
 # The name of the process's own cgroup when a bundle does not name its levels.
 OWN = "container"
@@ -120,9 +120,7 @@ def level_run(run: Run, name: str | None = None) -> Run:
         lim = lim[lim["cgroup"] == name].reset_index(drop=True)
     r = dataclasses.replace(run, meta=_level_meta(run, name), samples=s, limits=lim)
     if run.trace_path is not None:
-        from .timeline import _streams_trace
-
-        if not _streams_trace(run):  # a big one is summed per generation by each level instead
+        if not streams_trace(run):  # a big one is summed per generation by each level instead
             r._trace = run.trace  # parsed once, shared by every level
     r.notes = run.notes
     cache.clear()  # only the current inputs' levels are kept
@@ -306,21 +304,6 @@ def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFr
     return f
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge overlapping [start, end) intervals."""
-    if not len(starts):
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    reach = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > reach[:-1]]
-    grp = np.cumsum(new) - 1
-    us = s[new]
-    ue = np.zeros(len(us), dtype=e.dtype)
-    np.maximum.at(ue, grp, e)
-    return us, ue
-
-
 def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
     """Freezes with the reference grid's period they begin in and their offsets there."""
     f = freezes.copy()
@@ -342,14 +325,12 @@ def add_frozen_columns(
     freezes of every level (see :func:`gmpanalysis.df_periods`). ``spans``: the stretch each
     other level's own table covers; outside it that level's freezes are unknown, and so is
     ``frozen_by``."""
-    from .timeline import coverage
-
     n = len(per)
     start, end = per["start_ns"].to_numpy(), per["end_ns"].to_numpy()
     edges = np.r_[start, end]
 
     def within(fs: pd.DataFrame) -> np.ndarray:
-        s, e = _union(fs["start_ns"].to_numpy(np.int64), fs["end_ns"].to_numpy(np.int64))
+        s, e = union(fs["start_ns"].to_numpy(np.int64), fs["end_ns"].to_numpy(np.int64))
         c = coverage(s, e, edges)
         return (c[n:] - c[:n]) / 1e3
 
@@ -367,7 +348,7 @@ def add_frozen_columns(
     per["frozen_other_us"] = within(others) if len(others) else np.zeros(n)
 
 
-def df_levels(run: Run) -> pd.DataFrame:
+def levels_table(a: Any) -> pd.DataFrame:
     """The cgroup levels of a bundle and how each one's quota froze the process.
 
     One row per level, the process's own first. Columns: ``level``; ``own`` bool, the
@@ -380,15 +361,14 @@ def df_levels(run: Run) -> pd.DataFrame:
     ``throttled`` rows of its own table (throttled known true); ``frozen_s`` wall seconds
     it stood frozen (sum of its freezes).
     """
-    from .analysis import analyze
-
+    run = a.run
     names = level_names(run)
     rows = []
     own_phase = None
     paths = {x.get("level"): x.get("cgroup") for x in run.meta.get("levels") or () if isinstance(x, dict)}
     for i, name in enumerate(names):
-        lr = level_run(run, name)
-        a = analyze(lr)
+        la = a.of_level(name)
+        lr = la.run
         m = lr.meta
         row: dict[str, Any] = {
             "level": name,
@@ -410,8 +390,8 @@ def df_levels(run: Run) -> pd.DataFrame:
             row["quota_changes"] = int((q.ne(q.shift()) & lr.limits["prev_ns"].notna()).sum())
         if m.get("quota_us") is not None and len(lr.samples):
             try:
-                g = a.grid
-                per = a.periods
+                g = la.grid
+                per = la.periods
             except MissingDataError:
                 per = None
             if per is not None:
@@ -433,50 +413,30 @@ def df_levels(run: Run) -> pd.DataFrame:
     return out
 
 
-def df_freezes(run: Run, level: str | None = None) -> pd.DataFrame:
-    """Every freeze of every level, placed on one level's period grid (the process's own
-    by default).
-
-    One row per throttled period of any level. Columns: ``level`` whose quota froze it;
-    ``period`` that level's own period number; ``start_ns`` when its quota ran out (the
-    bracket's upper end where the reads leave the moment open: then ``exact`` is False),
-    ``start_lo_ns``..``start_hi_ns`` the bracket; ``end_ns`` that level's period end (its
-    timer refilled the quota); ``dur_ms``; ``throttled_rq_us`` µs throttled, a sum over CPUs
-    (that level's cpu.stat); ``cpus_throttled``; ``ref_period`` the period of the chosen
-    level's grid the freeze begins in (NA outside its table); ``from_ms``, ``to_ms`` the
-    freeze's start and end as offsets into that period (``to_ms`` above the period length:
-    it runs on into the next one).
-    """
-    from .analysis import analyze
-
-    return analyze(run).freezes(level).copy()
-
-
 def covered_by(freezes: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     """For every time in ``t``: the levels whose freeze covers it (comma-separated, "" none)."""
     out = np.full(len(t), "", dtype=object)
     for lv in pd.unique(freezes["level"]) if len(freezes) else ():
         f = freezes[freezes["level"] == lv]
-        s, e = _union(f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64))
+        s, e = union(f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64))
         i = np.searchsorted(s, t, side="right") - 1
         hit = (i >= 0) & (t < e[np.maximum(i, 0)])
         out[hit] = np.where(out[hit] == "", lv, out[hit] + "," + lv)
     return out
 
 
-def describe(run: Run, level: str | None = None) -> list[str]:
-    """Sentences for the report: which quota froze the process, where in its own period, and
-    how much of it its own cpu.stat does not count. Empty for a bundle of one level."""
-    from .analysis import analyze
-
-    a = analyze(run)
+def describe(a: Any, level: str | None = None) -> list[str]:
+    """Sentences for the report about a run's :class:`~gmpanalysis.Analysis` ``a``: which
+    quota froze the process, where in its own period, and how much of it its own cpu.stat
+    does not count. Empty for a bundle of one level."""
+    run = a.run
     names = a.levels
     if len(names) < 2:
         return []
     ref = level or table_level(run)
     per = a.level_periods(ref)
     fz = a.freezes(ref)
-    lv = df_levels(run)
+    lv = a.levels_table
     P = (per["end_ns"] - per["start_ns"]).iloc[0] / 1e6 if len(per) else 100.0
     out = []
     parts = []
@@ -510,25 +470,3 @@ def describe(run: Run, level: str | None = None) -> list[str]:
     if both.any():
         out.append(f"In {int(both.sum())} periods both quotas froze it, one after the other.")
     return out
-
-
-def df_kernel(run: Run) -> pd.DataFrame:
-    """What the run's kernel does with CFS bandwidth control, what the run shows and what the
-    analysis assumed (:func:`gmpanalysis.kernelfacts.kernel_table`), with the fitted period
-    timer phase of every level it samples (a level whose grid cannot be fitted left out).
-
-    Columns: ``behaviour`` (period timer phase, throttling, cpu.stat.local, cpu.pressure,
-    cpu.stat keys); ``kernel`` what the kernel does by its version; ``seen`` what the run
-    shows (the phases, ms mod the period; None elsewhere); ``assumed`` what the analysis
-    relies on."""
-    from .timeline import df_periods
-
-    P = bundle_period_us(run.meta) * 1000
-    phases = {}
-    for name in level_names(run):
-        try:
-            grid = df_periods(run, level=name).attrs["grid"]
-        except GmpError:
-            continue
-        phases[name] = grid.segments[0].phase_ns % P / 1e6
-    return kernel_table(run.meta, phases)

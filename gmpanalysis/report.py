@@ -18,8 +18,8 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
-from .compare import compare_runs
 from .errors import GmpError, GmpWarning, UsageError
+from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .levels import describe as describe_levels
 from .sampling import sampling_summary
@@ -317,7 +317,7 @@ def to_report(
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
         parts.append(f"<p>{html.escape(explain_gomaxprocs(run))}</p>")
-        parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(run)]
+        parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(analyze(run))]
         if ns:
             parts.append(
                 f'<p class="data-note">{len(ns)} data note(s) for this run: see <a href="#data-notes">Data notes</a> '

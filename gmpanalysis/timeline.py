@@ -8,15 +8,18 @@ intervals are spread over periods through their cumulative coverage function.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .bundle import Run
+from .bundle import Run, streams_trace
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError, UsageError
+from .gomaxprocs import effective as effective_gomaxprocs
 from .gotrace.gcwork import df_assist_on_p, is_gc_worker
+from .intervals import coverage
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import (
     add_frozen_columns,
@@ -97,19 +100,6 @@ PERIOD_COLUMNS = [
 def known_true(col: pd.Series) -> np.ndarray:
     """A nullable boolean column as a numpy mask: unknown (NA) rows are not selected."""
     return col.fillna(False).to_numpy(dtype=bool)
-
-
-def coverage(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """C(x) = total length of [start, end) intervals before x, for every x (intervals may
-    overlap; each counts). The overlap with [a, b) is C(b) - C(a)."""
-    s = np.sort(starts.astype(np.int64))
-    e = np.sort(ends.astype(np.int64))
-    cs = np.r_[0, np.cumsum(s, dtype=np.float64)]
-    ce = np.r_[0, np.cumsum(e, dtype=np.float64)]
-    ns = np.searchsorted(s, x, side="right")
-    ne = np.searchsorted(e, x, side="right")
-    xf = x.astype(np.float64)
-    return (ns * xf - cs[ns]) - (ne * xf - ce[ne])
 
 
 def _exhaustion(
@@ -343,12 +333,10 @@ def _add_trace(df: pd.DataFrame, run: Run) -> None:
         for c in ("stw_us", "stw_max_us", "stw_count", "gc_mark_us", "gc_worker_us", "assist_us", "go_running_us")
     }
     cols["stw_spans_boundary"] = np.zeros(n, dtype=bool)
-    from .analysis import analyze
-
-    # outside the trace window (or without a trace): GOMAXPROCS as the analysis knows it
-    g = analyze(run).gomaxprocs
+    # outside the trace window (or without a trace): GOMAXPROCS at the start
+    g = effective_gomaxprocs(run)
     cols["gomaxprocs"] = np.full(n, np.nan if g is None else float(g))
-    streamed = _streams_trace(run)
+    streamed = streams_trace(run)
     if streamed:
         tr = run.read_trace(("stw", "gc", "gomaxprocs", "assist", "labels"))
     else:
@@ -409,22 +397,6 @@ def _add_trace(df: pd.DataFrame, run: Run) -> None:
             cols["gomaxprocs"] = np.where(idx >= 0, v[np.maximum(idx, 0)], cols["gomaxprocs"])
     for c, v in cols.items():
         df[c] = v
-
-
-# A trace file at least this big is not read whole for df_periods: its running intervals
-# are summed per period one generation at a time (see _running_coverage), unless the run's
-# trace is in memory already.
-STREAM_TRACE_BYTES = 256 << 20
-
-
-def _streams_trace(run: Run) -> bool:
-    p = run.trace_path
-    if p is None or run._trace is not None:
-        return False
-    try:
-        return p.stat().st_size >= STREAM_TRACE_BYTES
-    except OSError:
-        return False  # the full read says what is wrong with it
 
 
 def _running_coverage(run: Run, tr: Any, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -488,90 +460,24 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
     df.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
 
 
-def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = None) -> pd.DataFrame:
-    """One row per CFS period of the reconstructed grid over the sampled span (a copy of
-    ``gmp.analyze(run).periods``, built once per run; with ``grid``, built on that grid).
-
-    A bundle may sample several cgroup levels (the container and its pod, each with its own
-    quota and its own period timer: :mod:`gmpanalysis.levels`). The table is on the grid of
-    the process's own level, or of ``level``; its counter columns are that level's, and the
-    ``frozen_*`` columns lay the freezes of every level on it.
-
-    Every row is right, or says how sure it is, or is NA with a ``reason``: holes in the
-    samples never turn a count into a silent 0 (see :mod:`gmpanalysis.credits`).
-
-    Columns: ``period`` int k (boundary = phase + k·period); ``segment`` cgroup lifetime
-    (counters reset between segments); ``start_ns``, ``end_ns`` boundaries (CLOCK_MONOTONIC);
-    ``gap`` bool, a hole in the samples (more than 10 sampling intervals without a read)
-    overlaps the period; ``hole_ms`` the longest such hole (ms, 0 if none); ``group`` Int64,
-    the ambiguous group the period belongs to (several period ends inside one hole: the
-    counters give only their sum, see :func:`df_period_groups`), NA if its counters are exact;
-    ``reason`` string, why values are interpolated or unknown (NA when exact);
-    ``active`` boolean, the period timer ran (nr_periods rose at its end; NA if unknown);
-    ``nr_periods``, ``nr_throttled`` Int64 counter increments credited at its end (NA if
-    unknown); ``quota_us`` µs; ``usage_us`` µs of CPU in the period, interpolated at the
-    boundaries, with ``usage_lo_us``/``usage_hi_us`` the bracket the reads around the
-    boundaries allow; ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
-    ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
-    queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
-    usage still rose at a running CPU's pace (NaN if not throttled, or if the reads leave it
-    open by more than 6 ms: see the bracket and ``reason``), inside the bracket
-    ``exhausted_lo_us``..``exhausted_hi_us`` (from the read before that one to that read, or
-    to the read closing a later stretch where running could hide; widened by the grid's
-    uncertainty);
-    ``stall_us`` µs of wall time frozen (period - exhaustion; NaN if unknown);
-    ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the number of CPUs' run queues that
-    stood throttled (NaN when unknown or the stall is shorter than a 4 ms tick);
-    ``frozen_by`` string, the levels whose quota froze the group during the period
-    (comma-separated, e.g. "pod,container"; "" none; NA when the period's own throttling is
-    unknown); ``frozen_us`` µs of wall time frozen by any level (the union of the freezes:
-    :func:`gmpanalysis.df_freezes`); ``frozen_other_us`` µs frozen by levels other than the
-    table's own, which its own cpu.stat does not count;
-    ``psi_some_us``, ``psi_full_us`` µs of wall time in the period that some / every task
-    of the group stood stalled for CPU (cpu.pressure, cgroup v2: a group frozen by any
-    level's quota is "full"; interpolated at the boundaries), ``local_throttled_us`` µs of
-    cpu.stat.local throttled time (6.6+) added in the period: the group's run queues
-    throttled by its own quota or an ancestor's, summed over CPUs, credited at the
-    unthrottling boundary of whichever level froze it; NaN where the samples lack them
-    (cgroup v1, older kernels: ``df.attrs["missing"]`` says why);
-    ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
-    ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
-    an STW still open when a throttled period ended (counted whenever that boundary is in the
-    trace window); ``gc_mark_us`` µs of GC mark phase; ``gc_worker_us`` µs GC worker
-    goroutines ran (every interval of a worker goroutine); ``assist_us`` µs of mark assists
-    while the assisting goroutine was on a P; ``go_running_us`` µs goroutines ran
-    (summed over Ps); ``requests`` arrivals in the period (every status), ``requests_ok``
-    (2xx) and ``requests_failed`` (the rest: errors, timeouts); ``latency_p50_ms``,
-    ``latency_p99_ms`` of the successful ones, from the scheduled start (NaN without any).
-    Trace columns other than ``stw_spans_boundary`` are NaN for periods not wholly inside
-    the trace window.
-
-    ``df.attrs``: ``grid`` the :class:`PeriodGrid`; ``level`` the level whose grid it is;
-    ``missing`` {column: why it is NaN throughout} for the cgroup v2 signals;
-    ``ledger`` the ambiguous groups, the conservation account and the freezes
-    (:func:`df_period_groups`, :func:`df_conservation`, :func:`gmpanalysis.df_freezes`).
-    """
-    from .analysis import analyze
-
-    if grid is not None:
-        return build_periods(run, grid, level=level)
-    return analyze(run).level_periods(level).copy()
-
-
-def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.DataFrame:
+def build_periods(
+    run: Run, grid: PeriodGrid, level: str | None = None, *, level_table: Callable[[str], pd.DataFrame]
+) -> pd.DataFrame:
     """The per-period table on a given grid, for one level (the process's own by default),
-    with the freezes of every level laid on it (see :func:`df_periods`)."""
+    with the freezes of every level laid on it (see :func:`gmpanalysis.df_periods`).
+    ``level_table(name)``: another level's own table on its own grid
+    (:meth:`gmpanalysis.Analysis.level_table_of`, memoised)."""
     names = level_names(run)
     ref = table_level(run) if level is None else level
     single = len(names) == 1 and "cgroup" not in run.samples
-    out = _build_level(run if single else level_run(run, ref), grid)
+    out = build_level(run if single else level_run(run, ref), grid)
     fz = [freezes_of(out, ref)]
     spans: dict[str, tuple[int, int]] = {}
     for name in names:
         if name == ref:
             continue
         try:
-            other = _level_table(run, name)
+            other = level_table(name)
         except MissingDataError as e:  # a level without a quota, or too short to fit a grid
             note = f"level {name!r} is not laid on the table: {e}"
             if note not in run.notes:
@@ -591,18 +497,7 @@ def build_periods(run: Run, grid: PeriodGrid, level: str | None = None) -> pd.Da
     return out
 
 
-def _level_table(run: Run, name: str) -> pd.DataFrame:
-    """A level's own period table (on its own grid), memoised by its analysis."""
-    from .analysis import analyze
-
-    lr = level_run(run, name)
-    a = analyze(lr)
-    if lr.meta.get("quota_us") is None:
-        raise MissingDataError(f"{run.path}: level {name!r} has no CPU limit, so no period timer")
-    return a.level_table
-
-
-def _build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
+def build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
     """The table of a single-level run: counters, exhaustion and the trace on ``grid``."""
     s = run.samples
     if run.meta.get("quota_us") is None:
@@ -767,31 +662,6 @@ def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits
     return out
 
 
-def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | None = None) -> pd.DataFrame:
-    """What happens inside each period: usage in fixed buckets of the offset from the
-    period's start (FlameScope's sub-second offset view, on the CFS grid).
-
-    cpuacct usage is charged in scheduler-tick steps (4 ms per CPU at HZ=250): a bucket can
-    receive a tick's worth of CPU that ran in the bucket before it, and show more CPUs busy
-    than the group can have. What a bucket holds beyond the CPUs available (the host's CPUs,
-    and GOMAXPROCS when the run recorded it) is moved back to the buckets before it (what
-    the first bucket cannot hold, forward again), inside the same period, so every
-    CPU-second stays in its period and no bucket exceeds what the machine can run.
-
-    Columns: ``period``; ``offset_ms`` bucket start (ms from the period start); ``cpus``
-    CPUs busy on average in the bucket (Δusage / bucket length, tick steps moved back as
-    above); ``frozen`` bool, a freeze of any level covers the bucket's middle (the quota of
-    the table's own level ran out, or an ancestor's: :func:`gmpanalysis.df_freezes`);
-    ``frozen_by`` which level's (comma-separated; "" none);
-    ``unknown`` bool, the period's throttling is unknown (inside a hole in the samples, or
-    outside the stretch another level's table covers).
-    ``df.attrs["cpus_max"]`` is the cap used.
-    """
-    from .analysis import analyze
-
-    return analyze(run).offsets(bucket_ms).copy() if per is None else period_offsets(run, per, bucket_ms)
-
-
 def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
     """:func:`df_period_offsets` over a given period table."""
     names = level_names(run)
@@ -852,26 +722,9 @@ def cpus_available(run: Run) -> float:
     """The most CPUs the group can run on at once: the host's CPUs (meta.json ``ncpu``) and
     GOMAXPROCS (:attr:`gmpanalysis.Analysis.gomaxprocs`), whichever is known and smaller;
     NaN when neither is (the analyst's own machine says nothing about the run's)."""
-    from .analysis import analyze
-
     m = run.meta
-    vals = [v for v in (m.get("ncpu"), analyze(run).gomaxprocs) if isinstance(v, int | float) and v > 0]
+    vals = [v for v in (m.get("ncpu"), effective_gomaxprocs(run)) if isinstance(v, int | float) and v > 0]
     return float(min(vals)) if vals else float("nan")
-
-
-def df_stw_periods(run: Run, per: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every stop-the-world pause placed on the period grid.
-
-    Columns: ``start_ns``; ``dur_ms`` pause length (ms); ``kind``; ``period`` the period it
-    began in; ``offset_ms`` its start inside that period (ms); ``throttled`` bool, that period
-    ended throttled; ``exhausted_ms`` when that period's quota ran out (ms, NaN if it did
-    not); ``spans_boundary`` bool, still running when a throttled period ended.
-    ``df.attrs``: ``period_ms``; ``exhausted_p10_ms``, ``exhausted_p90_ms`` over all
-    throttled periods of the run.
-    """
-    from .analysis import analyze
-
-    return analyze(run).stw_periods.copy() if per is None else stw_periods(run, per)
 
 
 def stw_periods(run: Run, per: pd.DataFrame) -> pd.DataFrame:

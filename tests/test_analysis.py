@@ -16,11 +16,11 @@ ALLOC = next(p for p in RUNS if p.name == "alloc-0.5cpu-gmp8")
 
 def test_tables_are_built_once_and_shared(monkeypatch):
     run = gmp.load_run(ALLOC)
-    import gmpanalysis.timeline as tl
+    import gmpanalysis.analysis as an
 
     calls = []
-    real = tl.build_periods
-    monkeypatch.setattr(tl, "build_periods", lambda r, g: calls.append(1) or real(r, g))
+    real = an.build_periods
+    monkeypatch.setattr(an, "build_periods", lambda r, g, **kw: calls.append(1) or real(r, g, **kw))
     a = analyze(run)
     assert analyze(run) is a
     per = gmp.df_periods(run)

@@ -14,7 +14,7 @@ from conftest import RUNS
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import TruncatedLineWarning, parse_cpu_stat, parse_requests
-from gmpanalysis.compare import compare_runs
+from gmpanalysis.frames import compare_runs
 
 
 @pytest.fixture(params=RUNS, ids=[p.name for p in RUNS])

@@ -409,10 +409,10 @@ def test_a_big_trace_is_summed_per_period_one_generation_at_a_time(monkeypatch, 
     """Past STREAM_TRACE_BYTES, df_periods never holds the running table: it reads the STW,
     GC, GOMAXPROCS, assist and label tables, then sums the running intervals per period one
     generation at a time. Same columns as from the whole trace (sums in float, to rounding)."""
-    from gmpanalysis import timeline
+    from gmpanalysis import bundle
 
     whole = gmp.df_periods(gmp.load_run(path))
-    monkeypatch.setattr(timeline, "STREAM_TRACE_BYTES", 0)
+    monkeypatch.setattr(bundle, "STREAM_TRACE_BYTES", 0)
     run = gmp.load_run(path)
     streamed = gmp.df_periods(run)
     assert run._trace is None  # the full trace was never read
