@@ -101,7 +101,8 @@ def main() -> int:
             for tgt in runs:
                 sources = [s for s in runs if conf[id(s)] != conf[id(tgt)]]
                 # a run whose limit changed mid-run has no one setting to predict it under
-                resized = len({q for q in W._own_quota(tgt).values() if not math.isnan(q)}) > 1
+                quotas = gmp.df_periods(tgt)["quota_us"].dropna()
+                resized = quotas.nunique() > 1
                 if not sources or resized:
                     continue
                 truth = W.measured(tgt)

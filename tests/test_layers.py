@@ -91,6 +91,6 @@ def test_the_check_finds_a_cycle():
 
 def test_the_graph_sees_in_function_imports():
     g = _graph()
-    # frames imports analysis at module level, report imports it too; whatif's levels import is in a function
+    # frames imports analysis at module level, report imports it too; replayinputs' levels import is in a function
     assert "gmpanalysis.analysis" in g["gmpanalysis.frames"]
-    assert "gmpanalysis.levels" in g["gmpanalysis.whatif"]
+    assert "gmpanalysis.levels" in g["gmpanalysis.replayinputs"]

@@ -100,7 +100,7 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
         assert alone + 10 < got <= truth + 3, (name, got, truth, alone)
     # a pod's quota follows its container's in CPUs: raised by 0.5 CPU, the pod's is too
     # (and it stops freezing the work); the same 0.5 CPU in 10 ms periods leaves it alone
-    phase = W._grid_phase(nested)
+    phase = W._memo(nested, "prep", W._prep_built)["phase"]
     for q, period, pod_q in ((100_000, 100_000, 100_000), (5_000, 10_000, 50_000), (50_000, 100_000, 50_000)):
         ((got_q, *_),) = W._outer_specs(W._memo(nested, "prep", W._prep_built), None, q, period * 1000, phase)
         assert set(got_q.values()) == {pod_q}, (q, period, set(got_q.values()))

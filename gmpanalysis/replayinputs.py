@@ -1,0 +1,300 @@
+"""What the what-if replay reads from a run: its own settings, its demand, the levels above
+with quotas of their own, its GC pauses; each built once per run and kept with its
+:class:`~gmpanalysis.analysis.Analysis` (a replay of many settings reads them many times).
+The model is described in :mod:`gmpanalysis.whatif`."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analysis import analyze
+from .bundle import Run
+from .cfsreplay import SLICE_US
+from .cgroup import bundle_period_us
+from .errors import GmpError, MissingDataError
+from .kernelfacts import tick_ns
+
+
+def _memo(run: Run, key: str, build: Any) -> Any:
+    """``build(run)`` kept with the run's :class:`~gmpanalysis.analysis.Analysis` (a replay
+    of many settings reads the same demand, quotas and levels each time; an edited run gets
+    a new Analysis, and so a new memo). Callers must not change what it returns."""
+    cache = analyze(run).__dict__.setdefault("_whatif", {})
+    if key not in cache:
+        cache[key] = build(run)
+    return cache[key]
+
+
+def _grid_phase_built(run: Run) -> int:
+    """The run's period grid phase; 0 for a run without a quota, whose group has no
+    bandwidth timer (a limit set later gets a phase of the kernel's choosing)."""
+    return 0 if _no_quota(run) else analyze(run).grid.phase_ns
+
+
+def _no_quota_built(run: Run) -> bool:
+    """No level of the run ever had a quota (meta.json, its levels, limits.csv)."""
+    if run.meta.get("quota_us") is not None:
+        return False
+    if any(lv.get("quota_us") is not None for lv in run.meta.get("levels") or [] if isinstance(lv, dict)):
+        return False
+    lim = run.limits
+    return lim is None or not len(lim) or bool(lim["quota_us"].isna().all())
+
+
+def _periods(run: Run) -> pd.DataFrame:
+    """The run's periods (df_periods), or for a run without a quota the same columns where
+    they can be told (start_ns, end_ns, usage_us from the samples; never throttled) on a
+    100 ms grid of phase 0 over the samples."""
+    if not _no_quota(run):
+        return analyze(run).periods
+    s = run.samples
+    if s.empty:
+        raise MissingDataError(f"{run.path}: no samples in cpu_stat.csv: nothing to replay")
+    P = bundle_period_us(run.meta) * 1000
+    t = s["t_ns"].to_numpy(dtype=np.int64)
+    u = s["usage_us"].to_numpy(dtype=np.float64)
+    k = np.arange(t[0] // P, t[-1] // P + 1, dtype=np.int64)
+    edges = np.r_[k, k[-1] + 1] * P
+    cum = np.interp(edges.astype(np.float64), t.astype(np.float64), u)
+    return pd.DataFrame(
+        {
+            "period": k,
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+            "quota_us": np.nan,
+            "usage_us": np.diff(cum),
+            "throttled": False,
+            "exhausted_at_us": np.nan,
+            "stall_us": 0.0,
+            "cpus_throttled": np.nan,
+        }
+    )
+
+
+def _own_quota_built(run: Run) -> dict[int, float]:
+    """The quota in force in each of the run's periods (µs, NaN: none), by period number:
+    from limits.csv where the bundle has it (a limit resized in place), at the level the
+    per-period table is on (a pod's quota when the container has none)."""
+    per = _periods(run)
+    q = per["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
+
+
+def _outer_levels_built(run: Run) -> list[dict[str, Any]]:
+    """The levels of the run above the table's with a quota of their own (a pod's), each as
+    :func:`settings` lists it, with its quota period by period (``quota_by_period``) and its
+    grid's phase (``phase_ns``) for replaying the run itself."""
+    from .levels import level_names, level_run, table_level
+
+    names = level_names(run)
+    table = table_level(run)
+    if len(names) < 2:
+        return []
+    base = _grid_phase(run)
+    out = []
+    for name in names[names.index(table) + 1 :]:  # the levels above the table's
+        lr = level_run(run, name)
+        if _no_quota(lr):
+            continue
+        try:
+            g = analyze(lr).grid
+        except GmpError as e:  # its samples do not place its boundaries: it cannot be replayed
+            note = f"level {name!r} left out of the what-if replay: its period boundaries cannot be placed ({e})"
+            if note not in run.notes:
+                run.notes.append(note)
+            continue
+        q = _own_quota(lr)
+        known = [x for x in q.values() if not math.isnan(x)]
+        out.append(
+            {
+                "level": name,
+                "quota_us": known[0] if known else lr.meta.get("quota_us"),
+                "period_us": g.period_ns // 1000,
+                "burst_us": lr.meta.get("burst_us") or 0,
+                "offset_ns": (g.phase_ns - base) % g.period_ns,
+                "phase_ns": g.phase_ns,
+                "quota_by_period": q,
+            }
+        )
+    return out
+
+
+def _settings_built(run: Run) -> dict[str, Any]:
+    """:func:`settings`, built."""
+    m = run.meta
+    a = analyze(run)
+    own = [x for x in _own_quota(run).values() if not math.isnan(x)]
+    outer = [{k: v for k, v in lv.items() if k not in ("phase_ns", "quota_by_period")} for lv in _outer_levels(run)]
+    return {
+        "quota_us": own[0] if own else m.get("quota_us"),
+        "period_us": a.period_ns // 1000,
+        "burst_us": m.get("burst_us") or 0,
+        "gomaxprocs": a.gomaxprocs or m.get("ncpu"),
+        "cpus": m.get("ncpu"),
+        "slice_us": float(m.get("cfs_slice_us") or SLICE_US),
+        "hz": 1_000_000_000 // tick_ns(m),
+        "outer": outer,
+        # where the scheduler ticks fell relative to the boundaries (ticks at multiples of
+        # 1/HZ on CLOCK_MONOTONIC); None for a run without a grid
+        "tick_phase_ns": None if _no_quota(run) else a.grid.phase_ns % tick_ns(m),
+    }
+
+
+# Without requests, each period's measured CPU is replayed as work items of this size
+# arriving evenly over the period (independent: they run side by side up to the CPUs the
+# setting allows)
+USAGE_ITEM_NS = 10_000_000
+
+
+def _demand_built(run: Run) -> dict[str, Any]:
+    """:func:`demand`, built."""
+    per = _periods(run)
+    r = run.requests
+    if r is None or not len(r):
+        u = per.dropna(subset=["usage_us"])
+        u = u[u["usage_us"] > 0]
+        if not len(u):
+            raise MissingDataError(f"{run.path}: no requests.csv and no CPU use in cpu_stat.csv: nothing to replay")
+        work = u["usage_us"].to_numpy(dtype=np.float64) * 1000
+        items = np.maximum(np.ceil(work / USAGE_ITEM_NS), 1).astype(np.int64)
+        first = np.repeat(u["start_ns"].to_numpy(dtype=np.int64), items)
+        span = np.repeat((u["end_ns"] - u["start_ns"]).to_numpy(dtype=np.int64), items)
+        k = np.arange(items.sum()) - np.repeat(np.cumsum(items) - items, items)
+        sched = first + (k * span // np.repeat(items, items))
+        return {
+            "sched_ns": sched,
+            "cost_ns": np.repeat(work / items, items),
+            "concurrency": None,
+            "used_us": float(work.sum() / 1000),
+            "span_ns": (int(u["start_ns"].iloc[0]), int(u["end_ns"].iloc[-1])),
+            "source": "usage",
+        }
+    r = r.sort_values("sched_ns", kind="stable")
+    sched = r["sched_ns"].to_numpy(dtype=np.int64)
+    t0, t1 = int(sched[0]), int(r["end_ns"].max())
+    inside = (per["end_ns"] > t0) & (per["start_ns"] < t1)
+    used_us = float(per.loc[inside, "usage_us"].sum())
+    load = run.meta.get("load") or {}
+    conc = load.get("concurrency") if load.get("mode") == "closed" else None
+    cost, own = request_costs(r, used_us * 1000)
+    return {
+        "sched_ns": sched,
+        "cost_ns": cost,
+        "concurrency": int(conc) if conc else None,
+        "used_us": used_us,
+        "span_ns": (t0, t1),
+        "source": "requests",
+        "cost_source": own,
+    }
+
+
+# requests.csv's cpu_ns is taken as the spread of the cost when at least this share of the
+# requests carry it (a timeout or a failure carries none and gets the others' mean)
+MIN_CPU_NS_SHARE = 0.5
+
+
+def request_costs(r: pd.DataFrame, used_ns: float) -> tuple[float | np.ndarray, str]:
+    """The CPU each request (rows in ``r``'s order) needs in the replay, adding up to
+    ``used_ns``, the group's CPU over the requests' span: where the service reported each
+    request's own CPU (``cpu_ns``), in proportion to it, so the runtime's CPU beside the
+    handlers (GC workers, the network) is spread over the requests as they cost; otherwise
+    one mean for all. Returns the costs and which it was ("cpu_ns" or "mean")."""
+    n = len(r)
+    if "cpu_ns" in r:
+        own = r["cpu_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        known = ~np.isnan(own)
+        if known.mean() >= MIN_CPU_NS_SHARE and own[known].sum() > 0:
+            own = np.where(known, own, own[known].mean())
+            return own * (used_ns / own.sum()), "cpu_ns"
+    return used_ns / n, "mean"
+
+
+# the per-run inputs of a replay, each built once per run (``_memo``)
+def _grid_phase(run: Run) -> int:
+    return _memo(run, "grid_phase", _grid_phase_built)
+
+
+def _no_quota(run: Run) -> bool:
+    return _memo(run, "no_quota", _no_quota_built)
+
+
+def _own_quota(run: Run) -> dict[int, float]:
+    return _memo(run, "own_quota", _own_quota_built)
+
+
+def _outer_levels(run: Run) -> list[dict[str, Any]]:
+    return _memo(run, "outer_levels", _outer_levels_built)
+
+
+def _stw_model(run: Run) -> dict[str, float] | None:
+    return _memo(run, "stw_model", _stw_model_built)
+
+
+def _prep_built(run: Run) -> dict[str, Any]:
+    """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
+    no_quota = _no_quota(run)
+    return {
+        "settings": _memo(run, "settings", _settings_built),
+        "demand": _memo(run, "demand", _demand_built),
+        "phase": _grid_phase(run),
+        "no_quota": no_quota,
+        "own_quota": _own_quota(run),
+        "outer_levels": _outer_levels(run),
+        "stw": _stw_model(run),
+        "own_period_ns": None if no_quota else analyze(run).period_ns,
+    }
+
+
+def settings(run: Run) -> dict[str, Any]:
+    """The run's own settings as the replay takes them: ``quota_us`` (the first known; None:
+    no limit), ``period_us``, ``burst_us``, ``gomaxprocs``, ``cpus`` (None if not recorded),
+    ``slice_us`` and ``hz`` (recorded, else the kernel's defaults), ``tick_phase_ns`` (how long
+    after a scheduler tick the boundaries came), and ``outer``: the levels above with a quota
+    of their own (a pod's), each a dict of ``level``, ``quota_us``, ``period_us``,
+    ``burst_us`` and ``offset_ns`` (how long after the table level's boundary its own comes)."""
+    return copy.deepcopy(_memo(run, "settings", _settings_built))
+
+
+def demand(run: Run) -> dict[str, Any]:
+    """The run's CPU demand as the replay takes it: arrivals (``sched_ns``, int64 ns) and the
+    CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
+    generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
+    open one), the measured CPU over the span, and where the demand came from
+    (``source``: "requests", with ``cost_source`` "cpu_ns" or "mean": :func:`request_costs`;
+    or "usage" for a bundle without requests: each period's measured
+    CPU as work arriving in it, a lower bound where the run was throttled, since work the
+    quota held back shows up later or never; latency is then unknown)."""
+    return copy.deepcopy(_memo(run, "demand", _demand_built))
+
+
+def _stw_model_built(run: Run) -> dict[str, float] | None:
+    """The run's GC stop-the-world pauses as the replay takes them (None without a trace
+    holding any, or without a quota: no period grid to place them on): how many began per
+    CPU-second the group used over the trace window
+    (``per_cpu_s``), and how long the ones that did not run into a boundary lasted
+    (``mean_ms``), with ``count`` and ``stretched`` as measured."""
+    if run.trace_path is None or _no_quota(run):
+        return None
+    try:
+        a = analyze(run)
+        sp, per = a.stw_periods, a.periods
+    except (MissingDataError, GmpError):
+        return None
+    seen = per["stw_count"].notna()
+    # the pauses that began in the periods the trace covers whole, over those periods' CPU
+    gc = sp[sp["kind"].astype(str).str.startswith("GC") & sp["period"].isin(per.loc[seen, "period"])]
+    used_s = float(per.loc[seen, "usage_us"].sum()) / 1e6
+    plain = gc.loc[~gc["spans_boundary"].astype(bool), "dur_ms"]
+    if not len(gc) or not len(plain) or used_s <= 0:
+        return None
+    return {
+        "per_cpu_s": len(gc) / used_s,
+        "mean_ms": float(plain.mean()),
+        "count": len(gc),
+        "stretched": int(gc["spans_boundary"].astype(bool).sum()),
+    }
