@@ -28,8 +28,10 @@ from .compare import period_summary
 from .errors import BundleError, MissingDataError
 from .gomaxprocs import effective as effective_gomaxprocs
 from .levels import level_names, level_run, levels_table, period_changes, table_level
+from .offsets import period_offsets
 from .periods import PeriodGrid, check_period, fit_period_grid, timer_late_ns
-from .timeline import build_level, build_periods, period_offsets, stw_periods
+from .periodtrace import stw_periods
+from .timeline import build_level, build_periods
 
 
 def period_ns(meta: dict[str, Any]) -> int:

@@ -20,8 +20,10 @@ from .compare import compare_table
 from .errors import GmpError, MissingDataError
 from .kernelfacts import kernel_table
 from .levels import level_names
+from .offsets import period_offsets
 from .periods import PeriodGrid
-from .timeline import build_periods, period_offsets, stw_periods
+from .periodtrace import stw_periods
+from .timeline import build_periods
 
 
 def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = None) -> pd.DataFrame:

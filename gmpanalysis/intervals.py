@@ -1,9 +1,10 @@
 """Sets of [start, end) intervals in ns, vectorised: how much of them lies before a time,
-and their union."""
+and their union; a nullable mask as a plain one."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def coverage(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -32,3 +33,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     ue = np.zeros(len(us), dtype=e.dtype)
     np.maximum.at(ue, grp, e)
     return us, ue
+
+
+def known_true(col: pd.Series) -> np.ndarray:
+    """A nullable boolean column as a numpy mask: unknown (NA) rows are not selected."""
+    return col.fillna(False).to_numpy(dtype=bool)

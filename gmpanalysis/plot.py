@@ -154,7 +154,7 @@ def plot_period_heatmap(
     colour the CPUs busy in that slice (blues, 0 to ``vmax`` — pass one value to compare
     runs; default the frame's ``cpus_max``) or red where the group stood frozen after its
     quota ran out; grey where the period's throttling is unknown. Takes
-    :func:`gmpanalysis.timeline.df_period_offsets` output."""
+    :func:`gmpanalysis.df_period_offsets` output."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -213,7 +213,7 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
     """Each STW pause: its length against where in its period it began. Red X: pauses still
     running when a throttled period ended (stretched across the frozen time); the shaded
     band is where the quota ran out in the run's throttled periods (p10-p90). Takes
-    :func:`gmpanalysis.timeline.df_stw_periods` output."""
+    :func:`gmpanalysis.df_stw_periods` output."""
     ax = _axes(ax, (7, 4))
     if stw.empty:
         ax.set_title("no STW pauses in the trace window")

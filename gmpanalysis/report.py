@@ -22,8 +22,9 @@ from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .levels import describe as describe_levels
+from .offsets import cpus_available
 from .sampling import sampling_summary
-from .timeline import cpus_available, df_period_groups
+from .timeline import df_period_groups
 
 SUMMARY_COLUMNS = {
     "name": "run",

@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .bundle import Run, streams_trace
+from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
-from .errors import MissingDataError, UsageError
-from .gomaxprocs import effective as effective_gomaxprocs
-from .gotrace.gcwork import df_assist_on_p, is_gc_worker
-from .intervals import coverage
+from .errors import MissingDataError
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import (
     add_frozen_columns,
-    covered_by,
     freezes_of,
     level_names,
     level_run,
@@ -34,6 +29,7 @@ from .levels import (
     table_level,
 )
 from .periods import PeriodGrid
+from .periodtrace import add_trace
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
 # of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
@@ -95,11 +91,6 @@ PERIOD_COLUMNS = [
     "latency_p50_ms",
     "latency_p99_ms",
 ]
-
-
-def known_true(col: pd.Series) -> np.ndarray:
-    """A nullable boolean column as a numpy mask: unknown (NA) rows are not selected."""
-    return col.fillna(False).to_numpy(dtype=bool)
 
 
 def _exhaustion(
@@ -323,114 +314,6 @@ def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int, P: i
     return out
 
 
-def _add_trace(df: pd.DataFrame, run: Run) -> None:
-    """The trace columns, over the whole table at once (periods of several segments need
-    not be contiguous)."""
-    n = len(df)
-    nan = np.full(n, np.nan)
-    cols = {
-        c: nan.copy()
-        for c in ("stw_us", "stw_max_us", "stw_count", "gc_mark_us", "gc_worker_us", "assist_us", "go_running_us")
-    }
-    cols["stw_spans_boundary"] = np.zeros(n, dtype=bool)
-    # outside the trace window (or without a trace): GOMAXPROCS at the start
-    g = effective_gomaxprocs(run)
-    cols["gomaxprocs"] = np.full(n, np.nan if g is None else float(g))
-    streamed = streams_trace(run)
-    if streamed:
-        tr = run.read_trace(("stw", "gc", "gomaxprocs", "assist", "labels"))
-    else:
-        tr = run.trace if run.trace_path is not None else None
-    if tr is not None and tr.meta["events"]:
-        start, end = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-        inside = (start >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
-        edges = np.r_[start, end]
-
-        def spread(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
-            return per_period(coverage(s0, s1, edges))
-
-        def per_period(c: np.ndarray) -> np.ndarray:
-            return np.where(inside, (c[n:] - c[:n]) / 1e3, np.nan)
-
-        stw, gc = tr.stw, tr.gc
-        cols["stw_us"] = spread(stw.start_ns.to_numpy(), stw.end_ns.to_numpy())
-        cols["gc_mark_us"] = spread(gc.start_ns.to_numpy(), gc.end_ns.to_numpy())
-        # GC CPU is counted only while on a P: a worker goroutine's every interval, and an
-        # assist range only where its goroutine ran (it may park inside the range)
-        if streamed:
-            c_worker, c_assist, c_run = _running_coverage(run, tr, edges)
-            cols["gc_worker_us"], cols["assist_us"], cols["go_running_us"] = (
-                per_period(c_worker),
-                per_period(c_assist),
-                per_period(c_run),
-            )
-        else:
-            r = tr.running
-            worker = is_gc_worker(tr)
-            cols["gc_worker_us"] = spread(r.start_ns.to_numpy()[worker], r.end_ns.to_numpy()[worker])
-            a = df_assist_on_p(tr)
-            cols["assist_us"] = spread(a.start_ns.to_numpy(), a.end_ns.to_numpy())
-            cols["go_running_us"] = spread(r.start_ns.to_numpy(), r.end_ns.to_numpy())
-        # STWs by the period they start in
-        s0, s1 = stw.start_ns.to_numpy(), stw.end_ns.to_numpy()
-        which = np.searchsorted(start, s0, side="right") - 1
-        ok = (which >= 0) & (s0 < end[np.maximum(which, 0)])
-        cnt = np.bincount(which[ok], minlength=n).astype(np.float64)
-        mx = np.zeros(n)
-        np.maximum.at(mx, which[ok], (s1 - s0)[ok] / 1e3)
-        cols["stw_count"] = np.where(inside, cnt, np.nan)
-        cols["stw_max_us"] = np.where(inside, np.where(cnt > 0, mx, 0.0), np.nan)
-        # an STW still open when a throttled period ends: stretched across the frozen time
-        if len(s0):
-            order = np.argsort(s0)
-            s0o, s1o = s0[order], s1[order]
-            run_max_end = np.maximum.accumulate(s1o)
-            last = np.searchsorted(s0o, end, side="left") - 1
-            spans = (last >= 0) & (run_max_end[np.maximum(last, 0)] > end)
-            # the boundary must lie in the trace window; its period may start before the trace
-            seen = (end >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
-            cols["stw_spans_boundary"] = spans & known_true(df["throttled"]) & seen
-        gm = tr.gomaxprocs
-        if len(gm):
-            idx = np.searchsorted(gm.t_ns.to_numpy(), start, side="right") - 1
-            v = gm.procs.to_numpy().astype(np.float64)
-            cols["gomaxprocs"] = np.where(idx >= 0, v[np.maximum(idx, 0)], cols["gomaxprocs"])
-    for c, v in cols.items():
-        df[c] = v
-
-
-def _running_coverage(run: Run, tr: Any, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The cumulative coverage (see :func:`coverage`) at ``edges`` of the GC workers' running
-    intervals, of the mark assists while on a P, and of all running intervals, from the
-    trace's generations one at a time: coverage adds up over any split of the intervals, so
-    the full running table is never in memory. ``tr`` holds the run's assists and goroutine
-    labels (read first): a goroutine labelled a GC worker anywhere in the trace is one in
-    every generation, as :func:`gmpanalysis.gotrace.gcwork.is_gc_worker` has it."""
-    from .gotrace import iter_generations
-    from .gotrace.gcwork import WORKER_PREFIX, _intersect_by_g
-
-    lab = tr.labels
-    workers = np.unique(lab.g.to_numpy()[lab.label.astype(str).str.startswith(WORKER_PREFIX).to_numpy()])
-    a = tr.assist
-    ag, a0, a1 = a.g.to_numpy(), a.start_ns.to_numpy(), a.end_ns.to_numpy()
-    c_worker, c_assist, c_run = (np.zeros(len(edges)) for _ in range(3))
-    for part in iter_generations(run.trace_path, tables=("running",)):
-        r = part.running
-        g, s0, s1 = r.g.to_numpy(), r.start_ns.to_numpy(), r.end_ns.to_numpy()
-        c_run += coverage(s0, s1, edges)
-        worker = np.isin(g, workers)
-        c_worker += coverage(s0[worker], s1[worker], edges)
-        user = ~worker
-        # every assist that overlaps this generation's intervals, whichever generation it
-        # ended in
-        if not len(g):
-            continue
-        near = (a0 < s1.max()) & (a1 > s0.min())
-        _, _, i0, i1 = _intersect_by_g(ag[near], a0[near], a1[near], g[user], s0[user], s1[user], r.p.to_numpy()[user])
-        c_assist += coverage(i0, i1, edges)
-    return c_worker, c_assist, c_run
-
-
 def _add_requests(df: pd.DataFrame, run: Run) -> None:
     n = len(df)
     df["requests"] = np.zeros(n, dtype=np.int64)
@@ -540,7 +423,7 @@ def build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
             f"sampled span {(s['t_ns'].iloc[-1] - s['t_ns'].iloc[0]) / 1e6:.0f} ms); collect for longer"
         )
     out = pd.concat(parts, ignore_index=True)
-    _add_trace(out, run)
+    add_trace(out, run)
     _add_requests(out, run)
     out.attrs["grid"] = grid
     out.attrs["ledger"] = Ledger(
@@ -659,105 +542,4 @@ def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits
             "outside": float((inside[0] - u[0]) + (u[-1] - inside[1])),
         }
     )
-    return out
-
-
-def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
-    """:func:`df_period_offsets` over a given period table."""
-    names = level_names(run)
-    single = len(names) == 1 and "cgroup" not in run.samples
-    s = run.samples if single else level_run(run, per.attrs.get("level") or names[0]).samples
-    P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
-    if not (isinstance(bucket_ms, int | float) and 0 < bucket_ms * 1e6 <= P):
-        raise UsageError(f"df_period_offsets: bucket_ms {bucket_ms!r} must lie in (0, {P / 1e6:g}] (the period)")
-    b_ns = int(bucket_ms * 1e6)
-    nb = max(1, P // b_ns)
-    edges = per["start_ns"].to_numpy()[:, None] + np.arange(nb + 1, dtype=np.int64)[None, :] * b_ns
-    u = np.interp(
-        edges.ravel().astype(np.float64), s["t_ns"].to_numpy().astype(np.float64), s["usage_us"].to_numpy()
-    ).reshape(edges.shape)
-    cpus = np.diff(u, axis=1) / (b_ns / 1e3)
-    cap = cpus_available(run)
-    cap = np.inf if np.isnan(cap) else cap  # nothing to cap at: the tick steps stay as read
-    # a period that as a whole shows more than the cap (tick charges at its edges) is capped
-    # at its own mean instead, so its CPU-seconds still fit
-    lim = np.maximum(cap, cpus.mean(axis=1)) if len(cpus) else np.zeros(0)
-    for i in range(nb - 1, 0, -1):  # a few buckets per period; vectorised over periods
-        over = np.maximum(cpus[:, i] - lim, 0.0)
-        cpus[:, i] -= over
-        cpus[:, i - 1] += over
-    for i in range(nb - 1):  # what the first bucket cannot hold goes forward again
-        over = np.maximum(cpus[:, i] - lim, 0.0)
-        cpus[:, i] -= over
-        cpus[:, i + 1] += over
-    off = np.arange(nb) * bucket_ms
-    led = per.attrs.get("ledger")
-    freezes = led.freezes if led is not None and led.freezes is not None else None
-    if freezes is not None:
-        # a bucket is frozen when a freeze of any level covers its middle
-        mids = per["start_ns"].to_numpy()[:, None] + (np.arange(nb, dtype=np.int64) * b_ns + b_ns // 2)[None, :]
-        by = covered_by(freezes, mids.ravel())
-        frozen = by != ""
-    else:
-        ex = per["exhausted_at_us"].to_numpy() / 1e3
-        thr = known_true(per["throttled"])
-        frozen = (thr[:, None] & (off[None, :] >= np.nan_to_num(ex, nan=np.inf)[:, None])).ravel()
-        by = np.where(frozen, str(per.attrs.get("level", "container")), "")
-    out = pd.DataFrame(
-        {
-            "period": np.repeat(per["period"].to_numpy(), nb),
-            "offset_ms": np.tile(off, len(per)),
-            "cpus": cpus.ravel(),
-            "frozen": frozen,
-            "frozen_by": pd.array(by, dtype="string"),
-            "unknown": np.repeat((per["frozen_by"] if "frozen_by" in per else per["throttled"]).isna().to_numpy(), nb),
-        }
-    )
-    out.attrs["level"] = per.attrs.get("level")
-    out.attrs["cpus_max"] = cap if np.isfinite(cap) else np.nan
-    return out
-
-
-def cpus_available(run: Run) -> float:
-    """The most CPUs the group can run on at once: the host's CPUs (meta.json ``ncpu``) and
-    GOMAXPROCS (:attr:`gmpanalysis.Analysis.gomaxprocs`), whichever is known and smaller;
-    NaN when neither is (the analyst's own machine says nothing about the run's)."""
-    m = run.meta
-    vals = [v for v in (m.get("ncpu"), effective_gomaxprocs(run)) if isinstance(v, int | float) and v > 0]
-    return float(min(vals)) if vals else float("nan")
-
-
-def stw_periods(run: Run, per: pd.DataFrame) -> pd.DataFrame:
-    """:func:`df_stw_periods` over a given period table (any subset of rows: a pause is
-    placed only in a row that holds its start)."""
-    tr = run.trace
-    if tr is None:
-        raise MissingDataError(f"{run.path}: no trace.out in the bundle: STW pauses come from the Go trace")
-    stw = tr.stw
-    per = per.sort_values("start_ns")
-    start, end_all = per["start_ns"].to_numpy(), per["end_ns"].to_numpy()
-    s0 = stw["start_ns"].to_numpy()
-    k = np.searchsorted(start, s0, side="right") - 1
-    ok = (k >= 0) & (s0 < end_all[np.maximum(k, 0)])
-    st, kk = stw[ok], k[ok]
-    row = per.iloc[kk]
-    end = row["end_ns"].to_numpy()
-    out = pd.DataFrame(
-        {
-            "start_ns": st["start_ns"].to_numpy(),
-            "dur_ms": (st["end_ns"] - st["start_ns"]).to_numpy() / 1e6,
-            "kind": st["kind"].to_numpy(),
-            "period": row["period"].to_numpy(),
-            "offset_ms": (st["start_ns"].to_numpy() - row["start_ns"].to_numpy()) / 1e6,
-            "throttled": known_true(row["throttled"]),
-            "exhausted_ms": row["exhausted_at_us"].to_numpy() / 1e3,
-            "spans_boundary": known_true(row["throttled"]) & (st["end_ns"].to_numpy() > end),
-        }
-    )
-    # where the quota ran out in the run's throttled periods (all of them, not only those
-    # holding an STW): the band the pauses are read against
-    ex = per.loc[known_true(per["throttled"]), "exhausted_at_us"].dropna().to_numpy() / 1e3
-    out.attrs["period_ms"] = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e6 if len(per) else np.nan
-    out.attrs["exhausted_p10_ms"] = float(np.percentile(ex, 10)) if len(ex) else np.nan
-    out.attrs["exhausted_p90_ms"] = float(np.percentile(ex, 90)) if len(ex) else np.nan
     return out

@@ -11,8 +11,9 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
+from gmpanalysis.intervals import coverage
 from gmpanalysis.levels import level_run
-from gmpanalysis.timeline import PERIOD_COLUMNS, coverage, df_conservation, df_period_groups
+from gmpanalysis.timeline import PERIOD_COLUMNS, df_conservation, df_period_groups
 
 BY_NAME = {p.name: p for p in RUNS}
 
