@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bundle import Run, _parse_csv, _read_bytes
+from .bundle import Run
+from .bundlefiles import _parse_csv, _read_bytes
 from .errors import BundleError, MissingDataError
 
 LATENESS_COLUMNS: dict[str, Any] = {
