@@ -106,7 +106,7 @@ def test_a_tighter_pod_quota_freezes_it_and_is_named(bins, tmp_path):
     assert gmp.df_periods(run).attrs["level"] == "pod"
     ended = check_against_truth(run)["ended"]
     assert set(ended) == {"pod"}
-    assert "The pod's quota froze it" in " ".join(gmp.levels.describe(run))
+    assert "The pod's quota froze it" in " ".join(gmp.levels.describe(gmp.analyze(run)))
 
 
 def test_equal_quotas_each_freeze_matches_the_spinners_gaps(bins, tmp_path):
