@@ -18,6 +18,30 @@ def _pct(x: pd.Series | np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else np.nan
 
 
+def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The one definition of the wall time a run stood frozen, per period: µs frozen by any
+    level (``frozen_us``: the container's quota or the pod's, their union), and which periods
+    know it (their throttling is known). A table without the levels' columns counts its own
+    stall."""
+    frozen = (per["frozen_us"] if "frozen_us" in per else per["stall_us"]).to_numpy(dtype=np.float64)
+    # frozen_us is a number in every row (0 where no level froze), also in a hole's periods:
+    # the periods that know it are those whose throttling is known
+    known = np.isfinite(frozen) & per["throttled"].notna().to_numpy()
+    return frozen, known
+
+
+def frozen_by_levels(per: pd.DataFrame) -> dict[str, int]:
+    """How many periods each level's quota froze (a period frozen by two counts for both)."""
+    if "frozen_by" not in per:
+        return {}
+    out: dict[str, int] = {}
+    for v in per["frozen_by"].dropna():
+        for lv in str(v).split(","):
+            if lv:
+                out[lv] = out.get(lv, 0) + 1
+    return out
+
+
 def period_summary(per: pd.DataFrame) -> dict[str, float]:
     """Throttling metrics of one run. One definition is THE share of periods throttled:
     ``throttled_pct_wall``, throttled periods among all the CFS periods of the sampled span
@@ -35,7 +59,10 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     throttled periods), cpus_throttled_p50, throttled_rq_ms_per_throttled (throttled time, a
     sum over CPUs, per throttled period), throttled_rq_s (all of it: CPU-seconds the group's
     run queues stood frozen, the counter's delta), usage_ms_per_active (CPU per active period: about
-    the quota when quota-bound).
+    the quota when quota-bound). What froze the process at any level (a pod's quota too,
+    which the table's own counters do not see): frozen_periods, frozen_pct_wall (% of all
+    periods), frozen_ms_per_s (:func:`frozen_wall` per second of the periods that know it)
+    and frozen_by ("pod 153, container 115": periods per level, most first).
     """
     n = len(per)
     thr_known = per["throttled"].fillna(False).astype(bool)
@@ -75,6 +102,23 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "throttled_rq_s": thr_us / 1e6,
         # every row's usage (an idle period uses about none), over the kernel's active count
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
+        **_frozen_summary(per, period_s),
+    }
+
+
+def _frozen_summary(per: pd.DataFrame, period_s: float) -> dict[str, object]:
+    n = len(per)
+    frozen, known = frozen_wall(per)
+    if "frozen_by" in per:
+        hit = int((per["frozen_by"].fillna("").str.len() > 0).sum())
+    else:
+        hit = int(per["throttled"].fillna(False).astype(bool).sum())
+    by = sorted(frozen_by_levels(per).items(), key=lambda x: (-x[1], x[0]))
+    return {
+        "frozen_periods": hit,
+        "frozen_pct_wall": 100 * hit / n if n else np.nan,
+        "frozen_ms_per_s": float(frozen[known].sum() / 1e3 / (known.sum() * period_s)) if known.any() else np.nan,
+        "frozen_by": ", ".join(f"{lv} {k}" for lv, k in by),
     }
 
 

@@ -34,7 +34,10 @@ SUMMARY_COLUMNS = {
     "throughput_rps": "throughput (req/s)",
     "latency_p50_ms": "latency p50 (ms)",
     "latency_p99_ms": "latency p99 (ms)",
-    "throttled_pct_wall": "periods throttled (% of all periods)",
+    "frozen_pct_wall": "periods frozen, any level (% of all periods)",
+    "frozen_ms_per_s": "frozen, any level (ms per s)",
+    "frozen_by": "frozen by (periods per level)",
+    "throttled_pct_wall": "own quota ran out (% of all periods)",
     "throttled_pct_active": "classic nr_throttled/nr_periods (% of active periods only)",
     "unknown_periods": "periods unknown (holes in the samples)",
     "exhausted_p50_ms": "quota ran out at (p50, ms)",
@@ -54,15 +57,30 @@ def findings(cmp: pd.DataFrame) -> list[str]:
     out = []
     for r in cmp.itertuples(index=False):
         limit = r.cpu_limit or "no"
-        if r.throttled_periods:
+        head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with a {limit} CPU limit"
+        if r.frozen_periods:
+            # what froze the process, at any level, first: a pod's quota freezes a container
+            # whose own cpu.stat never counts it
             s = (
-                f"{r.name}: GOMAXPROCS {r.gomaxprocs} with a {limit} CPU limit — the quota ran out "
-                f"{r.exhausted_p50_ms:.0f} ms into the period (median) in {r.throttled_pct_wall:.0f} % of "
-                f"periods; then about {r.cpus_throttled_p50:.1f} CPUs stood frozen for "
-                f"{r.stall_ms_per_period:.0f} ms."
+                f"{head} — frozen in {r.frozen_pct_wall:.0f} % of periods, {r.frozen_ms_per_s:.0f} ms per second "
+                f"(periods per level: {r.frozen_by})"
+            )
+            if r.throttled_periods:
+                s += (
+                    f"; its own quota ran out {r.exhausted_p50_ms:.0f} ms into the period (median) in "
+                    f"{r.throttled_pct_wall:.0f} % of periods, then about {r.cpus_throttled_p50:.1f} CPUs stood "
+                    f"frozen for {r.stall_ms_per_period:.0f} ms."
+                )
+            else:
+                s += "; its own cgroup's quota never ran out: another level's quota froze it."
+        elif r.throttled_periods:
+            s = (
+                f"{head} — the quota ran out {r.exhausted_p50_ms:.0f} ms into the period (median) in "
+                f"{r.throttled_pct_wall:.0f} % of periods; then about {r.cpus_throttled_p50:.1f} CPUs stood frozen "
+                f"for {r.stall_ms_per_period:.0f} ms."
             )
         else:
-            s = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with a {limit} CPU limit — never throttled."
+            s = f"{head} — never throttled."
         if r.stw_spanning_boundary:
             s += (
                 f" The longest stop-the-world pause, {r.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary "

@@ -42,7 +42,8 @@ def test_report_findings_are_computed_from_the_data(report):
     html = report.read_text()
     cmp = gmp.compare_runs([gmp.load_run(p) for p in RUNS]).set_index("name")
     a = cmp.loc["alloc-0.5cpu-gmp8"]
-    assert f"the quota ran out {a.exhausted_p50_ms:.0f} ms into the period" in html
+    assert f"frozen in {a.frozen_pct_wall:.0f} % of periods, {a.frozen_ms_per_s:.0f} ms per second" in html
+    assert f"its own quota ran out {a.exhausted_p50_ms:.0f} ms into the period" in html
     assert f"The longest stop-the-world pause, {a.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary" in html
     assert "Under the same load (open poisson 18.0)" in html
 

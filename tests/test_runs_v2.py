@@ -200,3 +200,23 @@ def test_local_checks_edges_are_unknown_not_disagreements():
     # a real freeze the kernel never saw: a disagreement
     c = local_checks(_table([0, 100, 200], [0, 0, 0]), _freeze(150, 200))
     assert c.attrs["disagree"] == [1]
+
+
+def test_the_headline_counts_what_froze_the_process_at_any_level():
+    """A container frozen only by its pod's quota: its own cpu.stat never throttled, so the
+    classic figures say 0 %; the summary and the report's findings count the pod's freezes
+    and say whose they were, from the same per-period table."""
+    from gmpanalysis.report import findings
+
+    run = gmp.load_run(ANCESTOR)
+    per = gmp.df_periods(run)
+    row = gmp.compare_runs([run]).iloc[0]
+    assert row["throttled_pct_wall"] == 0 and row["throttled_periods"] == 0
+    frozen = int((per["frozen_by"].fillna("").str.len() > 0).sum())
+    assert row["frozen_periods"] == frozen >= 10 and row["frozen_by"] == f"pod {frozen}"
+    assert row["frozen_pct_wall"] == pytest.approx(100 * frozen / len(per))
+    known = per["throttled"].notna()
+    assert row["frozen_ms_per_s"] == pytest.approx(per.loc[known, "frozen_us"].sum() / 1e3 / (known.sum() * 0.1))
+    (said,) = findings(gmp.compare_runs([run]))
+    assert f"frozen in {row['frozen_pct_wall']:.0f} % of periods" in said and "pod" in said
+    assert "another level's quota froze it" in said

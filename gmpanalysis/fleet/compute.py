@@ -105,17 +105,14 @@ def summarize_bundle(run: Any, per: pd.DataFrame) -> dict[str, Any]:
     pauses still open when a throttled period ended; ``gomaxprocs`` (in force at the start),
     ``limit_cpus`` (quota / period, NaN: none), ``ncpu``; ``wall_start`` (meta.json, ISO)
     and ``trace_s`` the seconds of periods the trace covers."""
-    from ..compare import period_summary
+    from ..compare import frozen_wall, period_summary
 
     ps = period_summary(per)
     m = run.meta
     q, p = m.get("quota_us"), m.get("period_us")
     g = per["gomaxprocs"].dropna()
-    frozen = (per["frozen_us"] if "frozen_us" in per else per["stall_us"]).to_numpy(dtype=np.float64)
+    frozen, known = frozen_wall(per)
     length = (per["end_ns"] - per["start_ns"]).to_numpy(dtype=np.float64) / 1e9
-    # frozen_us is a number in every row (0 where no level froze), also in a hole's periods:
-    # the periods that know it are those whose throttling is known
-    known = np.isfinite(frozen) & per["throttled"].notna().to_numpy()
     traced = per["stw_count"].notna().to_numpy() if "stw_count" in per else np.zeros(len(per), dtype=bool)
     return {
         "wall_start": str(m.get("wall_start") or ""),
