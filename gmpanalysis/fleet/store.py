@@ -31,11 +31,11 @@ import pandas as pd
 
 from ..errors import BundleError, GmpWarning, NotFoundError
 from ..location import BUNDLE_FILES, fs_of
+from ..names import path_component
 
 PARTS = ("cluster", "namespace", "workload", "pod", "capture")
 BUNDLES = "bundles"
 DERIVED = "derived"
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # a pod of a Deployment is named <deployment>-<replicaset hash>-<5 characters>, of a
 # ReplicaSet or DaemonSet <name>-<5 characters>, of a StatefulSet <name>-<ordinal>
 _DEPLOYMENT_POD = re.compile(r"^(?P<w>.+)-[a-z0-9]{6,10}-[a-z0-9]{5}$")
@@ -43,8 +43,8 @@ _SET_POD = re.compile(r"^(?P<w>.+)-(?:[a-z0-9]{5}|\d+)$")
 
 
 def _safe(v: object, default: str) -> str:
-    s = _SAFE.sub("_", str(v)).strip("._") if v not in (None, "") else ""
-    return s[:100] or default
+    """A partition value: ``default`` for none, else the one path-component rule."""
+    return default if v in (None, "") else path_component(v)
 
 
 def newest_first(rows: pd.DataFrame) -> pd.DataFrame:

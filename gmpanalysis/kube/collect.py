@@ -29,7 +29,7 @@ from ..errors import CgroupFormatError, CollectError, GmpError
 from ..schema import new_meta
 from .api import _api_error, _call, _client, unreachable
 from .config import CollectConfig, validate
-from .paths import bundle_dir
+from .paths import bundle_dir, safe_component
 from .sampler import (
     _first_t,
     _last_t,
@@ -101,8 +101,9 @@ def collect_pod(
     # the names come from the API server: each is made a safe path component (a hostile
     # server's "../x" stays inside --out); meta.json keeps them as sent
     out = bundle_dir(cfg.out, info["namespace"], info["pod"], info["container"], stamp)
-    if out.name != f"{info['namespace']}-{info['pod']}-{info['container']}-{stamp}":
-        log(f"{info['pod']!r}: not a valid Kubernetes name; its bundle is {out}")
+    odd = [info[k] for k in ("namespace", "pod", "container") if safe_component(info[k]) != info[k]]
+    if odd:
+        log(f"{odd[0]!r}: not a valid Kubernetes name; its bundle is {out}")
     out.mkdir(parents=True, exist_ok=False)
     csv = out / "cpu_stat.csv"
     meta: dict[str, Any] = {

@@ -9,29 +9,18 @@ name as sent.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from pathlib import Path
 
 from ..errors import CollectError
-
-# what Kubernetes itself allows in a namespace, pod or container name (DNS-1123 subdomain)
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_MAX = 63  # per name: three names and a stamp stay well below NAME_MAX (255 bytes)
+from ..names import path_component
 
 
 def safe_component(name: object) -> str:
-    """``name`` as one path component: unchanged when it is a valid Kubernetes name of at
-    most 63 characters, else its safe characters (others as '_', no leading dot, at most 54
-    of them) followed by '~' and 8 hex digits of its SHA-256, so that two different hostile
-    names never share a directory. Never empty, never '.', '..', never holds '/' or NUL."""
-    text = str(name)
-    if len(text) <= _MAX and _DNS1123.match(text) and text not in (".", ".."):
-        return text
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    stem = _UNSAFE.sub("_", text).lstrip(".")[: _MAX - 9]
-    return f"{stem or '_'}~{digest}"
+    """``name`` as one path component, by the project's one rule
+    (:func:`gmpanalysis.names.path_component`): a Kubernetes name, or a capture stamp, as it
+    is; anything else its safe characters, '~' and 8 hex digits of its SHA-256, so that two
+    different hostile names never share a directory."""
+    return path_component(name)
 
 
 def bundle_dir(out: str | Path, namespace: object, pod: object, container: object, stamp: str) -> Path:

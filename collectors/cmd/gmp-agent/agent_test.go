@@ -63,13 +63,19 @@ func TestAllowedLimits(t *testing.T) {
 }
 
 func TestSafeNames(t *testing.T) {
-	for in, want := range map[string]string{"../x": ".._x", "..": "_", "": "_", "a/b c": "a_b_c", "ok-1.2_3": "ok-1.2_3"} {
-		if got := safe(in); got != want {
-			t.Errorf("safe(%q) = %q, want %q", in, got, want)
-		}
+	// the same golden cases as the Python side (gmpanalysis/names.py)
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "tests", "data", "names.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := safe(strings.Repeat("a", 300)); len(got) != 100 {
-		t.Errorf("safe of 300 bytes is %d long", len(got))
+	var cases []struct{ In, Out string }
+	if err := json.Unmarshal(data, &cases); err != nil || len(cases) < 10 {
+		t.Fatalf("tests/data/names.json: %v (%d cases)", err, len(cases))
+	}
+	for _, c := range cases {
+		if got := safe(c.In); got != c.Out {
+			t.Errorf("safe(%q) = %q, want %q", c.In, got, c.Out)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,18 +43,29 @@ type captureResult struct {
 	err      string
 }
 
-var unsafeRe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+var (
+	keepRe   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,62}$`)
+	unsafeRe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+)
 
-// safe makes an API name a path component (a hostile "../x" stays inside --out).
+// safe makes an API name one path component (a hostile "../x" stays inside --out), by the
+// project's one rule (gmpanalysis/names.py, golden cases in tests/data/names.json): a name
+// of at most 63 letters, digits and ._- not starting with a dot is kept; anything else is
+// its safe characters (others as _, leading dots dropped, at most 54) and "~" with 8 hex
+// digits of its SHA-256, so two different names never share a component.
 func safe(s string) string {
-	s = unsafeRe.ReplaceAllString(s, "_")
-	if s == "" || s == "." || s == ".." {
-		return "_"
+	if keepRe.MatchString(s) {
+		return s
 	}
-	if len(s) > 100 {
-		s = s[:100]
+	sum := sha256.Sum256([]byte(s))
+	stem := strings.TrimLeft(unsafeRe.ReplaceAllString(s, "_"), ".")
+	if len(stem) > 54 {
+		stem = stem[:54]
 	}
-	return s
+	if stem == "" {
+		stem = "_"
+	}
+	return stem + "~" + hex.EncodeToString(sum[:4])
 }
 
 // newCapture prepares a capture on the agent's goroutine: everything it needs of the
