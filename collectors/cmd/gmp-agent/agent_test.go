@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -252,5 +253,28 @@ func TestRecoverSpool(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(a.cfg.out, captureLog)); strings.Count(string(b), "\n") != 1 {
 		t.Fatalf("capture log not pruned: %q", b)
+	}
+}
+
+func TestUnknownFiguresAreNull(t *testing.T) {
+	b, err := json.Marshal(verdict{Share: -1, FrozenPerMin: -1})
+	if err != nil || !strings.Contains(string(b), `"throttled_share":null`) ||
+		!strings.Contains(string(b), `"frozen_cpu_s_per_min":null`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	b, _ = json.Marshal(verdict{Share: 0.5, FrozenPerMin: 0})
+	if !strings.Contains(string(b), `"throttled_share":0.5`) || !strings.Contains(string(b), `"frozen_cpu_s_per_min":0`) {
+		t.Fatalf("%s", b)
+	}
+}
+
+func TestHelpNamesTheSpoolValue(t *testing.T) {
+	// Go's flag package takes a backquoted word of a usage text as the value's name
+	var c config
+	fs := flag.NewFlagSet("gmp-agent", flag.ContinueOnError)
+	c.register(fs)
+	f := fs.Lookup("max-spool-bytes")
+	if name, _ := flag.UnquoteUsage(f); name != "value" && name != "int" {
+		t.Fatalf("--max-spool-bytes shows its value as %q", name)
 	}
 }

@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // trigger says when a watched container is worth a capture. Both rules read cumulative
 // counters at two instants, so reading them once a second loses nothing: nr_periods counts
@@ -49,6 +52,24 @@ type verdict struct {
 	Periods      uint64  `json:"periods"`              // periods the share is taken over
 	FrozenPerMin float64 `json:"frozen_cpu_s_per_min"` // -1 when less than 10 s is known
 	Span         float64 `json:"frozen_span_s"`
+}
+
+// MarshalJSON writes a figure not known yet (-1 inside) as null: the log and meta.json
+// say "unknown", never a negative share or rate a reader could take for a measurement.
+func (v verdict) MarshalJSON() ([]byte, error) {
+	known := func(x float64) *float64 {
+		if x < 0 {
+			return nil
+		}
+		return &x
+	}
+	return json.Marshal(struct {
+		Fire         bool     `json:"fire"`
+		Share        *float64 `json:"throttled_share"`
+		Periods      uint64   `json:"periods"`
+		FrozenPerMin *float64 `json:"frozen_cpu_s_per_min"`
+		Span         float64  `json:"frozen_span_s"`
+	}{v.Fire, known(v.Share), v.Periods, known(v.FrozenPerMin), v.Span})
 }
 
 // judge applies the trigger to a history. The share is taken from the latest read back to
