@@ -131,7 +131,17 @@ FIELDS: dict[str, Field] = {
             "pod_template_hash": _f("string|null", "the pod's pod-template-hash label (a Deployment's ReplicaSet)"),
         },
     ),
-    "agent": _f("object|null", "gmp-agent: the node, the trigger's verdict and rule, the workload, the start"),
+    "agent": _f(
+        "object|null",
+        "gmp-agent: the node, the trigger's verdict and rule, the workload, the start",
+        properties={
+            "workload": _f(
+                "string|null",
+                "namespace/controller/container: the workload of the agent's rate limits and of the store's "
+                "workload partition (a ReplicaSet's Deployment)",
+            ),
+        },
+    ),
     "trace": _f("object|null", "the trace capture: times, status, bytes"),
     "restarts": _f("array", "container restarts followed during the collection", items="object"),
     "notes": _f("array", "what the collector wants the reader to know", items="string"),

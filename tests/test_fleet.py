@@ -90,6 +90,9 @@ def test_workload_from_kubernetes_pod_names():
     # the controller gmp-agent read from the API wins over the pod name's shape
     rs = {"kind": "ReplicaSet", "name": "checkout-v2-7d9c8b6f5d", "pod_template_hash": "7d9c8b6f5d"}
     assert bundle_parts({**base, "pod": "checkout-v2-7d9c8b6f5d-x2k4q", "owner": rs})["workload"] == "checkout-v2"
+    # the node agent's own name of the workload (its rate limits' key) wins over both
+    named = {"agent": {"workload": "shop/checkout-v2/app"}, "owner": rs, "pod": "x-7d9c8b6f5d-x2k4q"}
+    assert bundle_parts({**base, **named})["workload"] == "checkout-v2"
     job = {"kind": "Job", "name": "nightly-29123"}
     assert bundle_parts({**base, "pod": "nightly-29123-abcde", "owner": job})["workload"] == "nightly-29123"
     p = bundle_parts({**base, "pod": "a/../b", "cluster": "prod eu"})

@@ -57,9 +57,15 @@ def newest_first(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def workload_of(meta: dict[str, Any]) -> str:
-    """The workload a bundle belongs to: meta.json ``workload`` where the collector named it,
-    else the pod's controller (``owner``: a ReplicaSet's Deployment), else the owner's name
-    as Kubernetes builds pod names from it, else the run's name (lab runs)."""
+    """The workload a bundle belongs to: as the node agent named it (meta.json
+    ``agent.workload``, namespace/controller/container: its controller part), else meta.json
+    ``workload`` where a collector named it, else the pod's controller (``owner``: a
+    ReplicaSet's Deployment), else the owner's name as Kubernetes builds pod names from it,
+    else the run's name (lab runs)."""
+    agent = meta.get("agent")
+    named = agent.get("workload") if isinstance(agent, dict) else None
+    if isinstance(named, str) and named.count("/") == 2 and named.split("/")[1]:
+        return named.split("/")[1]
     w = meta.get("workload")
     if isinstance(w, str) and w:
         return w
