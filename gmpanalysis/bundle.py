@@ -393,7 +393,7 @@ def to_meta(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
 
 
 # A trace file at least this big is not read whole for df_periods: its running intervals
-# are summed per period one generation at a time (see _running_coverage), unless the run's
+# are summed per period one generation at a time (periodtrace._running_coverage), unless the run's
 # trace is in memory already.
 STREAM_TRACE_BYTES = 256 << 20
 

@@ -125,10 +125,11 @@ def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     levels = np.full(n, "", dtype=object)
     for lv in pd.unique(freezes["level"]) if len(freezes) else ():
         sel = real & (freezes["level"].to_numpy() == lv)
-        kl, il = slot(freezes["end_ns"].to_numpy(np.int64)[sel])
+        if not sel.any():
+            continue
         # a level's freeze belongs to the rise of the union it is part of
         ku = np.searchsorted(s, freezes["start_ns"].to_numpy(np.int64)[sel], side="right") - 1
-        kl, il = slot(e[np.clip(ku, 0, max(len(e) - 1, 0))]) if len(e) else (kl, il)
+        kl, il = slot(e[ku])
         hit = np.bincount(kl[il], minlength=n) > 0
         levels[hit] = np.where(levels[hit] == "", lv, levels[hit] + "," + lv)
     local = per["local_throttled_us"].to_numpy(float)

@@ -175,8 +175,11 @@ def df_kernel(run: Run) -> pd.DataFrame:
     P = bundle_period_us(run.meta) * 1000
     phases = {}
     for name in level_names(run):
+        la = analyze(run).of_level(name)
+        if la.run.meta.get("quota_us") is None:
+            continue  # no limit, no period timer
         try:
-            grid = df_periods(run, level=name).attrs["grid"]
+            grid = la.grid  # the level's own fit, memoised
         except GmpError:
             continue
         phases[name] = grid.segments[0].phase_ns % P / 1e6

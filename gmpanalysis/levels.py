@@ -349,18 +349,8 @@ def add_frozen_columns(
 
 
 def levels_table(a: Any) -> pd.DataFrame:
-    """The cgroup levels of a bundle and how each one's quota froze the process.
-
-    One row per level, the process's own first. Columns: ``level``; ``own`` bool, the
-    process's own cgroup; ``cgroup`` the path (meta.json ``levels``; NA if not recorded);
-    ``period_us``, ``quota_us`` (Int64, NA: no limit) and ``burst_us`` at the start;
-    ``quota_changes`` how many times the quota changed during the run (limits.csv);
-    ``phase_ms`` the level's period boundaries modulo the period (ms, NaN without a quota)
-    and ``phase_unc_ms`` its uncertainty; ``offset_ms`` how long after the own level's
-    boundary this level's boundary comes (ms, in [0, period)); ``periods`` and
-    ``throttled`` rows of its own table (throttled known true); ``frozen_s`` wall seconds
-    it stood frozen (sum of its freezes).
-    """
+    """:func:`gmpanalysis.df_levels` (its columns are listed there) from the run's
+    :class:`~gmpanalysis.Analysis` ``a``: each level's own grid and table, memoised."""
     run = a.run
     names = level_names(run)
     rows = []

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .cgroup import bundle_period_us
 from .errors import UsageError
 from .gomaxprocs import effective as effective_gomaxprocs
 from .intervals import known_true
@@ -18,7 +19,7 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
     names = level_names(run)
     single = len(names) == 1 and "cgroup" not in run.samples
     s = run.samples if single else level_run(run, per.attrs.get("level") or names[0]).samples
-    P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else 100_000_000
+    P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else bundle_period_us(run.meta) * 1000
     if not (isinstance(bucket_ms, int | float) and 0 < bucket_ms * 1e6 <= P):
         raise UsageError(f"df_period_offsets: bucket_ms {bucket_ms!r} must lie in (0, {P / 1e6:g}] (the period)")
     b_ns = int(bucket_ms * 1e6)
