@@ -5,7 +5,8 @@ run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
 run.samples            # cpu.stat reads, units normalised
 """
 
-from . import fleet
+# _pools first: it sets the native thread pools' environment before numpy loads
+from . import _pools, fleet  # noqa: F401
 from .advise import advise
 from .analysis import Analysis, analyze
 from .bundle import Run, load_run, read_cpu_stat, read_host_stat, read_limits, read_requests

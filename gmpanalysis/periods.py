@@ -112,7 +112,8 @@ def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
         return []
     fall = np.zeros(len(samples) - 1, dtype=bool)
     for c in COUNTERS:
-        fall |= np.diff(samples[c].to_numpy()) < 0
+        v = samples[c].to_numpy()
+        fall |= v[1:] < v[:-1]
     cuts = np.flatnonzero(fall) + 1
     edges = np.r_[0, cuts, len(samples)]
     return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]
@@ -129,13 +130,23 @@ def _usable(d: np.ndarray, width: np.ndarray, period_ns: int) -> np.ndarray:
     return narrow if narrow.any() else ok
 
 
+def _brackets(
+    t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The usable brackets (see :func:`_usable`): for each, the read pair's first row and
+    the earliest and latest times of the boundary between them. Only read pairs across
+    which nr_periods rose can hold one (about one pair in a hundred at 1 ms sampling), so
+    the rest are dropped before any arithmetic."""
+    rose = np.flatnonzero(periods[1:] > periods[:-1])
+    lo = t[rose] - read[rose] // 2  # the previous read started here at the earliest
+    hi = t[rose + 1] + read[rose + 1] // 2  # this read ended here at the latest
+    use = _usable(periods[rose + 1] - periods[rose], hi - lo, period_ns)
+    return rose[use], lo[use], hi[use]
+
+
 def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> tuple[int, int, int, int]:
     """Phase, uncertainty, brackets used, late brackets dropped, for one segment."""
-    d = np.diff(periods)
-    lo = t[:-1] - read[:-1] // 2  # the previous read started here at the earliest
-    hi = t[1:] + read[1:] // 2  # this read ended here at the latest
-    use = _usable(d, hi - lo, period_ns)
-    lo, hi = lo[use], hi[use]
+    _, lo, hi = _brackets(t, read, periods, period_ns)
     if len(lo) == 0:
         raise MissingDataError(
             "no nr_periods increment between two reads closer than half a period: the cgroup has no CPU "
@@ -167,13 +178,9 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     """The first read (row offset) after which the boundaries follow a different phase, or
     None. A recreated cgroup normally restarts its counters (see split_segments); this
     catches a new timer phase whose counters did not visibly fall."""
-    d = np.diff(periods)
-    lo = t[:-1] - read[:-1] // 2
-    hi = t[1:] + read[1:] // 2
-    use = np.flatnonzero(_usable(d, hi - lo, period_ns))
+    use, lo, hi = _brackets(t, read, periods, period_ns)
     if len(use) < 3:
         return None
-    lo, hi = lo[use], hi[use]
     half = period_ns // 2
     d_hi = (hi - int(hi[np.argmin(hi - lo)]) + half) % period_ns - half
     d_lo = d_hi - (hi - lo)
@@ -217,7 +224,7 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     if missing:
         raise MissingDataError(f"samples lack column(s) {', '.join(missing)}; read them with gmp.read_cpu_stat")
     t_all = samples["t_ns"].to_numpy()
-    back = np.flatnonzero(np.diff(t_all) < 0)
+    back = np.flatnonzero(t_all[1:] < t_all[:-1])
     if len(back):
         raise UsageError(
             f"samples row {int(back[0]) + 1}: t_ns goes backwards ({t_all[back[0]]} -> {t_all[back[0] + 1]}); "
@@ -229,11 +236,10 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     pending, left_out = [], []
     cap = max(len(samples), HOLE_BOUNDARIES_MIN)
     for a, b in split_segments(samples):
-        # boundaries inside each stretch between reads, at most (the phase is not known yet)
-        inside = np.diff(t_all[a : b + 1]) // period_ns + 1
-        first = a
-        for j in (first + np.flatnonzero(inside > cap)).tolist():
-            left_out.append((j, j + 1, int(inside[j - first])))
+        # boundaries inside each stretch between reads, at most (the phase is not known yet):
+        # more than cap means a gap of at least cap periods
+        for j in (a + np.flatnonzero(t_all[a + 1 : b + 1] - t_all[a:b] >= cap * period_ns)).tolist():
+            left_out.append((j, j + 1, int((t_all[j + 1] - t_all[j]) // period_ns + 1)))
             pending.append((a, j))
             a = j + 1
         pending.append((a, b))
@@ -280,7 +286,7 @@ def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LAT
     rises = 0
     for a, b in segments:
         t, per = t_all[a : b + 1], per_all[a : b + 1]
-        rose = np.flatnonzero(np.diff(per) >= 1) + 1
+        rose = np.flatnonzero(per[1:] > per[:-1]) + 1
         rises += len(rose)
         if len(rose) >= 2:
             spacing.append(np.diff(t[rose]) / (per[rose[1:]] - per[rose[:-1]]))
@@ -301,9 +307,10 @@ def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LAT
     gaps, tol, close, chains = [], [], 0, []
     for a, b in segments:
         t, read, per = t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1]
-        lo = t[:-1] - read[:-1] // 2
-        hi = t[1:] + read[1:] // 2
-        use = (np.diff(per) >= 1) & (hi - lo <= P // 4)
+        rose = np.flatnonzero(per[1:] > per[:-1])
+        lo = t[rose] - read[rose] // 2
+        hi = t[rose + 1] + read[rose + 1] // 2
+        use = hi - lo <= P // 4
         mid = ((lo + hi) // 2)[use]
         half = ((hi - lo) // 2)[use]
         if len(mid) < 2:

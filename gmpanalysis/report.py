@@ -244,7 +244,7 @@ def _advice_html(run: Run) -> str:
 
 
 def to_report(
-    runs: Sequence[Run],
+    runs: Run | Sequence[Run],
     path: str | os.PathLike[str],
     *,
     title: str = "gmpanalysis report",
@@ -253,7 +253,7 @@ def to_report(
 ) -> Path:
     """Write one self-contained HTML file: "Data notes" at the top, then findings in plain
     words, the summary table, and per run the period plot, the in-period heatmap and the
-    STW plot; a comparison panel when there are several runs.
+    STW plot; a comparison panel when there are several runs. ``runs`` may be one run.
 
     The Data notes list, per run, everything the data could not vouch for: ``run.notes``
     (a dropped partial CSV line, an unfinished collection, an empty trace), the message of
@@ -265,7 +265,8 @@ def to_report(
     from . import plot
 
     say = progress or (lambda _msg: None)
-
+    if isinstance(runs, Run):  # one run: a report of it alone
+        runs = [runs]
     if notes is not None and len(notes) != len(runs):
         raise UsageError(f"to_report: notes has {len(notes)} entries for {len(runs)} runs; give one list per run")
     run_notes: list[list[str]] = []
