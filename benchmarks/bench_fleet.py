@@ -1,6 +1,6 @@
-"""The fleet analysis at scale: a store of N bundles processed on 1 and on 2 Dask workers.
+"""The fleet analysis at scale: a store of N bundles processed on 1, 2, ... Dask workers.
 
-    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR]
+    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR] [--workers 1,2,4,8,16]
 
 The store is made of the shipped example runs (fixtures/runs, real lab captures), each
 stored N / 8 times re-labelled as another pod (meta.json's cluster, namespace, pod and
@@ -9,7 +9,7 @@ ns{i % 10}, so the pods of one run in one cluster and namespace are one workload
 StatefulSet's names): 40 workloads, N / 40 captures each. Real data, not real diversity.
 Each worker count gets its own output directory; the run prints, per worker count, the
 wall time, bundles/s and cpu.stat samples/s, the advisor's runs (once per workload), the
-scaling ratio (2 workers against 1), and each worker's peak memory (VmHWM from
+scaling ratio (each worker count against 1), and each worker's peak memory (VmHWM from
 /proc/self/status, read inside the worker after its tasks). Not a test; numbers move with
 the machine and whatever else runs on it.
 """
@@ -57,7 +57,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", nargs="?", type=int, default=1000, help="bundles in the store (default: 1000)")
     ap.add_argument("--work", default="/tmp/gmp-bench-fleet", help="scratch directory (default: /tmp/gmp-bench-fleet)")
+    ap.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default: 1,2)")
     a = ap.parse_args()
+    counts = [int(x) for x in a.workers.split(",")]
+    from machine import describe
+
+    print(describe())
     import dask
     import distributed
 
@@ -69,7 +74,7 @@ def main() -> int:
     store, samples = build_store(a.n, work)
     print(f"store: {a.n} bundles, {samples:,} cpu.stat samples, built in {time.perf_counter() - t0:.0f} s")
     rates = {}
-    for w in (1, 2):
+    for w in counts:
         out = work / f"out-{w}"
         shutil.rmtree(out, ignore_errors=True)
         # workers as gmpanalysis.fleet starts them: without Dask's statistical profiler,
@@ -91,7 +96,8 @@ def main() -> int:
             f"{int(s['advice_s'].notna().sum())} ({s['advice_s'].sum():.1f} s), peak memory per worker (VmHWM) "
             + ", ".join(f"{v:.0f} MiB" for v in peaks.values())
         )
-    print(f"scaling 2 workers / 1: {rates[2] / rates[1]:.2f}x")
+    if 1 in rates:
+        print("scaling against 1 worker: " + ", ".join(f"{w}: {rates[w] / rates[1]:.2f}x" for w in counts if w != 1))
     return 0
 
 

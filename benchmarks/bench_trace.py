@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SELECTIVE = ("stw", "gc", "gomaxprocs")
 
 PY = """
-import json, sys, time
+import json, os, sys, time
 import numpy, pandas
 import gmpanalysis.gotrace as g
 
@@ -64,7 +64,9 @@ for i in range(repeat):
     print(json.dumps({"wall": t1 - t0, "cpu": c1 - c0, "peak_kib": hwm() - base, "events": tr.meta["events"],
                       "running": len(tr.running), "stw": len(tr.stw), "gc": len(tr.gc),
                       "generations": tr.meta["generations"], "decoded": tr.meta["generations_decoded"],
-                      "first_ns": tr.meta["first_ns"], "last_ns": tr.meta["last_ns"]}), flush=True)
+                      "first_ns": tr.meta["first_ns"], "last_ns": tr.meta["last_ns"],
+                      "threads": len(os.listdir("/proc/self/task")),
+                      "proc_cpu": sum(os.times()[:2])}), flush=True)
     del tr
 """
 
@@ -125,6 +127,10 @@ def full_read(peer: Path, path: Path, rounds: int) -> None:
             f"  {what}: ours CPU {med(oc)} wall {med(ow)} | Go CPU {med(gc)} wall {med(gw)} "
             f"| ours/Go CPU {ratio(oc, gc)} (goal <= 0.8x), wall {ratio(ow, gw)} (goal <= 1.0x)"
         )
+    print(
+        f"  ours, whole process (imports included, cold): CPU {med([r['proc_cpu'] for r in cold_o])}, "
+        f"threads at the end {max(r['threads'] for r in cold_o)}"
+    )
     own = ours(path, 1, None, None, True)[0]["peak_kib"]  # numba's runtime counted in the baseline
     print(
         f"  peak memory: ours +{peak_o / 1024:.0f} MiB = {peak_o * 1024 / size:.1f}x the file (goal <= 4x), "
@@ -179,12 +185,19 @@ def main() -> int:
     ap.add_argument("trace", nargs="?", default=ROOT / "benchmarks" / "data" / "http-server.trace", type=Path)
     ap.add_argument("big", nargs="?", default=ROOT / "benchmarks" / "data" / "http-server-big.trace", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--peer", type=Path, help="a built gmp-tracepeer (default: build the collectors)")
+    ap.add_argument("--full-only", action="store_true", help="the full read alone")
     a = ap.parse_args()
-    peer = ensure_binaries()["gmp-tracepeer"]
+    from machine import describe
+
+    print(describe())
+    peer = a.peer or ensure_binaries()["gmp-tracepeer"]
     if not a.trace.exists():
         print(f"{a.trace} missing: record it with benchmarks/make_big_trace.py", file=sys.stderr)
         return 2
     full_read(peer, a.trace, a.rounds)
+    if a.full_only:
+        return 0
     if not a.big.exists():
         print(f"{a.big} missing: record it with benchmarks/make_big_trace.py {a.big} 380", file=sys.stderr)
         return 0

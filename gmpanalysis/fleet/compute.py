@@ -8,9 +8,11 @@ exists, so a task run twice (a worker lost mid-task, Dask retrying it) rewrites 
 two files and the output still holds every bundle once; a second ``fleet`` over the same
 OUT skips what is done.
 
-The what-if advisor (most of a bundle's time: its replays) then runs once per workload, on
-its latest bundle with a limit (by meta.json wall_start), again one task each; where it
-does not apply to that bundle, the next latest is asked, up to :data:`ADVICE_TRIES`. Its
+The what-if advisor (most of a bundle's time: its replays) runs once per workload, on its
+latest bundle with a limit (by meta.json wall_start), again one task each, started as soon
+as none of the workload's bundles is left to analyse and ahead of the bundles still queued
+(the long tasks overlap the short ones instead of trailing them all); where it does not
+apply to that bundle, the next latest is asked, up to :data:`ADVICE_TRIES`. Its
 answer is kept per bundle (a row under ``advice-v1/``, an empty one where it did not apply)
 and asked again only when a newer bundle of the workload arrives.
 """
@@ -339,32 +341,17 @@ def fleet(
     done = processed(out_s)
     todo = bundles[~bundles["key"].isin(done)]
     pool = _Pool(distributed, scheduler, workers)
-    unadvised: list[tuple[str, str]] = []
     try:
-        if len(todo):
-            failed = _map(pool, analyse_bundle, "bundle", todo, out_s, progress, on_result)
-            if failed:
-                key, why = failed[0]
-                raise GmpError(
-                    f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
-                    f"{why[:300]}); the others are under {out_s}: run fleet again to retry them"
-                )
-        rows = _summary_rows(out_s)  # read once: the advice rounds only add advice rows
-        # the paths as listed: a summary row holds a path as text (undecodable bytes escaped)
-        listed = dict(zip(bundles["key"], bundles["path"], strict=True))
-        # a round asks each workload still without an answer about its next latest bundle
-        for _ in range(ADVICE_TRIES):
-            left_out = {k for k, _ in unadvised}
-            picks = advice_todo(rows, read_advice(out_s))
-            picks = picks[~picks["key"].isin(left_out)]
-            if picks.empty:
-                break
-            # object, not text: a path may hold undecodable bytes (lone surrogates)
-            paths = [listed.get(k, p) for k, p in zip(picks["key"], picks["path"], strict=True)]
-            picks = picks.drop(columns="path").assign(path=pd.Series(paths, index=picks.index, dtype=object))
-            unadvised += _map(pool, advise_bundle, "advice", picks, out_s, progress, None)
+        failed, unadvised = _Schedule(pool, out_s, bundles, progress, on_result).run(todo)
     finally:
         pool.close()
+    if failed:
+        key, why = failed[0]
+        raise GmpError(
+            f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
+            f"{why[:300]}); the others are under {out_s}: run fleet again to retry them"
+        )
+    rows = _summary_rows(out_s)
     summary = _with_advice(rows, read_advice(out_s))
     from .report import to_fleet_report
 
@@ -420,47 +407,109 @@ class _Pool:
                 self.cluster.close()
 
 
-def _map(
-    pool: _Pool,
-    task: Callable[..., dict[str, Any]],
-    kind: str,
-    rows: pd.DataFrame,
-    out: str,
-    progress: bool,
-    on_result: Callable[[dict[str, Any]], None] | None,
-) -> list[tuple[str, str]]:
-    """``task(path, key, parts, out)`` for every row on Dask (retried twice), with a progress
-    bar; returns the (key, error) of the tasks that still failed."""
-    from tqdm.auto import tqdm
+WORKLOAD = ["cluster", "namespace", "workload"]
+# Dask runs higher priorities first: an advisor run (a second or more of replays) starts as
+# soon as its workload's bundles are analysed, ahead of the queued bundles, so the long
+# tasks overlap the short ones instead of trailing them all
+ADVICE_PRIORITY = 10
 
-    client = pool.client()
-    futs = {
-        client.submit(
+
+class _Schedule:
+    """The tasks of one fleet run on Dask: every bundle to analyse, and for each workload,
+    once none of its bundles is left to analyse, the advisor on the pick of
+    :func:`advice_todo` (its next pick when a pick gets no answer). Each task is retried
+    twice by Dask; the keys and errors of those that still failed are returned."""
+
+    def __init__(
+        self,
+        pool: _Pool,
+        out: str,
+        bundles: pd.DataFrame,
+        progress: bool,
+        on_result: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.pool, self.out, self.on_result = pool, out, on_result
+        # the paths as listed: a summary row holds a path as text (undecodable bytes escaped)
+        self.listed = dict(zip(bundles["key"], bundles["path"], strict=True))
+        self.progress = progress
+        self.rows: dict[tuple, dict[str, dict[str, Any]]] = {}  # workload -> key -> summary row
+        old = _summary_rows(out)
+        for r in old.to_dict("records"):
+            self.rows.setdefault(_workload(r), {})[r["key"]] = r
+        advised = read_advice(out)
+        self.said = dict(zip(advised["key"], advised["advice"].notna(), strict=True))
+        self.left: dict[tuple, int] = {}  # workload -> bundles still to analyse
+        self.tasks: dict[Any, tuple[str, str, tuple]] = {}  # future -> (kind, key, workload)
+        self.failed: list[tuple[str, str]] = []
+        self.unadvised: list[tuple[str, str]] = []
+        self.done: Any = None  # the futures as they complete (made with the first task: no task, no cluster)
+
+    def run(self, todo: pd.DataFrame) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        from tqdm.auto import tqdm
+
+        for r in todo.itertuples(index=False):
+            self.left[_workload(r._asdict())] = self.left.get(_workload(r._asdict()), 0) + 1
+        self.bar = tqdm(total=len(todo), desc="fleet", unit="bundle", disable=not self.progress)
+        for r in todo.itertuples(index=False):
+            self._submit(analyse_bundle, "bundle", r.key, r.path, r._asdict(), 0)
+        for w in self.rows:
+            if not self.left.get(w):  # nothing of it to analyse: it may still want an answer
+                self._advise(w)
+        for fut in self.done if self.done is not None else ():
+            kind, key, w = self.tasks.pop(fut)
+            try:
+                row = fut.result()
+            except Exception as e:  # failed after Dask's retries (or its worker kept dying)
+                (self.failed if kind == "bundle" else self.unadvised).append((key, f"{type(e).__name__}: {e}"))
+                row = None
+            if kind == "bundle":
+                self.bar.update(1)
+                self.left[w] -= 1
+                if row is not None:
+                    self.rows.setdefault(w, {})[key] = row
+                    if self.on_result is not None:
+                        self.on_result(row)
+            else:  # asked: answered, or not (then the next pick is asked)
+                self.said[key] = row is not None and row["advice"] is not None
+            if not self.left.get(w):
+                self._advise(w)
+        self.bar.close()
+        return self.failed, self.unadvised
+
+    def _submit(self, task: Callable[..., dict[str, Any]], kind: str, key: str, path: Any, r: dict, prio: int) -> None:
+        fut = self.pool.client().submit(
             task,
-            r.path,
-            r.key,
-            {p: getattr(r, p) for p in PARTS},
-            out,
+            path,
+            key,
+            {p: r[p] for p in PARTS},
+            self.out,
             # one task per bundle and output: two fleets writing elsewhere do not share it
-            key=f"gmp-{kind}-{_task_id(r.key, r.path, out)}",
+            key=f"gmp-{kind}-{_task_id(key, path, self.out)}",
             retries=2,
             pure=False,
-        ): r.key
-        for r in rows.itertuples(index=False)
-    }
-    failed: list[tuple[str, str]] = []
-    bar = tqdm(total=len(futs), desc="fleet" if kind == "bundle" else kind, unit=kind, disable=not progress)
-    for fut in pool.distributed.as_completed(list(futs)):
-        bar.update(1)
-        try:
-            row = fut.result()
-        except Exception as e:  # failed after Dask's retries (or its worker kept dying)
-            failed.append((futs[fut], f"{type(e).__name__}: {e}"))
-            continue
-        if on_result is not None:
-            on_result(row)
-    bar.close()
-    return failed
+            priority=prio,
+        )
+        self.tasks[fut] = (kind, key, _workload(r))
+        if self.done is None:
+            self.done = self.pool.distributed.as_completed()
+        self.done.add(fut)
+
+    def _advise(self, w: tuple) -> None:
+        if any(t[0] == "advice" and t[2] == w for t in self.tasks.values()):
+            return  # one question per workload at a time
+        rows = _summary_frame(list(self.rows.get(w, {}).values()))
+        asked = pd.DataFrame(
+            {"key": list(self.said), "advice": ["yes" if v else None for v in self.said.values()]}, dtype="string"
+        )
+        for pick in advice_todo(rows, asked).to_dict("records"):
+            # object, not text: a path may hold undecodable bytes (lone surrogates)
+            self._submit(
+                advise_bundle, "advice", pick["key"], self.listed.get(pick["key"], pick["path"]), pick, ADVICE_PRIORITY
+            )
+
+
+def _workload(r: dict[str, Any]) -> tuple:
+    return tuple(r[c] for c in WORKLOAD)
 
 
 def _task_id(*parts: str) -> str:
