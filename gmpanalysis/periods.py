@@ -92,6 +92,9 @@ class PeriodGrid:
     # holes too long to lay on the table: (last row before, first row after, boundaries inside)
     left_out: tuple[tuple[int, int, int], ...] = ()
 
+    def __deepcopy__(self, memo: dict) -> PeriodGrid:
+        return self  # immutable all through: pandas deep-copies a table's attrs into every column
+
     @property
     def main(self) -> GridSegment:
         return max(self.segments, key=lambda s: s.end_ns - s.start_ns)
@@ -341,7 +344,9 @@ def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LAT
     for k, r, hw in chains:
         if len(k) < 8:
             continue
-        slope = float(np.dot(k, r) / np.dot(k, k))
+        # sums of products, not np.dot: a dot product this long is a threaded BLAS call,
+        # which would wake numpy's OpenBLAS pool (one thread per CPU) for a few µs of work
+        slope = float((k * r).sum() / (k * k).sum())
         drift = slope * k[-1]
         rest = float(np.sqrt(np.mean((r - slope * k) ** 2)))
         if abs(drift) > max(2 * hw, 1_000_000) and rest <= 2 * hw and abs(slope) >= 1000:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
-from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, summarize_bundle
+from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, read_summary, summarize_bundle
 from gmpanalysis.fleet.store import BUNDLES, newest_first
 from gmpanalysis.location import fetch_bundle
 from gmpanalysis.timeline import df_conservation
@@ -263,6 +263,8 @@ def test_fleet_on_a_local_cluster(tmp_path):
     seen: list[str] = []
     s = fleet(store, workers=2, progress=False, on_result=lambda r: seen.append(r["key"]))
     assert sorted(seen) == sorted(s["key"]) and len(s) == 4 and s["error"].isna().all()
+    # what fleet returns (kept in memory) is what was written
+    pd.testing.assert_frame_equal(s, read_summary(str(store / "derived")))
     ls = list_bundles(store).set_index("key")
     per = fleet_periods(store).compute()
     assert set(per["bundle"]) == set(s["key"])
@@ -301,6 +303,7 @@ def test_fleet_on_a_local_cluster(tmp_path):
     s3 = fleet(store, workers=1, progress=False)
     adv = read_advice(str(store / "derived"))
     assert len(s3) == 5 and len(adv) == 5 and adv["key"].str.endswith("/later").sum() == 1
+    pd.testing.assert_frame_equal(s3, read_summary(str(store / "derived")))
     w0 = df_fleet_workloads(s3).set_index("workload").loc[SOME[0]]
     assert w0["bundles"] == 2 and w0["advice"] == s3.loc[s3["key"].str.endswith("/later"), "advice"].iloc[0]
     # plain directories, one of them damaged: its row says why, the others are analysed

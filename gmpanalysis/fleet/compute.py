@@ -191,11 +191,15 @@ def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[
         run = load_run(fetch_bundle(path) if "://" in path else path)
         row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
     row["advice_s"] = time.perf_counter() - t0
-    df = pd.DataFrame([{k: _text(v) for k, v in row.items()}], columns=ADVICE_COLUMNS)
+    _write_parquet(_advice_frame([row]), out, f"{ADVICE_DIR}/{partition_path(parts)}/advice.parquet")
+    return row
+
+
+def _advice_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=ADVICE_COLUMNS)
     for c in ("key", "advice"):
         df[c] = df[c].astype("string")
-    _write_parquet(df, out, f"{ADVICE_DIR}/{partition_path(parts)}/advice.parquet")
-    return row
+    return df
 
 
 def advice_todo(summary: pd.DataFrame, advised: pd.DataFrame) -> pd.DataFrame:
@@ -341,8 +345,9 @@ def fleet(
     done = processed(out_s)
     todo = bundles[~bundles["key"].isin(done)]
     pool = _Pool(distributed, scheduler, workers)
+    sched = _Schedule(pool, out_s, bundles, progress, on_result)
     try:
-        failed, unadvised = _Schedule(pool, out_s, bundles, progress, on_result).run(todo)
+        failed, unadvised = sched.run(todo)
     finally:
         pool.close()
     if failed:
@@ -351,8 +356,7 @@ def fleet(
             f"fleet: {len(failed)} bundle(s) failed after retries and stay unprocessed (the first, {key}: "
             f"{why[:300]}); the others are under {out_s}: run fleet again to retry them"
         )
-    rows = _summary_rows(out_s)
-    summary = _with_advice(rows, read_advice(out_s))
+    summary = sched.summary()  # what is now under out_s, kept as it was written (not read back)
     from .report import to_fleet_report
 
     to_fleet_report(summary, f"{out_s.rstrip('/')}/{REPORT}")
@@ -433,11 +437,14 @@ class _Schedule:
         self.listed = dict(zip(bundles["key"], bundles["path"], strict=True))
         self.progress = progress
         self.rows: dict[tuple, dict[str, dict[str, Any]]] = {}  # workload -> key -> summary row
-        old = _summary_rows(out)
-        for r in old.to_dict("records"):
-            self.rows.setdefault(_workload(r), {})[r["key"]] = r
+        for r in _summary_rows(out).to_dict("records"):
+            # as analyse_bundle returned it: missing values None, not pandas' NA
+            self.rows.setdefault(_workload(r), {})[r["key"]] = _plain(r)
         advised = read_advice(out)
         self.said = dict(zip(advised["key"], advised["advice"].notna(), strict=True))
+        self.advice = {
+            r["key"]: {k: None if v is pd.NA else v for k, v in r.items()} for r in advised.to_dict("records")
+        }
         self.left: dict[tuple, int] = {}  # workload -> bundles still to analyse
         self.tasks: dict[Any, tuple[str, str, tuple]] = {}  # future -> (kind, key, workload)
         self.failed: list[tuple[str, str]] = []
@@ -449,6 +456,9 @@ class _Schedule:
 
         for r in todo.itertuples(index=False):
             self.left[_workload(r._asdict())] = self.left.get(_workload(r._asdict()), 0) + 1
+            # analysing a bundle again removes the answer about its earlier version
+            self.said.pop(r.key, None)
+            self.advice.pop(r.key, None)
         self.bar = tqdm(total=len(todo), desc="fleet", unit="bundle", disable=not self.progress)
         for r in todo.itertuples(index=False):
             self._submit(analyse_bundle, "bundle", r.key, r.path, r._asdict(), 0)
@@ -471,10 +481,17 @@ class _Schedule:
                         self.on_result(row)
             else:  # asked: answered, or not (then the next pick is asked)
                 self.said[key] = row is not None and row["advice"] is not None
+                if row is not None:
+                    self.advice[key] = row
             if not self.left.get(w):
                 self._advise(w)
         self.bar.close()
         return self.failed, self.unadvised
+
+    def summary(self) -> pd.DataFrame:
+        """Every summary row with its advice, as :func:`read_summary` reads them back."""
+        rows = [r for w in self.rows.values() for r in w.values()]
+        return _with_advice(_summary_frame(rows), _advice_frame(list(self.advice.values())))
 
     def _submit(self, task: Callable[..., dict[str, Any]], kind: str, key: str, path: Any, r: dict, prio: int) -> None:
         fut = self.pool.client().submit(
@@ -506,6 +523,11 @@ class _Schedule:
             self._submit(
                 advise_bundle, "advice", pick["key"], self.listed.get(pick["key"], pick["path"]), pick, ADVICE_PRIORITY
             )
+
+
+def _plain(r: dict[str, Any]) -> dict[str, Any]:
+    """A row read back from Parquet as its task returned it: missing values None, not pandas' NA."""
+    return {k: None if v is pd.NA else v for k, v in r.items()}
 
 
 def _workload(r: dict[str, Any]) -> tuple:
