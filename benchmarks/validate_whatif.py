@@ -6,7 +6,8 @@ advice and the report read their error bars from.
     .venv/bin/python benchmarks/validate_whatif.py [DIR ...] [--csv OUT.csv] [--no-write]
 
 Each DIR holds bundles (default: fixtures/runs, fixtures/runs-v2, the 16-CPU v2 runs in
-../shared/data/16cpu-v2 and benchmarks/data/sweep where present). A workload is the
+../shared/data/16cpu-v2, and where present benchmarks/data/sweep and
+benchmarks/data/16cpu-v2-1500m: the README's "What-if validation" says how each was made). A workload is the
 bundles of one directory whose names agree but for the GOMAXPROCS part (gmpN, default,
 numcpu) and a repeat suffix (-rN); a configuration is (limit, GOMAXPROCS). Prints, per
 regime (:func:`gmpanalysis.modelerror.regime`: the CPUs, GOMAXPROCS over the limit) and
@@ -47,6 +48,7 @@ DEFAULT_DIRS = [
     ROOT / "fixtures" / "runs-v2",
     ROOT.parent / "shared" / "data" / "16cpu-v2",
     ROOT / "benchmarks" / "data" / "sweep",
+    ROOT / "benchmarks" / "data" / "16cpu-v2-1500m",
 ]
 VARIANT = re.compile(r"-(gmp\d+|default|numcpu|automaxprocs|pinned)(?=-r\d+$|$)")
 REPEAT = re.compile(r"-r\d+$")

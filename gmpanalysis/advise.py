@@ -27,7 +27,7 @@ from .bundle import Run
 from .errors import UsageError
 from .gomaxprocs import rules
 from .modelerror import load as load_validation
-from .modelerror import model_error, regime
+from .modelerror import measured_range, model_error, regime
 from .whatif import demand, estimate, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
@@ -176,7 +176,15 @@ def _sentence(
     def pm(key: str, unit: str) -> str:
         return f" (±{err[key][0]:g}{unit}, p90 ±{err[key][1]:g}{unit})" if key in err else ""
 
-    p99 = f"p99 {best.p99_ms:.0f} ms{pm('p99_pct', ' %')}, " if with_requests else ""
+    def p99_range() -> str:
+        # the error is a share of the measured value: a range, not ± around the prediction
+        if "p99_pct" not in err:
+            return ""
+        spans = [measured_range(float(best.p99_ms), e) for e in err["p99_pct"][:2]]
+        (a, b), (c, d) = ((lo, f"{hi:,.0f}" if math.isfinite(hi) else "∞") for lo, hi in spans)
+        return f" (measured {a:,.0f}-{b} ms at the median held-out error, {c:,.0f}-{d} ms at its p90)"
+
+    p99 = f"p99 {best.p99_ms:.0f} ms{p99_range()}, " if with_requests else ""
     said = (
         f"For {objective}: a CPU limit of {best.limit_cpu:g} ({best.quota_us:.0f} µs per {best.period_us:.0f} µs)"
         f"{burst} with GOMAXPROCS={best.gomaxprocs:.0f}: predicted {p99}"

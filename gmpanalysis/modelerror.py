@@ -59,6 +59,14 @@ def errors_of(pred: dict[str, float], truth: dict[str, float]) -> dict[str, floa
     return out
 
 
+def measured_range(pred: float, err_pct: float) -> tuple[float, float]:
+    """Where the measured value lies for a prediction ``pred`` whose error, as a share of
+    the measured value (:func:`errors_of`), is at most ``err_pct``: |pred - m| <= e·m gives
+    m in [pred / (1 + e), pred / (1 - e)] (no upper end from e = 100 %)."""
+    e = err_pct / 100
+    return pred / (1 + e), (pred / (1 - e) if e < 1 else math.inf)
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per regime and figure: the held-out predictions' count (``n``), the distinct runs
     predicted (``targets``), the median and 90th percentile of the absolute error. ``rows``:

@@ -90,7 +90,11 @@ def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch)
     monkeypatch.setattr(A, "load_validation", lambda: fake)
     adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
     assert adv.attrs["model_error"] == {"p99_pct": (7.5, 21.0, "% of p99")}
-    assert "(±7.5 %, p90 ±21 %)" in adv.attrs["recommendation"] and adv.attrs["validated"] == "2000-01-01"
+    # a share of the measured value: p99 = pred / (1 ± e)
+    p = float(adv.iloc[0]["p99_ms"])
+    want = f"(measured {p / 1.075:,.0f}-{p / 0.925:,.0f} ms at the median held-out error, "
+    want += f"{p / 1.21:,.0f}-{p / 0.79:,.0f}"
+    assert want in adv.attrs["recommendation"] and adv.attrs["validated"] == "2000-01-01"
     few = {"regimes": {reg: {"p99_pct": {"n": ME.MIN_PREDICTIONS - 1, "targets": 3, "median": 1.0, "p90": 2.0}}}}
     monkeypatch.setattr(A, "load_validation", lambda: few)
     adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
@@ -111,3 +115,12 @@ def test_the_committed_validation_is_well_formed():
         assert set(figs) <= set(ME.UNITS)
         for e in figs.values():
             assert e["n"] >= 1 and 0 <= e["median"] <= e["p90"]
+
+
+def test_measured_range_inverts_an_error_relative_to_the_measured_value():
+    from gmpanalysis.modelerror import measured_range
+
+    lo, hi = measured_range(100.0, 25.0)
+    # both ends are 25 % away from the value they are measured against
+    assert abs(100 - lo) == pytest.approx(0.25 * lo) and abs(100 - hi) == pytest.approx(0.25 * hi)
+    assert measured_range(100.0, 100.0)[1] == float("inf")
