@@ -161,11 +161,19 @@ def compare_table(
         desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(
             "  ", " "
         )
+        # a limit resized in place (limits.csv): the quota of the table's last period too
+        q = per["quota_us"].dropna() if "quota_us" in per else pd.Series(dtype=float)
+        last = int(q.iloc[-1]) if len(q) else m.get("quota_us")
+        limit = m.get("cpu_limit")
+        if last is not None and m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
+            first = limit or f"{m['quota_us'] / m['period_us']:g}"
+            limit = f"{first} → {last / m['period_us']:g}"
         row: dict[str, object] = {
             "name": run.name,
             "gomaxprocs": gomaxprocs[i],
-            "cpu_limit": m.get("cpu_limit"),
+            "cpu_limit": limit,
             "quota_us": m.get("quota_us"),
+            "quota_last_us": last,
             "load": desc,
         }
         r = run.requests

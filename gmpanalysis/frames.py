@@ -136,6 +136,7 @@ def df_levels(run: Run) -> pd.DataFrame:
     One row per level, the process's own first. Columns: ``level``; ``own`` bool, the
     process's own cgroup; ``cgroup`` the path (meta.json ``levels``; NA if not recorded);
     ``period_us``, ``quota_us`` (Int64, NA: no limit) and ``burst_us`` at the start;
+    ``quota_last_us`` (Int64) the quota at the end (a limit resized in place: limits.csv);
     ``quota_changes`` how many times the quota changed during the run (limits.csv);
     ``phase_ms`` the level's period boundaries modulo the period (ms, NaN without a quota)
     and ``phase_unc_ms`` its uncertainty; ``offset_ms`` how long after the own level's
@@ -221,7 +222,9 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     """One row per run: the table a GOMAXPROCS sweep is read from.
 
     Columns: ``name``; ``gomaxprocs`` (effective at the start: recorded, else from the
-    trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`); ``cpu_limit``; ``quota_us``;
+    trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`);
+    ``cpu_limit`` (as meta.json gives it; "500m → 2" when resized in place); ``quota_us`` at
+    the start and ``quota_last_us`` in the table's last period;
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
     sampled span); ``requests_unsampled`` (requests begun before the first or after the last

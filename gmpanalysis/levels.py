@@ -366,6 +366,7 @@ def levels_table(a: Any) -> pd.DataFrame:
             "cgroup": paths.get(name),
             "period_us": m.get("period_us"),
             "quota_us": m.get("quota_us"),
+            "quota_last_us": m.get("quota_us"),
             "burst_us": m.get("burst_us"),
             "quota_changes": 0,
             "phase_ms": np.nan,
@@ -378,6 +379,7 @@ def levels_table(a: Any) -> pd.DataFrame:
         if lr.limits is not None and len(lr.limits) > 1:
             q = lr.limits["quota_us"]
             row["quota_changes"] = int((q.ne(q.shift()) & lr.limits["prev_ns"].notna()).sum())
+            row["quota_last_us"] = None if pd.isna(q.iloc[-1]) else int(q.iloc[-1])  # resized in place
         if m.get("quota_us") is not None and len(lr.samples):
             try:
                 g = la.grid
@@ -397,7 +399,7 @@ def levels_table(a: Any) -> pd.DataFrame:
                 row["frozen_s"] = float(freezes_of(per, name)["dur_ms"].sum() / 1e3)
         rows.append(row)
     out = pd.DataFrame(rows)
-    for c in ("period_us", "quota_us", "burst_us"):
+    for c in ("period_us", "quota_us", "quota_last_us", "burst_us"):
         out[c] = out[c].astype("Int64")
     out["cgroup"] = out["cgroup"].astype("string")
     return out
@@ -413,6 +415,24 @@ def covered_by(freezes: pd.DataFrame, t: np.ndarray) -> np.ndarray:
         hit = (i >= 0) & (t < e[np.maximum(i, 0)])
         out[hit] = np.where(out[hit] == "", lv, out[hit] + "," + lv)
     return out
+
+
+def quota_words(first: Any, last: Any, period_us: Any) -> str:
+    """A level's limit in words: "50 ms per 100 ms", "50 ms per 100 ms, then 200 ms" after
+    a resize in place, "no limit"."""
+
+    def ms(x: Any) -> str:
+        return "no limit" if pd.isna(x) else f"{int(x) / 1e3:g} ms"
+
+    if pd.isna(first) and pd.isna(last):
+        return "no limit"
+    per = f" per {int(period_us) / 1e3:g} ms" if not pd.isna(period_us) else ""
+    q = f"{ms(first)}{per if not pd.isna(first) else ''}"
+    if not pd.isna(last) and (pd.isna(first) or int(last) != int(first)):
+        q += f", then {ms(last)}" + (per if pd.isna(first) else "")
+    elif pd.isna(last) and not pd.isna(first):
+        q += ", then no limit"
+    return q
 
 
 def describe(a: Any, level: str | None = None) -> list[str]:
@@ -431,12 +451,13 @@ def describe(a: Any, level: str | None = None) -> list[str]:
     out = []
     parts = []
     for r in lv.itertuples(index=False):
-        q = "no limit" if pd.isna(r.quota_us) else f"{int(r.quota_us) / 1e3:g} ms per {int(r.period_us) / 1e3:g} ms"
+        q = quota_words(r.quota_us, r.quota_last_us, r.period_us)
         when = "" if r.level == ref or np.isnan(r.offset_ms) else f", its period ends {r.offset_ms:.1f} ms after"
         parts.append(f"the {r.level}'s ({q}{when})")
     out.append(f"{len(names)} bandwidth timers can freeze this process: " + ", ".join(parts) + ".")
     inside = fz[fz["ref_period"].notna()]
     quotas = dict(zip(lv["level"], lv["quota_us"], strict=True))
+    own_count = {r.level: (r.throttled, r.periods) for r in lv.itertuples(index=False)}
     for name in names:
         f = inside[inside["level"] == name]
         if pd.isna(quotas.get(name)):
@@ -448,8 +469,11 @@ def describe(a: Any, level: str | None = None) -> list[str]:
             out.append(f"The {name}'s quota did not freeze it in the {len(per)} periods of the table.")
             continue
         whose = "its own quota" if name == names[0] else f"the {name}'s quota"
+        # the count is the level's own (its cpu.stat, on its own grid: df_levels' throttled),
+        # where in the period is on the table's
+        n_thr, n_per = own_count[name]
         s = (
-            f"{whose[0].upper() + whose[1:]} froze it in {f['ref_period'].nunique()} of {len(per)} periods, "
+            f"{whose[0].upper() + whose[1:]} froze it in {n_thr} of its {n_per} periods, "
             f"typically from {f['from_ms'].median():.0f} to {min(f['to_ms'].median(), P):.0f} ms of the "
             f"{ref}'s period (median), {f['dur_ms'].sum() / 1e3:.2f} s in all"
         )

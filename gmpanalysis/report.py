@@ -22,6 +22,7 @@ from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .levels import describe as describe_levels
+from .levels import quota_words
 from .offsets import cpus_available
 from .sampling import sampling_summary
 from .timeline import df_period_groups
@@ -50,6 +51,12 @@ SUMMARY_COLUMNS = {
 }
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _last_quota(per: pd.DataFrame, m: dict) -> object:
+    """The quota of the table's last period (a limit resized in place), else meta.json's."""
+    q = per["quota_us"].dropna() if "quota_us" in per else ()
+    return int(q.iloc[-1]) if len(q) else m.get("quota_us")
 
 
 def findings(cmp: pd.DataFrame) -> list[str]:
@@ -331,8 +338,9 @@ def to_report(
         m = run.meta
         parts.append(
             f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
-            f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota {m.get('quota_us')} µs per "
-            f"{m.get('period_us')} µs, {html.escape(str(m.get('go_version')))}, kernel "
+            f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
+            f"{html.escape(quota_words(m.get('quota_us'), _last_quota(per, m), m.get('period_us')))}, "
+            f"{html.escape(str(m.get('go_version')))}, kernel "
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )

@@ -1,0 +1,53 @@
+"""The summary, the report's sentences and df_levels say the same about each level: its
+limit (after a resize in place too) and how often its quota froze the process."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+import gmpanalysis as gmp
+from gmpanalysis.levels import describe, quota_words
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLES = sorted(
+    p for d in ("fixtures/runs", "fixtures/runs-v2") for p in (ROOT / d).iterdir() if (p / "meta.json").exists()
+)
+
+
+def _load(p: Path) -> gmp.Run:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gmp.load_run(p)
+
+
+def test_a_resized_limit_is_told_with_its_new_value():
+    run = _load(ROOT / "fixtures/runs/resize-0.5to2cpu-default")
+    # limits.csv of that run: 50 ms per 100 ms, raised in place to 200 ms
+    lim = run.limits
+    first, last = int(lim["quota_us"].iloc[0]), int(lim["quota_us"].iloc[-1])
+    assert (first, last) == (50000, 200000)
+    lv = gmp.df_levels(run).iloc[0]
+    assert lv["quota_us"] == first and lv["quota_last_us"] == last and lv["quota_changes"] == 1
+    row = gmp.compare_runs([run]).iloc[0]
+    assert row["quota_last_us"] == last and row["cpu_limit"] == "500m → 2"
+    assert quota_words(first, last, 100000) == "50 ms per 100 ms, then 200 ms"
+
+
+@pytest.mark.parametrize("path", BUNDLES, ids=lambda p: p.name)
+def test_the_report_counts_each_levels_freezes_as_df_levels_does(path):
+    run = _load(path)
+    a = gmp.analyze(run)
+    if len(a.levels) < 2:
+        return  # one level: no sentences
+    lv = gmp.df_levels(run).set_index("level")
+    for line in describe(a):
+        m = re.match(r"(Its own quota|The (\w+)'s quota) froze it in (\d+) of its (\d+) periods", line)
+        if m:
+            name = m.group(2) or lv.index[0]
+            assert (int(m.group(3)), int(m.group(4))) == (lv.loc[name, "throttled"], lv.loc[name, "periods"]), line
+    for r in lv.itertuples():
+        assert quota_words(r.quota_us, r.quota_last_us, r.period_us) in describe(a)[0]
