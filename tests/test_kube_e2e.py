@@ -20,7 +20,7 @@ from spinner_truth import ATTEMPTS, MIN_APART_MS, check_against_truth
 import gmpanalysis as gmp
 from gmpanalysis.gomaxprocs import explain
 from gmpanalysis.kube import local
-from gmpanalysis.kube.trace import go_version_from_header
+from gmpanalysis.kube.trace import REFUSED_ATTEMPTS, go_version_from_header
 
 DEPLOY = local.DEPLOY
 
@@ -205,6 +205,11 @@ def test_no_pprof_port_still_collects_samples(cluster, bins, tmp_path):
     run = gmp.load_run(next(tmp_path.iterdir()))
     assert len(run.samples) > 1500 and run.meta["complete"] is True
     assert run.meta["trace"]["complete"] is False and "18999" in run.meta["trace"]["error"]
+    # said as it is, once the API server reports the refusal: no retries to the end, and no
+    # traceback of the client library's proxy thread in the output
+    assert "nothing listens on port 18999" in r.stderr, r.stderr
+    assert "Exception in thread" not in r.stderr + r.stdout, r.stderr
+    assert run.meta["trace"]["attempts"] <= REFUSED_ATTEMPTS
 
 
 def bare_pod(name, command, env=(), image=None, limit="500m", request="100m"):

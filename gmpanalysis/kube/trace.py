@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -15,6 +16,51 @@ from .api import _call, private
 from .config import CollectConfig
 
 BODY_SHOWN = 300  # bytes of a refusal's body quoted in the error
+# a forwarded connection that closes at once is retried: a just-started process may not
+# listen yet (ATTEMPTS in all, 0.5 s apart); once the API server says the connection was
+# refused inside the pod, only REFUSED_ATTEMPTS: nothing listens on that port
+ATTEMPTS = 8
+REFUSED_ATTEMPTS = 3
+PROXY_THREAD = "Kubernetes port forward proxy"
+
+
+def _quiet_proxy_threads() -> None:
+    """The kubernetes client's port-forward proxy thread raises (SSLEOFError, ...) when the
+    forward is closed under it; its traceback would be printed into the collector's output.
+    The failure itself reaches the reader through the stream (and is reported there), so the
+    thread's own exception is dropped; every other thread's goes to the hook as before."""
+    prev = threading.excepthook
+    if getattr(prev, "_gmp_quiet_proxy", False):
+        return
+
+    def hook(args: Any) -> None:
+        if args.thread is not None and args.thread.name.startswith(PROXY_THREAD):
+            return
+        prev(args)
+
+    hook._gmp_quiet_proxy = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def refused(pf: Any, port: int, wait_s: float = 1.0) -> str | None:
+    """The API server's word that the connection to ``port`` was refused inside the pod
+    (its port-forward error channel), or None. The message can trail the closed stream."""
+    end = time.monotonic() + wait_s
+    while True:
+        err = pf.error(port)
+        if err:
+            return err if "refused" in err else None
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.05)
+
+
+def nothing_listens(pod: str, port: int, said: str) -> CollectError:
+    return CollectError(
+        f"nothing listens on port {port} in pod {pod} (the API server: {said.strip()}); give --pprof-port the "
+        "port net/http/pprof serves on (the pod's gmpanalysis/pprof-port annotation or the server's flags say "
+        "which), or --pprof-port 0 to collect without a trace"
+    )
 
 
 def trace_request(cfg: CollectConfig, window_s: float) -> tuple[str, str]:
@@ -60,10 +106,10 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
 
     res["mono_request_ns"] = time.monotonic_ns()
     end = time.monotonic() + seconds
+    _quiet_proxy_threads()
     try:
-        # a just-started process may not listen yet: the forwarded connection then closes at
-        # once; retry for a few seconds, asking for the rest of the window each time
-        for attempt in range(8):
+        refusals = 0
+        for attempt in range(ATTEMPTS):
             pf = _call(
                 portforward,
                 "create",
@@ -80,14 +126,23 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
                 break
             except (http.client.RemoteDisconnected, ConnectionError):
                 # retry only while nothing arrived: bytes on disk are never rewritten or doubled
-                if attempt == 7 or (dest.exists() and dest.stat().st_size):
+                if dest.exists() and dest.stat().st_size:
                     raise
+                said = refused(pf, cfg.pprof_port)
                 pf.close()
+                refusals += said is not None
+                if said is not None and refusals >= REFUSED_ATTEMPTS:
+                    raise nothing_listens(pod, cfg.pprof_port, said) from None
+                if attempt == ATTEMPTS - 1:
+                    raise
                 time.sleep(0.5)
         res["complete"] = True
         err = pf.error(cfg.pprof_port)
         if err:
             res["port_forward_error"] = err
+    except CollectError as e:  # said in full already
+        res["complete"] = False
+        res["error"] = str(e)
     except Exception as e:  # noqa: BLE001 - a worker thread: every failure is recorded, none escapes
         res["complete"] = False
         res["error"] = f"port {cfg.pprof_port}: {type(e).__name__}: {e}"
