@@ -4,6 +4,10 @@ one place: the minor release decides the trace format and the GOMAXPROCS default
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 # "go1.N", then a patch (".P"), a pre-release ("rc1", "beta2") or GOEXPERIMENTs after a space
 # ("go1.25.0 X:greenteagc"); "devel go1.27-..." and other forms carry no release
@@ -14,3 +18,47 @@ def go_minor(v: object) -> int | None:
     """N of a Go release "go1.N..." (None where ``v`` names none: a devel build, not a string)."""
     m = _RELEASE.match(v) if isinstance(v, str) else None
     return int(m.group(1)) if m else None
+
+
+def go_version_from_header(version: int) -> str:
+    """What a trace header tells of the Go release that wrote it. The header names the trace
+    format, not the release: a release without a format change writes its predecessor's
+    (1.24 writes "go 1.23 trace", 1.27 "go 1.26 trace"), so 1.23 means 1.23 or 1.24 and the
+    newest format known may come from any later release too."""
+    if version == 23:
+        return "go1.23 or go1.24"
+    if version >= 26:
+        return f"go1.{version} or later"
+    return f"go1.{version}"
+
+
+def facts_from_trace(meta: dict[str, Any], path: Path, log: Callable[[str], None] = print) -> None:
+    """Fill what the collector could not ask a third-party process and its trace tells:
+    ``gomaxprocs_effective`` (the first ProcsChange: GOMAXPROCS when the trace began, which
+    is the value at start unless the runtime changed it before) and ``go_version`` (as far
+    as the header tells, :func:`go_version_from_header`). A cut trace still tells both; an
+    unreadable one leaves them null and says why. ``facts_from_trace`` in meta names the
+    source of each value filled."""
+    need_procs = meta.get("gomaxprocs_effective") is None
+    need_go = meta.get("go_version") is None
+    if not (need_procs or need_go) or not path.exists() or path.stat().st_size == 0:
+        return
+    from .errors import GmpError, GmpWarning
+    from .gotrace import read_trace
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", GmpWarning)  # a cut trace: its whole generations count
+            tr = read_trace(path, tables=("gomaxprocs",))  # the header and the first ProcsChange
+    except GmpError as e:
+        log(f"{meta.get('pod')}: the trace does not tell GOMAXPROCS or the Go version: {e}")
+        return
+    told: dict[str, str] = {}
+    if need_procs and len(tr.gomaxprocs):
+        meta["gomaxprocs_effective"] = int(tr.gomaxprocs["procs"].iloc[0])
+        told["gomaxprocs_effective"] = "the trace's first ProcsChange (GOMAXPROCS when the trace began)"
+    if need_go:
+        meta["go_version"] = go_version_from_header(int(tr.meta["version"]))
+        told["go_version"] = f"the trace header ({tr.meta['header']!r} names the format, not the release)"
+    if told:
+        meta["facts_from_trace"] = told

@@ -448,3 +448,24 @@ def _scheduler_address(f: Path) -> str:
         except (FileNotFoundError, ValueError, KeyError):
             time.sleep(0.2)
     raise AssertionError(f"{f}: the scheduler wrote no address in 60 s")
+
+
+def test_put_fills_what_the_trace_tells_into_an_agent_bundle(tmp_path):
+    """The node agent cannot ask a third-party process its GOMAXPROCS or Go version: the
+    store fills both from the bundle's trace, as collect does, and says so."""
+    from gmpanalysis.goversion import go_version_from_header
+
+    src = tmp_path / "agent-bundle"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp2", src)
+    meta = json.loads((src / "meta.json").read_text())
+    meta.update(gomaxprocs_effective=None, go_version=None)
+    (src / "meta.json").write_text(json.dumps(meta))
+    where = put_bundle(src, tmp_path / "store")
+    stored = json.loads((Path(where) / "meta.json").read_text())
+    tr = gmp.read_trace(src / "trace.out")
+    assert stored["gomaxprocs_effective"] == int(tr.gomaxprocs["procs"].iloc[0]) == 2
+    assert stored["go_version"] == go_version_from_header(tr.meta["version"])
+    assert set(stored["facts_from_trace"]) == {"gomaxprocs_effective", "go_version"}
+    assert json.loads((src / "meta.json").read_text())["go_version"] is None  # the source is left as it was
+    # stored again: the same capture, one bundle
+    assert put_bundle(src, tmp_path / "store") == where

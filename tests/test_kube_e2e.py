@@ -6,6 +6,7 @@ the pod's, each with its own bandwidth timer), in-place resizes."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -340,6 +341,16 @@ RESIZED = {
 }
 
 
+def _resize_example() -> dict:
+    """The resize patch collectors/deploy/README.md gives users (kubectl patch pod P
+    --subresource resize -p '...'): tested here against the API server as written."""
+    text = (Path(__file__).resolve().parents[1] / "collectors" / "deploy" / "README.md").read_text()
+    return json.loads(re.search(r"--subresource resize \\\n\s*-p '([^']+)'", text).group(1))
+
+
+RESIZE_EXAMPLE = _resize_example()
+
+
 def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_path):
     """Three demo pods at 0.5 CPU, resized in place to 2 CPUs 4 s into a 10 s collection:
     the kubelet rewrites the container's and the pod's quota (limits.csv dates both), the
@@ -389,11 +400,7 @@ def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_
             time.sleep(0.05)
         time.sleep(4)
         for k in RESIZED:
-            body = {
-                "spec": {
-                    "containers": [{"name": "app", "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "100m"}}}]
-                }
-            }
+            body = RESIZE_EXAMPLE  # collectors/deploy/README.md's, as kubectl sends it (strategic merge)
             t0 = time.monotonic_ns()
             core.patch_namespaced_pod_resize(
                 names[k], "default", body, _content_type="application/strategic-merge-patch+json"

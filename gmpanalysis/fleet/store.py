@@ -121,21 +121,31 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
     where it now lives. A capture already in the store is left as it is (the same capture
     stored twice is one bundle; a different bundle under the same key is a
     :class:`BundleError`); meta.json goes last, so a crash leaves no bundle a reader takes
-    for whole."""
+    for whole. A bundle whose meta.json lacks ``gomaxprocs_effective`` or ``go_version``
+    (the node agent's, of a third-party binary) is stored with them filled from its trace,
+    as ``collect`` fills them (:func:`gmpanalysis.goversion.facts_from_trace`)."""
     import json
 
     from ..bundle import load_run
+    from ..goversion import facts_from_trace
 
     src = Path(bundle)
     load_run(src)  # a broken bundle is refused before it reaches the store, with the reader's message
     try:
-        meta = json.loads((src / "meta.json").read_text())
+        mine = (src / "meta.json").read_bytes()
+        meta = json.loads(mine)
     except (OSError, ValueError) as e:
         raise BundleError(f"{src / 'meta.json'}: {e}") from None
+    # what a collector could not ask the process (the node agent: a third-party binary) and
+    # its trace tells, filled as `collect` fills it (the stored meta.json only)
+    if isinstance(meta, dict) and (meta.get("gomaxprocs_effective") is None or meta.get("go_version") is None):
+        before = dict(meta)
+        facts_from_trace(meta, src / "trace.out", log=lambda _msg: None)
+        if meta != before:
+            mine = (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode()
     parts = bundle_parts(meta, cluster)
     fs, root = fs_of(store)
     dest = f"{root}/{BUNDLES}/{partition_path(parts)}"
-    mine = (src / "meta.json").read_bytes()
     if fs.exists(f"{dest}/meta.json"):
         if fs.cat_file(f"{dest}/meta.json") != mine:
             raise BundleError(

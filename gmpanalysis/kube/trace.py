@@ -6,12 +6,11 @@ import http.client
 import socket
 import threading
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import CollectError
+from ..goversion import facts_from_trace, go_version_from_header  # noqa: F401 (the collector's API)
 from .api import _call, private
 from .config import CollectConfig
 
@@ -148,47 +147,3 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
         res["error"] = f"port {cfg.pprof_port}: {type(e).__name__}: {e}"
     res["mono_done_ns"] = time.monotonic_ns()
     res["bytes"] = dest.stat().st_size if dest.exists() else 0
-
-
-def go_version_from_header(version: int) -> str:
-    """What a trace header tells of the Go release that wrote it. The header names the trace
-    format, not the release: a release without a format change writes its predecessor's
-    (1.24 writes "go 1.23 trace", 1.27 "go 1.26 trace"), so 1.23 means 1.23 or 1.24 and the
-    newest format known may come from any later release too."""
-    if version == 23:
-        return "go1.23 or go1.24"
-    if version >= 26:
-        return f"go1.{version} or later"
-    return f"go1.{version}"
-
-
-def facts_from_trace(meta: dict[str, Any], path: Path, log: Callable[[str], None] = print) -> None:
-    """Fill what the collector could not ask a third-party process and its trace tells:
-    ``gomaxprocs_effective`` (the first ProcsChange: GOMAXPROCS when the trace began, which
-    is the value at start unless the runtime changed it before) and ``go_version`` (as far
-    as the header tells, :func:`go_version_from_header`). A cut trace still tells both; an
-    unreadable one leaves them null and says why. ``facts_from_trace`` in meta names the
-    source of each value filled."""
-    need_procs = meta.get("gomaxprocs_effective") is None
-    need_go = meta.get("go_version") is None
-    if not (need_procs or need_go) or not path.exists() or path.stat().st_size == 0:
-        return
-    from ..errors import GmpError, GmpWarning
-    from ..gotrace import read_trace
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", GmpWarning)  # a cut trace: its whole generations count
-            tr = read_trace(path)
-    except GmpError as e:
-        log(f"{meta.get('pod')}: the trace does not tell GOMAXPROCS or the Go version: {e}")
-        return
-    told: dict[str, str] = {}
-    if need_procs and len(tr.gomaxprocs):
-        meta["gomaxprocs_effective"] = int(tr.gomaxprocs["procs"].iloc[0])
-        told["gomaxprocs_effective"] = "the trace's first ProcsChange (GOMAXPROCS when the trace began)"
-    if need_go:
-        meta["go_version"] = go_version_from_header(int(tr.meta["version"]))
-        told["go_version"] = f"the trace header ({tr.meta['header']!r} names the format, not the release)"
-    if told:
-        meta["facts_from_trace"] = told
