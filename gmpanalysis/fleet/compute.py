@@ -442,9 +442,7 @@ class _Schedule:
             self.rows.setdefault(_workload(r), {})[r["key"]] = _plain(r)
         advised = read_advice(out)
         self.said = dict(zip(advised["key"], advised["advice"].notna(), strict=True))
-        self.advice = {
-            r["key"]: {k: None if v is pd.NA else v for k, v in r.items()} for r in advised.to_dict("records")
-        }
+        self.advice = {r["key"]: _plain(r) for r in advised.to_dict("records")}
         self.left: dict[tuple, int] = {}  # workload -> bundles still to analyse
         self.tasks: dict[Any, tuple[str, str, tuple]] = {}  # future -> (kind, key, workload)
         self.failed: list[tuple[str, str]] = []
