@@ -10,6 +10,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
+from .served import latency_ms, succeeded
 
 
 def _pct(x: pd.Series | np.ndarray, q: float) -> float:
@@ -130,8 +131,7 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     out = {"latency_p99_lo_ms": np.nan, "latency_p99_hi_ms": np.nan}
     if requests is None or not len(requests):
         return out
-    ok = requests[requests["status"] // 100 == 2]
-    lat = np.sort(((ok["end_ns"] - ok["sched_ns"]) / 1e6).to_numpy())
+    lat = np.sort(latency_ms(requests)[succeeded(requests)])
     n = len(lat)
     if n == 0:
         return out
@@ -185,11 +185,11 @@ def compare_table(
             row["requests_unsampled"] = int((~inside).sum())
             r = r[inside]
         if r is not None and len(r):
-            ok = r[r["status"] // 100 == 2]
-            lat = (ok["end_ns"] - ok["sched_ns"]) / 1e6
+            ok = succeeded(r)
+            lat = pd.Series(latency_ms(r)[ok])
             span = (r["end_ns"].max() - r["start_ns"].min()) / 1e9
             row.update(
-                throughput_rps=len(ok) / span if span > 0 else np.nan,
+                throughput_rps=int(ok.sum()) / span if span > 0 else np.nan,
                 latency_p50_ms=_pct(lat, 50),
                 latency_p99_ms=_pct(lat, 99),
             )

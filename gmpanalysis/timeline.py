@@ -30,6 +30,7 @@ from .levels import (
 )
 from .periods import PeriodGrid
 from .periodtrace import add_trace
+from .served import latency_ms, succeeded
 
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
 # of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
@@ -366,7 +367,7 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
     sched = r["sched_ns"].to_numpy()
     which = np.searchsorted(start, sched, side="right") - 1
     inside = (which >= 0) & (sched < end[np.maximum(which, 0)])
-    ok = inside & (r["status"].to_numpy() // 100 == 2)
+    ok = inside & succeeded(r)
     df["requests"] = np.bincount(which[inside], minlength=n)
     df["requests_ok"] = np.bincount(which[ok], minlength=n)
     df["requests_failed"] = df["requests"] - df["requests_ok"]
@@ -374,8 +375,7 @@ def _add_requests(df: pd.DataFrame, run: Run) -> None:
         return
     # latency of the requests that succeeded, from the scheduled start (a timeout's
     # "latency" is the client's timeout, not the service's)
-    lat = (r["end_ns"].to_numpy() - r["sched_ns"].to_numpy()) / 1e6
-    q = pd.Series(lat[ok]).groupby(which[ok]).quantile([0.5, 0.99]).unstack()
+    q = pd.Series(latency_ms(r)[ok]).groupby(which[ok]).quantile([0.5, 0.99]).unstack()
     df.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
     df.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
 

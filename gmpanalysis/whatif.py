@@ -56,6 +56,7 @@ from .replayinputs import (
     demand,
     settings,
 )
+from .served import answered, latency_ms, succeeded
 
 
 def _num(x: object) -> bool:
@@ -279,11 +280,9 @@ def measured(run: Run) -> dict[str, float]:
     lat = None
     rps = math.nan
     if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
-        ok = r["status"] // 100 == 2
-        lat = ((r.loc[ok, "end_ns"] - r.loc[ok, "sched_ns"]) / 1e6).to_numpy()
-        # answered (any HTTP status; 0 is a transport error or timeout), as the replay
-        # answers every request
-        ans = r["status"] > 0
+        lat = latency_ms(r)[succeeded(r)]
+        # answered (any HTTP status), as the replay answers every request
+        ans = answered(r)
         took = float(r.loc[ans, "end_ns"].max() - r["sched_ns"].min()) if ans.any() else math.nan
         rps = int(ans.sum()) / took * 1e9 if took > 0 else math.nan
     return summarize(span, lat if lat is not None else np.zeros(0), rps)
