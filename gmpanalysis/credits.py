@@ -50,19 +50,13 @@ class Credits:
     outside: dict[str, float]  # per counter: credits of boundaries outside the table
 
 
-def credit_boundaries(
-    B: np.ndarray, t: np.ndarray, counters: dict[str, np.ndarray], margin_ns: int, period_ns: int
-) -> Credits:
-    """Attribute every increment of the cumulative ``counters`` (sampled at reads ``t``) to
-    the boundaries ``B`` (B[0] starts the first row, B[-1] ends the last one).
-
-    A boundary within ``margin_ns`` (the grid's uncertainty) before a read counts as seen by
-    it. Increments at or before B[0] and at the boundary after B[-1] are credits of periods
-    outside the table (``outside``).
-    """
-    n = len(B) - 1
-    # B_ext[b], b = 0..n+1; b = 0 ends the period before the table, n+1 the one after it
-    Bm = np.r_[B, B[-1] + period_ns] - margin_ns
+def _moved_reads(
+    Bm: np.ndarray, t: np.ndarray, counters: dict[str, np.ndarray], margin_ns: int, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The read pairs across which a counter moved (``at``: the first read of each), the
+    boundaries each could belong to (``lo``..``hi`` on B extended by one at each end), those
+    that open a hole of several boundaries (``multi_at``, positions in ``at``), the
+    increments there, and the exact credits of the rest per boundary slot."""
     # Only reads after which a counter moved carry a credit (the counters move at
     # boundaries, a few reads in a hundred at 1 ms sampling); the rest add nothing, so the
     # work below runs on those reads alone. Within a segment the counters never fall.
@@ -78,7 +72,6 @@ def credit_boundaries(
     none_between = lo > hi
     lo = np.minimum(lo, hi)  # none in between: a late credit of the last boundary
     multi_at = np.flatnonzero(lo < hi)
-    multi = at[multi_at]  # the reads that open a hole holding several boundaries
 
     # exact credits: one candidate boundary (index shifted by one so that "before B[0]" = 0)
     single = lo >= hi
@@ -96,6 +89,24 @@ def credit_boundaries(
         ).astype(np.float64)
         for c in CREDITED
     }
+    return at, lo, hi, multi_at, inc, per_slot
+
+
+def credit_boundaries(
+    B: np.ndarray, t: np.ndarray, counters: dict[str, np.ndarray], margin_ns: int, period_ns: int
+) -> Credits:
+    """Attribute every increment of the cumulative ``counters`` (sampled at reads ``t``) to
+    the boundaries ``B`` (B[0] starts the first row, B[-1] ends the last one).
+
+    A boundary within ``margin_ns`` (the grid's uncertainty) before a read counts as seen by
+    it. Increments at or before B[0] and at the boundary after B[-1] are credits of periods
+    outside the table (``outside``).
+    """
+    n = len(B) - 1
+    # B_ext[b], b = 0..n+1; b = 0 ends the period before the table, n+1 the one after it
+    Bm = np.r_[B, B[-1] + period_ns] - margin_ns
+    at, lo, hi, multi_at, inc, per_slot = _moved_reads(Bm, t, counters, margin_ns, n)
+    multi = at[multi_at]  # the reads that open a hole holding several boundaries
 
     # ambiguous groups: the boundaries a multi-boundary increment could belong to (holes
     # never overlap: consecutive reads' candidate ranges only touch through late credits)

@@ -184,6 +184,30 @@ def _exhaustion(
     return ex, np.minimum(lo, ex), np.maximum(hi, ex)
 
 
+def _usage_at_boundaries(
+    t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Usage in each period between the boundaries ``B`` (µs), interpolated between the
+    reads around each boundary, and the bracket those reads allow: cumulative usage is
+    monotone, so the truth at a boundary lies between them (a boundary known to the grid's
+    uncertainty ``unc_ns``)."""
+    u_at = np.interp(B.astype(np.float64), t.astype(np.float64), u)
+    i_after = np.clip(np.searchsorted(t, B + unc_ns, side="left"), 0, len(t) - 1)
+    i_before = np.clip(np.searchsorted(t, B - unc_ns, side="right") - 1, 0, len(t) - 1)
+    u_lo_b, u_hi_b = u[i_before], u[i_after]
+    return np.diff(u_at), np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0), u_hi_b[1:] - u_lo_b[:-1]
+
+
+def _hole_ms(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per period [start, end): the longest hole in the reads (a stretch without reads
+    longer than HOLE_READS nominal intervals) that overlaps it, ms; 0 if none."""
+    hole_ms = np.zeros(len(start))
+    for a in np.flatnonzero(dt > HOLE_READS * nominal).tolist():  # holes are rare: a loop over them
+        hit = (end > t[a]) & (start < t[a + 1])
+        hole_ms[hit] = np.maximum(hole_ms[hit], dt[a] / 1e6)
+    return hole_ms
+
+
 def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
     seg = grid.segments[seg_no]
     P = grid.period_ns
@@ -198,28 +222,11 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     margin = max(seg.uncertainty_ns, 50_000)
     n = len(start)
 
-    # usage at the boundaries, interpolated between the reads around them; cumulative
-    # usage is monotone, so the truth at a boundary lies between those two reads
-    tf = t.astype(np.float64)
-    u_at = np.interp(B.astype(np.float64), tf, u)
-    # ... and the boundary itself is known to the grid's uncertainty
-    i_after = np.clip(np.searchsorted(t, B + seg.uncertainty_ns, side="left"), 0, len(t) - 1)
-    i_before = np.clip(np.searchsorted(t, B - seg.uncertainty_ns, side="right") - 1, 0, len(t) - 1)
-    u_lo_b, u_hi_b = u[i_before], u[i_after]
-    usage = np.diff(u_at)
-    usage_lo = np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0)
-    usage_hi = u_hi_b[1:] - u_lo_b[:-1]
-
-    # holes: stretches without reads longer than HOLE_READS nominal intervals
+    usage, usage_lo, usage_hi = _usage_at_boundaries(t, u, B, seg.uncertainty_ns)
     dt = np.diff(t)
     # the 10th percentile and the median of the read intervals (exact: int64 ns)
     q10, med_dt = (float(q) for q in np.percentile(dt, [10, 50])) if len(dt) else (float(P), float(P))
-    nominal = max(med_dt, 1.0)
-    holes = np.flatnonzero(dt > HOLE_READS * nominal)
-    hole_ms = np.zeros(n)
-    for a in holes.tolist():  # holes are rare: a loop over them, not over periods
-        hit = (end > t[a]) & (start < t[a + 1])
-        hole_ms[hit] = np.maximum(hole_ms[hit], dt[a] / 1e6)
+    hole_ms = _hole_ms(t, dt, max(med_dt, 1.0), start, end)
     gap = hole_ms > 0
 
     cr = credit_boundaries(B, t, {c: s[c].to_numpy() for c in CREDITED}, margin, P)
