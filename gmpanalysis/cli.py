@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import io
-import math
 import os
-import re
 import stat
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
+from .cliargs import (
+    _cgroup_parent,
+    _check_out_dir,
+    _check_out_file,
+    _duration,
+    _existing_dir,
+    _float_in,
+    _gomaxprocs,
+    _gomaxprocs_values,
+    _int_in,
+    _progress,
+)
+from .clilab import _add_lab_args, cmd_lab_clean, cmd_lab_run, cmd_lab_sweep
 from .errors import GmpError, GmpWarning, UsageError
 
 
@@ -25,332 +34,7 @@ def _default_bundles() -> list[Path]:
     return example_runs()
 
 
-def _progress(msg: str) -> None:
-    if msg.startswith("\r"):
-        if sys.stderr.isatty():
-            print(msg, end="", file=sys.stderr, flush=True)
-        return
-    if msg:
-        print(msg, file=sys.stderr, flush=True)
-
-
-def _check_out_file(text: str, opt: str) -> Path:
-    """The file a command will write, refused before any work when it cannot be one: an
-    empty path, a directory, a parent that does not exist or is not a directory. (Writing
-    can still fail, /dev/full say: the writer says so, naming the file.)"""
-    if not text:
-        raise UsageError(f"{opt} '': give the path of the file to write")
-    p = Path(text)
-    if p.is_dir():
-        raise UsageError(f"{opt} {p}: is a directory; give a file path, e.g. {p / 'out'}")
-    _check_parent(p, opt)
-    return p
-
-
-def _check_parent(p: Path, opt: str) -> None:
-    parent = p.parent
-    if not parent.exists():
-        up = next((a for a in parent.parents if a.exists()), None)
-        if up is not None and not up.is_dir():
-            raise UsageError(f"{opt} {p}: {up} is not a directory")
-        raise UsageError(f"{opt} {p}: no such directory {parent}; create it first")
-    if not parent.is_dir():
-        raise UsageError(f"{opt} {p}: {parent} is not a directory")
-
-
-def _check_out_dir(text: str, opt: str, *, empty: bool) -> Path:
-    """A directory a command will write into (created if missing): refused up front when
-    something else is in its place or, with ``empty``, when it holds anything (bundles are
-    never overwritten)."""
-    if not text:
-        raise UsageError(f"{opt} '': give a directory")
-    p = Path(text)
-    if p.exists():
-        if not p.is_dir():
-            raise UsageError(f"{opt} {p}: not a directory; give a directory (new, or empty)")
-        if empty and any(p.iterdir()):
-            raise UsageError(
-                f"{opt} {p}: exists and is not empty; bundles are never overwritten: choose a new directory"
-            )
-        return p
-    up = next((a for a in p.parents if a.exists()), None)
-    if up is not None and not up.is_dir():
-        raise UsageError(f"{opt} {p}: {up} is not a directory")
-    return p
-
-
-def _lab_config(a: argparse.Namespace):  # -> LabConfig
-    from .lab import LabConfig, parse_cpu_limit
-
-    g = getattr(a, "gomaxprocs", None)
-    parent = None if a.parent_cpu_limit is None else parse_cpu_limit(a.parent_cpu_limit)
-    if a.parent_cpu_limit is not None and parent is None:
-        raise UsageError("--parent-cpu-limit none: leave the option out for no pod-like parent")
-    if (a.resize_at is None) != (a.cpu_limit_after is None):
-        raise UsageError("--resize-at and --cpu-limit-after go together (e.g. --resize-at 10 --cpu-limit-after 2000m)")
-    return LabConfig(
-        name=a.name,
-        cpu_limit=parse_cpu_limit(a.cpu_limit),
-        period_us=a.period_us,
-        burst_us=a.burst_us,
-        gomaxprocs=g,
-        workload=a.workload,
-        work_ms=a.work_ms,
-        alloc_kb=a.alloc_kb,
-        live_mb=a.live_mb,
-        mode=a.mode,
-        arrivals=a.arrivals,
-        rate=a.rate,
-        concurrency=a.concurrency,
-        duration_s=a.duration,
-        max_requests=a.max_requests,
-        seed=a.seed,
-        trace_start_s=a.trace_start,
-        trace_s=a.trace_seconds,
-        sample_interval_us=a.interval_us,
-        sampler_fifo=not a.no_fifo,
-        cgroup_root=a.cgroup_root,
-        cgroup_parent=a.cgroup_parent,
-        parent_cpu_limit=parent,
-        resize_at_s=a.resize_at,
-        cpu_limit_after=None if a.cpu_limit_after is None else parse_cpu_limit(a.cpu_limit_after),
-        app_build=a.app_build,
-        cpu_header=not a.no_cpu_header,
-        layout=a.layout or ("kubelet" if a.kernel else "lab"),
-    )
-
-
-def _vm_spec(a: argparse.Namespace):  # -> VmSpec | None
-    """--kernel/--cpus/--vm-memory-mb as the VM to run in (None: this machine)."""
-    if a.kernel is None:
-        if a.cpus is not None:
-            raise UsageError("--cpus sets the VM's vCPUs: it goes with --kernel (the host's CPUs are what they are)")
-        return None
-    from .lab.vm import DEFAULT_MEMORY_MB, VmSpec
-
-    return VmSpec(kernel=a.kernel, cpus=a.cpus or 2, memory_mb=a.vm_memory_mb or DEFAULT_MEMORY_MB)
-
-
 # --- argument types: a value out of range is argparse's usage error, naming the option ---
-
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")  # ASCII digits: int() would also take "١٢" or "1_000"
-
-
-def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An argparse type: a decimal integer in [lo, hi]."""
-
-    def parse(text: str) -> int:
-        t = text.strip()
-        if not _INT.fullmatch(t):
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-        v = int(t)
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{v} is out of range: {lo}..{hi if hi is not None else ''}")
-        return v
-
-    return parse
-
-
-def _float_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number in [lo, hi] ((lo, hi] with lo_open)."""
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        return _in_range(text, v, lo, hi, lo_open)
-
-    return parse
-
-
-def _in_range(text: str, v: float, lo: float, hi: float, lo_open: bool) -> float:
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    if v < lo or (lo_open and v == lo) or v > hi:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: {'(' if lo_open else '['}{lo:g}, {hi:g}]")
-    return v
-
-
-def _gomaxprocs(text: str) -> int | None:
-    """--gomaxprocs: a positive integer, or 'unset'/'default' (the env variable not set)."""
-    if text.strip().lower() in ("unset", "default"):
-        return None
-    return _int_in(1, 1 << 20)(text)
-
-
-def _gomaxprocs_values(text: str) -> list[int | None]:
-    """--gomaxprocs-values: a comma list of positive integers and 'unset'."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty list: give e.g. 1,2,8 or unset,2")
-    try:
-        return [_gomaxprocs(v) for v in text.split(",")]
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e} (give e.g. 1,2,8 or unset,2)") from None
-
-
-def _cgroup_parent(text: str) -> str:
-    """--cgroup-parent: a path below the cgroup mount; it may not climb out of it."""
-    from .lab.cgroups import check_cgroup_parent
-
-    try:
-        return check_cgroup_parent(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _existing_dir(text: str) -> str:
-    if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory (the cgroup mount, e.g. /sys/fs/cgroup)")
-    return text
-
-
-def _name(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the bundle name may not be empty")
-    return text
-
-
-def _add_lab_args(p: argparse.ArgumentParser) -> None:
-    from .lab.levels import LAYOUTS
-
-    p.add_argument("--name", type=_name, default="lab", help="bundle name (default: lab)")
-    p.add_argument("--cpu-limit", default="500m", help="CPU limit: 500m, 0.5, 2 or none (default: 500m)")
-    p.add_argument(
-        "--period-us",
-        type=_int_in(1_000, 1_000_000),
-        default=100_000,
-        help="CFS period in µs, 1000..1000000 (default: 100000)",
-    )
-    p.add_argument("--burst-us", type=_int_in(0), default=0, help="CFS burst in µs (default: 0)")
-    p.add_argument(
-        "--workload",
-        choices=["cpu", "alloc"],
-        default="cpu",
-        help="cpu: pure compute per request; alloc: compute + garbage + a live heap",
-    )
-    p.add_argument(
-        "--work-ms", type=_float_in(0, 10_000, lo_open=True), default=30.0, help="CPU per request in ms (default: 30)"
-    )
-    p.add_argument("--alloc-kb", type=_int_in(0), default=4096, help="garbage per request for --workload alloc (KiB)")
-    p.add_argument("--live-mb", type=_int_in(0), default=64, help="live heap for --workload alloc (MiB)")
-    p.add_argument("--mode", choices=["open", "closed"], default="open", help="load loop (default: open)")
-    p.add_argument("--arrivals", choices=["poisson", "constant"], default="poisson", help="open-loop arrivals")
-    p.add_argument(
-        "--rate",
-        type=_float_in(0, 1e6, lo_open=True),
-        default=None,
-        help="open-loop req/s (default: 80%% of the quota's capacity)",
-    )
-    p.add_argument("--concurrency", type=_int_in(1, 10_000), default=4, help="closed-loop clients (default: 4)")
-    p.add_argument(
-        "--duration", type=_float_in(0, 3600, lo_open=True), default=6.0, help="load duration in s (default: 6)"
-    )
-    p.add_argument("--max-requests", type=_int_in(1), default=100_000, help="load bound in requests")
-    p.add_argument("--seed", type=_int_in(-(1 << 63), (1 << 63) - 1), default=1, help="arrival schedule seed")
-    p.add_argument("--trace-start", type=_float_in(0, 3600), default=1.0, help="trace window start after load start, s")
-    p.add_argument("--trace-seconds", type=_float_in(0, 3600), default=4.0, help="trace window length, s (0: none)")
-    p.add_argument(
-        "--interval-us", type=_int_in(1, 1_000_000), default=997, help="sampling interval in µs (default: 997)"
-    )
-    p.add_argument("--no-fifo", action="store_true", help="sampler under SCHED_OTHER instead of SCHED_FIFO")
-    p.add_argument("--cgroup-root", type=_existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
-    p.add_argument(
-        "--cgroup-parent",
-        type=_cgroup_parent,
-        default="",
-        help="parent cgroup for the lab's cgroup (v2: delegated subtree)",
-    )
-    p.add_argument(
-        "--parent-cpu-limit",
-        default=None,
-        help="put the app's cgroup inside a pod-like parent with this CPU limit of its own (e.g. 500m); "
-        "both levels are sampled",
-    )
-    p.add_argument(
-        "--resize-at",
-        type=_duration(0, 3600),
-        default=None,
-        help="rewrite the limit in place this long after load start (s)",
-    )
-    p.add_argument("--cpu-limit-after", default=None, help="the limit written at --resize-at: 2000m, 0.5 or none")
-    p.add_argument(
-        "--app-build",
-        choices=["default", "go124", "automaxprocs"],
-        default="default",
-        help="demo app build: default (go 1.26 module: the runtime follows the limit), go124 (a go 1.24 module "
-        "line: NumCPU), automaxprocs (go.uber.org/automaxprocs, set once at start)",
-    )
-    p.add_argument(
-        "--kernel",
-        metavar="SERIES",
-        default=None,
-        help="run inside a VM of Debian's newest kernel of this series (e.g. 6.1, 6.12; cgroup v2; qemu, TCG); "
-        "default: this machine's kernel",
-    )
-    p.add_argument("--cpus", type=_int_in(1, 64), default=None, help="the VM's vCPUs with --kernel (default: 2)")
-    p.add_argument(
-        "--vm-memory-mb", type=_int_in(512, 65536), default=None, help="the VM's memory with --kernel (default: 2048)"
-    )
-    p.add_argument(
-        "--layout",
-        choices=LAYOUTS,
-        default=None,
-        help="cgroup names: lab (gmp-lab-*) or a kubelet's: kubelet (systemd driver, containerd: "
-        "kubepods.slice/.../cri-containerd-<id>.scope), kubelet-crio (crio-<id>.scope), kubelet-cgroupfs "
-        "(kubepods/burstable/pod<uid>/<id>), kubelet-cgroupfs-crio (.../crio-<id>); the pod's quota the "
-        "container's unless --parent-cpu-limit; only where no kubelet made that tree; default: kubelet with "
-        "--kernel, else lab",
-    )
-    p.add_argument(
-        "--no-cpu-header",
-        action="store_true",
-        help="do not record each request's own CPU (requests.csv cpu_ns): the handler then does not hold its OS "
-        "thread while it runs",
-    )
-
-
-def cmd_lab_run(a: argparse.Namespace) -> int:
-    from .lab import run_lab
-
-    cfg = _lab_config(a)
-    vm = _vm_spec(a)
-    out = Path(a.out or f"runs/{cfg.name}")
-    _check_out_dir(str(out), "-o", empty=True)
-    if vm is not None:
-        from .lab.vm import run_vm_lab
-
-        run_vm_lab(cfg, out, vm, progress=_progress)
-    else:
-        run_lab(cfg, out, progress=_progress)
-    print(out)
-    return 0
-
-
-def cmd_lab_sweep(a: argparse.Namespace) -> int:
-    from .lab import sweep
-
-    cfg = _lab_config(a)
-    vm = _vm_spec(a)
-    _check_out_dir(a.out, "-o", empty=False)
-    runner = None
-    if vm is not None:
-        from .lab.vm import run_vm_lab
-
-        runner = functools.partial(run_vm_lab, spec=vm)
-    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress, runner=runner):
-        print(p)
-    return 0
-
-
-def cmd_lab_clean(a: argparse.Namespace) -> int:
-    from .lab.run import reap_stale_cgroups
-
-    removed = reap_stale_cgroups(a.cgroup_root, a.cgroup_parent)
-    for d in removed:
-        print(d)
-    _progress(f"removed {len(removed)} cgroup(s) left by killed lab runs")
-    return 0
 
 
 def cmd_summary(a: argparse.Namespace) -> int:
@@ -564,26 +248,6 @@ def cmd_export(a: argparse.Namespace) -> int:
     out = _check_out_file(a.out, "-o")
     print(to_chrome_trace(load_run(a.bundle), out))
     return 0
-
-
-def _duration(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a duration in seconds ("30", "30s", "500ms", "2m"), finite, in
-    [lo, hi] ((lo, hi] with lo_open)."""
-
-    def parse(text: str) -> float:
-        t = text.strip().lower()
-        try:
-            if t.endswith("ms"):
-                v = float(t[:-2]) / 1000
-            elif t.endswith("m"):
-                v = float(t[:-1]) * 60
-            else:
-                v = float(t[:-1]) if t.endswith("s") else float(t)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m)") from None
-        return _in_range(text, v, lo, hi, lo_open)
-
-    return parse
 
 
 def cmd_collect(a: argparse.Namespace) -> int:
