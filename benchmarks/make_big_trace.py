@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from gmpanalysis.lab import ensure_binaries
-from gmpanalysis.lab.run import _stop, _wait_listening
+from gmpanalysis.lab.procs import _stop, _wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,7 +32,8 @@ from typing import Any
 from ..errors import LabError
 from .binaries import ensure_binaries
 from .kernels import Kernel, check_series, ensure_kernel
-from .run import LabConfig, Progress, _die_with_parent, _quiet, _read_json, check_config, kernel_hz
+from .procs import _die_with_parent, _read_json
+from .run import LabConfig, Progress, _quiet, check_config, kernel_hz
 
 QEMU = "qemu-system-x86_64"
 # the guest's own processes (Python, pandas, the demo app's heap, the sampler) fit in 2 GiB
