@@ -9,7 +9,7 @@ import pandas as pd
 
 from gmpanalysis.bundle import Run
 from gmpanalysis.gotrace import GoTrace
-from gmpanalysis.gotrace.tables import SCHEMAS, _frame
+from gmpanalysis.gotrace.columns import SCHEMAS, _frame
 
 
 def make_trace(

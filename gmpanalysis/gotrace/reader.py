@@ -20,6 +20,7 @@ from ..schema import MAX_NS
 from . import kernels, spec
 from . import tables as _tables
 from .memory import trim
+from .streams import ARGS_USED, ON_M, SCHED
 from .wire import (
     Batch,
     Generation,
@@ -879,13 +880,13 @@ def _decode_masks(builder: _tables.Builder) -> tuple[np.ndarray, np.ndarray]:
     """The event types to decode, and which of their arguments, for the tables asked for."""
     types = set(builder.glob_types) | set(builder.heap_types)
     if builder.running:
-        types |= set(_tables.SCHED + _tables.ON_M)
+        types |= set(SCHED + ON_M)
     elif builder.threads:  # the goroutine on each thread, and the goroutine-scoped events
         types |= set(np.flatnonzero(_tables.ROLE).tolist()) | set(builder.few_types)
     keep = np.zeros(256, dtype=bool)
     keep[sorted(types)] = True
     need = np.zeros((3, 256), dtype=bool)
-    for eid, idx in _tables.ARGS_USED.items():
+    for eid, idx in ARGS_USED.items():
         if eid in types:
             need[list(idx), eid] = True
     return keep, need

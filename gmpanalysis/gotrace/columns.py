@@ -1,0 +1,52 @@
+"""The columns and dtypes of every table a trace read gives (documented on
+:class:`~gmpanalysis.gotrace.GoTrace`), and frames built with exactly those."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# column dtypes of every table (documented on GoTrace)
+SCHEMAS: dict[str, dict[str, str]] = {
+    "running": {
+        "g": "int64",
+        "p": "int32",
+        "m": "int64",
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "label": "category",
+        "open": "bool",
+    },
+    "sweep": {
+        "p": "int64",
+        "m": "int64",
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "swept_bytes": "int64",
+        "reclaimed_bytes": "int64",
+        "open": "bool",
+    },
+    "stw": {"start_ns": "int64", "end_ns": "int64", "kind": "object", "g": "int64", "open": "bool"},
+    "assist": {"g": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+    "logs": {"t_ns": "int64", "g": "int64", "m": "int64", "task": "int64", "category": "object", "message": "object"},
+    "labels": {"t_ns": "int64", "g": "int64", "m": "int64", "label": "object"},
+    "gc": {"seq": "int64", "start_ns": "int64", "end_ns": "int64", "open": "bool"},
+}
+
+
+def _rows_frame(rows: list[tuple], names: tuple[str, ...], table: str) -> pd.DataFrame:
+    """A table from row tuples whose fields are ``names`` (in that order)."""
+    cols = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {}
+    return _frame(cols, SCHEMAS[table])
+
+
+def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
+    """A frame with exactly these columns and dtypes, built from arrays that already have
+    them (pandas' astype on many small frames dominated the cost of short traces)."""
+    return pd.DataFrame(
+        {
+            k: pd.Categorical(cols.get(k, ())) if t == "category" else np.asarray(cols.get(k, ()), dtype=t)
+            for k, t in dtypes.items()
+        },
+        copy=False,
+    )
