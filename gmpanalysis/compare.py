@@ -149,6 +149,15 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     return out
 
 
+def last_quota(per: pd.DataFrame, meta: dict) -> int | None:
+    """The quota in force in the table's last period (µs; None: no limit, a limit removed
+    in place too); meta.json's for a table without the column."""
+    if "quota_us" not in per or not len(per):
+        return meta.get("quota_us")
+    q = per["quota_us"].iloc[-1]
+    return None if pd.isna(q) else int(q)
+
+
 def compare_table(
     runs: Sequence[Run], periods: Sequence[pd.DataFrame], gomaxprocs: Sequence[int | None]
 ) -> pd.DataFrame:
@@ -162,12 +171,12 @@ def compare_table(
             "  ", " "
         )
         # a limit resized in place (limits.csv): the quota of the table's last period too
-        q = per["quota_us"].dropna() if "quota_us" in per else pd.Series(dtype=float)
-        last = int(q.iloc[-1]) if len(q) else m.get("quota_us")
+        last = last_quota(per, m)
         limit = m.get("cpu_limit")
-        if last is not None and m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
+        if m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
             first = limit or f"{m['quota_us'] / m['period_us']:g}"
-            limit = f"{first} → {last / m['period_us']:g}"
+            after = "no limit" if last is None else f"{last / m['period_us']:g}"
+            limit = f"{first} → {after}"
         row: dict[str, object] = {
             "name": run.name,
             "gomaxprocs": gomaxprocs[i],

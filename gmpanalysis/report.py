@@ -18,6 +18,7 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
+from .compare import last_quota
 from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
@@ -51,12 +52,6 @@ SUMMARY_COLUMNS = {
 }
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _last_quota(per: pd.DataFrame, m: dict) -> object:
-    """The quota of the table's last period (a limit resized in place), else meta.json's."""
-    q = per["quota_us"].dropna() if "quota_us" in per else ()
-    return int(q.iloc[-1]) if len(q) else m.get("quota_us")
 
 
 def findings(cmp: pd.DataFrame) -> list[str]:
@@ -339,7 +334,7 @@ def to_report(
         parts.append(
             f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
             f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
-            f"{html.escape(quota_words(m.get('quota_us'), _last_quota(per, m), m.get('period_us')))}, "
+            f"{html.escape(quota_words(m.get('quota_us'), last_quota(per, m), m.get('period_us')))}, "
             f"{html.escape(str(m.get('go_version')))}, kernel "
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"

@@ -502,7 +502,8 @@ class Ledger:
     """Where the counters of a period table went: see :func:`df_period_groups` and
     :func:`df_conservation`. Read-only, and shared by the tables derived from one (a
     column, a filter): pandas deep-copies ``attrs`` into every derived frame, and copying
-    these tables each time cost a third of a bundle's analysis."""
+    these tables each time cost a third of a bundle's analysis. What it holds is handed
+    out as copies (:func:`df_period_groups`, :func:`df_conservation`, df_freezes)."""
 
     groups: pd.DataFrame
     conservation: pd.DataFrame
@@ -533,7 +534,7 @@ def df_period_groups(per: pd.DataFrame) -> pd.DataFrame:
     ``nr_periods_resolved``, ``nr_throttled_resolved``, ``throttled_us_resolved`` bool, the
     sum decided every period (0, or a count equal to ``boundaries``), so the rows hold it.
     """
-    return _ledger(per).groups
+    return _ledger(per).groups.copy()  # the ledger is shared, read-only
 
 
 def df_conservation(per: pd.DataFrame) -> pd.DataFrame:
@@ -546,7 +547,7 @@ def df_conservation(per: pd.DataFrame) -> pd.DataFrame:
     last boundary). ``rows + groups + outside == delta`` on every input, up to float
     rounding (the throttled time is a float sum of µs).
     """
-    return _ledger(per).conservation
+    return _ledger(per).conservation.copy()  # the ledger is shared, read-only
 
 
 GROUP_COLUMNS = [

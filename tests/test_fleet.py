@@ -469,3 +469,13 @@ def test_put_fills_what_the_trace_tells_into_an_agent_bundle(tmp_path):
     assert json.loads((src / "meta.json").read_text())["go_version"] is None  # the source is left as it was
     # stored again: the same capture, one bundle
     assert put_bundle(src, tmp_path / "store") == where
+    # ... also where an earlier version stored it without the facts (its raw meta.json)
+    (Path(where) / "meta.json").write_bytes((src / "meta.json").read_bytes())
+    assert put_bundle(src, tmp_path / "store") == where
+
+
+def test_the_summary_kept_in_memory_has_the_read_back_dtypes_without_advice(tmp_path):
+    from gmpanalysis.fleet.compute import _advice_frame
+
+    empty = read_advice(str(tmp_path / "nothing-here"))
+    assert _advice_frame([]).dtypes.to_dict() == empty.dtypes.to_dict()

@@ -7,6 +7,7 @@ import re
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import gmpanalysis as gmp
@@ -51,3 +52,37 @@ def test_the_report_counts_each_levels_freezes_as_df_levels_does(path):
             assert (int(m.group(3)), int(m.group(4))) == (lv.loc[name, "throttled"], lv.loc[name, "periods"]), line
     for r in lv.itertuples():
         assert quota_words(r.quota_us, r.quota_last_us, r.period_us) in describe(a)[0]
+
+
+def test_the_ledger_is_handed_out_as_copies():
+    """The period table's ledger is shared by the tables derived from it (not deep-copied
+    by pandas into every column): what df_conservation and df_period_groups return must
+    still be the caller's to change."""
+    run = _load(ROOT / "fixtures/runs/cpu-0.5cpu-gmp8")
+    before = gmp.df_conservation(gmp.df_periods(run))["delta"].tolist()
+    c = gmp.df_conservation(gmp.df_periods(run))
+    c["delta"] = -1
+    g = gmp.df_period_groups(gmp.df_periods(run))
+    g["group"] = -1
+    assert gmp.df_conservation(gmp.df_periods(run))["delta"].tolist() == before
+    assert (gmp.df_period_groups(gmp.df_periods(run))["group"] != -1).all()
+
+
+def test_a_limit_removed_in_place_is_told_as_no_limit(tmp_path):
+    # the real resize run, its last limits.csv row rewritten to no quota (a limit removed in
+    # place: cpu.max "max"), as a resize to no limit would record it
+    import shutil
+
+    b = tmp_path / "removed"
+    shutil.copytree(ROOT / "fixtures/runs/resize-0.5to2cpu-default", b)
+    lines = (b / "limits.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    last = lines[-1].split(",")
+    last[head.index("quota_us")] = ""
+    lines[-1] = ",".join(last)
+    (b / "limits.csv").write_text("\n".join(lines) + "\n")
+    run = _load(b)
+    row = gmp.compare_runs([run]).iloc[0]
+    assert row["cpu_limit"] == "500m → no limit" and row["quota_last_us"] is None
+    assert gmp.df_levels(run).iloc[0]["quota_last_us"] is pd.NA
+    assert "quota 50 ms per 100 ms, then no limit" in gmp.to_report(run, tmp_path / "r.html").read_text()

@@ -199,6 +199,8 @@ def _advice_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=ADVICE_COLUMNS)
     for c in ("key", "advice"):
         df[c] = df[c].astype("string")
+    for c in ("advice_limit_cpus", "advice_gomaxprocs", "advice_s"):
+        df[c] = df[c].astype("float64")  # as Parquet gives them back, rows or none
     return df
 
 

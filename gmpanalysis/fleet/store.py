@@ -132,7 +132,7 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
     src = Path(bundle)
     load_run(src)  # a broken bundle is refused before it reaches the store, with the reader's message
     try:
-        mine = (src / "meta.json").read_bytes()
+        raw = mine = (src / "meta.json").read_bytes()
         meta = json.loads(mine)
     except (OSError, ValueError) as e:
         raise BundleError(f"{src / 'meta.json'}: {e}") from None
@@ -142,12 +142,15 @@ def put_bundle(bundle: str | os.PathLike[str], store: str | os.PathLike[str], *,
         before = dict(meta)
         facts_from_trace(meta, src / "trace.out", log=lambda _msg: None)
         if meta != before:
-            mine = (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode()
+            # ASCII escapes: a value may hold a lone surrogate (an undecodable byte)
+            mine = (json.dumps(meta, indent=2) + "\n").encode()
     parts = bundle_parts(meta, cluster)
     fs, root = fs_of(store)
     dest = f"{root}/{BUNDLES}/{partition_path(parts)}"
     if fs.exists(f"{dest}/meta.json"):
-        if fs.cat_file(f"{dest}/meta.json") != mine:
+        # the same capture: stored as it is, or as an earlier version stored it (before the
+        # trace's facts were filled in)
+        if fs.cat_file(f"{dest}/meta.json") not in (mine, raw):
             raise BundleError(
                 f"{src}: the store already holds another bundle under {dest} (its meta.json differs; the "
                 "partition values are reduced to letters, digits and ._-): give the capture its own meta.json "

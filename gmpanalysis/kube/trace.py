@@ -6,6 +6,7 @@ import http.client
 import socket
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -16,32 +17,63 @@ from .config import CollectConfig
 
 BODY_SHOWN = 300  # bytes of a refusal's body quoted in the error
 # a forwarded connection that closes at once is retried: a just-started process may not
-# listen yet (ATTEMPTS in all, 0.5 s apart); once the API server says the connection was
-# refused inside the pod, only REFUSED_ATTEMPTS: nothing listens on that port
+# listen yet (ATTEMPTS in all, 0.5 s apart); a connection the API server says was refused
+# inside the pod is retried REFUSED_ATTEMPTS times, 1 s apart (a process still starting
+# gets ~4 s, as before), then reported: nothing listens on that port
 ATTEMPTS = 8
-REFUSED_ATTEMPTS = 3
+REFUSED_ATTEMPTS = 4
 PROXY_THREAD = "Kubernetes port forward proxy"
+_OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # the proxy threads of this module's forwards
+_HOOK_LOCK = threading.Lock()
 
 
 def _quiet_proxy_threads() -> None:
-    """The kubernetes client's port-forward proxy thread raises (SSLEOFError, ...) when the
-    forward is closed under it; its traceback would be printed into the collector's output.
-    The failure itself reaches the reader through the stream (and is reported there), so the
-    thread's own exception is dropped; every other thread's goes to the hook as before."""
-    prev = threading.excepthook
-    if getattr(prev, "_gmp_quiet_proxy", False):
-        return
-
-    def hook(args: Any) -> None:
-        if args.thread is not None and args.thread.name.startswith(PROXY_THREAD):
+    """The kubernetes client's port-forward proxy thread raises (SSLEOFError, a closed
+    websocket) when the forward is closed under it; its traceback would be printed into the
+    collector's output. The failure itself reaches the reader through the stream (and is
+    reported there), so that exception is dropped, for the proxy threads of this module's
+    own forwards only; any other exception, and every other thread's, goes to the hook as
+    before."""
+    with _HOOK_LOCK:
+        prev = threading.excepthook
+        if getattr(prev, "_gmp_quiet_proxy", False):
             return
-        prev(args)
 
-    hook._gmp_quiet_proxy = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+        def hook(args: Any) -> None:
+            t = args.thread
+            closed = isinstance(args.exc_value, (OSError, EOFError)) or type(args.exc_value).__module__.startswith(
+                "websocket"
+            )
+            if t is not None and t in _OURS and t.name.startswith(PROXY_THREAD) and closed:
+                return
+            prev(args)
+
+        hook._gmp_quiet_proxy = True  # type: ignore[attr-defined]
+        threading.excepthook = hook
 
 
-def refused(pf: Any, port: int, wait_s: float = 1.0) -> str | None:
+def _forward(core: Any, cfg: CollectConfig, pod: str) -> Any:
+    """A port-forward to the pprof port, its proxy thread noted as ours."""
+    from kubernetes.stream import portforward
+
+    before = set(threading.enumerate())
+    pf = _call(
+        portforward,
+        "create",
+        "pods/portforward",
+        cfg.namespace,
+        private(core).connect_get_namespaced_pod_portforward,
+        pod,
+        cfg.namespace,
+        ports=str(cfg.pprof_port),
+    )
+    for t in threading.enumerate():
+        if t not in before and t.name.startswith(PROXY_THREAD):
+            _OURS.add(t)
+    return pf
+
+
+def refused(pf: Any, port: int, wait_s: float = 0.3) -> str | None:
     """The API server's word that the connection to ``port`` was refused inside the pod
     (its port-forward error channel), or None. The message can trail the closed stream."""
     end = time.monotonic() + wait_s
@@ -101,24 +133,13 @@ def get_trace(sock: socket.socket, cfg: CollectConfig, window_s: float, dest: Pa
 
 def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: Path, res: dict[str, Any]) -> None:
     """Port-forward to the pprof port and stream the trace body to dest as it arrives."""
-    from kubernetes.stream import portforward
-
     res["mono_request_ns"] = time.monotonic_ns()
     end = time.monotonic() + seconds
     _quiet_proxy_threads()
     try:
         refusals = 0
         for attempt in range(ATTEMPTS):
-            pf = _call(
-                portforward,
-                "create",
-                "pods/portforward",
-                cfg.namespace,
-                private(core).connect_get_namespaced_pod_portforward,
-                pod,
-                cfg.namespace,
-                ports=str(cfg.pprof_port),
-            )
+            pf = _forward(core, cfg, pod)
             try:
                 res["attempts"] = attempt + 1
                 get_trace(pf.socket(cfg.pprof_port), cfg, max(1.0, end - time.monotonic()), dest, res)
@@ -134,7 +155,7 @@ def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: 
                     raise nothing_listens(pod, cfg.pprof_port, said) from None
                 if attempt == ATTEMPTS - 1:
                     raise
-                time.sleep(0.5)
+                time.sleep(1.0 if said is not None else 0.5)
         res["complete"] = True
         err = pf.error(cfg.pprof_port)
         if err:
