@@ -28,7 +28,7 @@ import pandas as pd
 
 from .bundle import Run
 from .cgroup import DEFAULT_PERIOD_US
-from .goversion import go_minor
+from .goversion import go_minor, go_version_of
 
 RULES = ("env", "go1.25 default", "NumCPU", "automaxprocs", "downward API")
 
@@ -165,7 +165,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
         q, p = x["quota_us"].iloc[-1], int(x["period_us"].iloc[-1])
         return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
 
-    can = applicable(m.get("go_version"), m.get("default_godebug"))
+    can = applicable(go_version_of(run), m.get("default_godebug"))
     if parse_env(env) is None:
         can -= {"env", "downward API"}  # both act only through the environment
     else:
@@ -239,7 +239,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     for name in RULES:
         out[name] = out[name].astype("Int64")
     out.attrs["rule"] = _rule_followed(out, at_start, can)
-    out.attrs["go_version"] = m.get("go_version")
+    out.attrs["go_version"] = go_version_of(run)
     out.attrs["default_godebug"] = m.get("default_godebug")
     out.attrs["applicable"] = sorted(can)
     out.attrs["own_level"] = own

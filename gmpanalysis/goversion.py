@@ -32,6 +32,18 @@ def go_version_from_header(version: int) -> str:
     return f"go1.{version}"
 
 
+def go_version_of(run: Any) -> str | None:
+    """The Go version of a run: meta.json's (``runtime.Version()``), else as far as its
+    trace's header tells (:func:`go_version_from_header`: a bundle of a process nobody could
+    ask, the node agent's of a third-party binary), else None."""
+    v = run.meta.get("go_version")
+    if isinstance(v, str) and v:
+        return v
+    tr = run.trace if run.trace_path is not None else None
+    version = tr.meta.get("version") if tr is not None else None
+    return go_version_from_header(version) if isinstance(version, int) else None
+
+
 def facts_from_trace(meta: dict[str, Any], path: Path, log: Callable[[str], None] = print) -> None:
     """Fill what the collector could not ask a third-party process and its trace tells:
     ``gomaxprocs_effective`` (the first ProcsChange: GOMAXPROCS when the trace began, which

@@ -22,6 +22,7 @@ from .compare import last_quota
 from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
+from .goversion import go_version_of
 from .levels import describe as describe_levels
 from .levels import quota_words
 from .offsets import cpus_available
@@ -335,7 +336,7 @@ def to_report(
             f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
             f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
             f"{html.escape(quota_words(m.get('quota_us'), last_quota(per, m), m.get('period_us')))}, "
-            f"{html.escape(str(m.get('go_version')))}, kernel "
+            f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
             f"{html.escape(str(m.get('kernel')))}; period grid phase "
             f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
         )
