@@ -272,29 +272,8 @@ def to_report(
         runs = [runs]
     if notes is not None and len(notes) != len(runs):
         raise UsageError(f"to_report: notes has {len(notes)} entries for {len(runs)} runs; give one list per run")
-    run_notes: list[list[str]] = []
-    pers: list[pd.DataFrame] = []
-    offs: list[pd.DataFrame] = []
-    stws: list[pd.DataFrame | None] = []
-    mmus: list[pd.DataFrame | None] = []
-    quality: list[list[str]] = []
-    for i, r in enumerate(runs):
-        say(f"report: analysing {r.name} ({i + 1}/{len(runs)})")
-        found = list(r.notes)
-        found += [n for n in (notes[i] if notes is not None else ()) if n not in found]
-        with recording_notes(found):
-            a = analyze(r)  # every table below is built once, and shared with compare_runs
-            per = a.periods
-            traced = r.trace is not None
-            pers.append(per)
-            quality.append(data_quality(r, per))
-            offs.append(a.offsets())
-            stws.append(a.stw_periods if traced else None)
-            mmus.append(a.mmu if traced else None)
-        for n in r.notes:  # reading the trace above may have added to them
-            if n not in found:
-                found.insert(0, n)
-        run_notes.append(found)
+    tables = [_analysed(r, notes[i] if notes is not None else (), say, i, len(runs)) for i, r in enumerate(runs)]
+    run_notes = [t["notes"] for t in tables]
     general: list[str] = []
     with recording_notes(general):
         cmp = compare_runs(runs)
@@ -315,62 +294,103 @@ def to_report(
                 "runs side by side",
             )
         )
-    if any(m is not None for m in mmus):
+    if any(t["mmu"] is not None for t in tables):
+        parts.append(_mmu_figure(plot, runs, [t["mmu"] for t in tables]))
+    for run, t in zip(runs, tables, strict=True):
+        parts += _run_section(plot, run, t, vmax)
+    out = Path(path)
+    try:
+        # a lone surrogate (an undecodable byte in a run's name) becomes U+FFFD: the file is UTF-8
+        out.write_text(_LONE_SURROGATE.sub("\ufffd", _page(title, "\n".join(parts))), encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write the report ({e.strerror or e}); choose another output file") from None
+    return out
 
-        def draw_mmu(f: Any) -> None:
-            ax = f.add_subplot()
-            for r, m in zip(runs, mmus, strict=True):
-                if m is not None:
-                    plot.plot_mmu(m, ax=ax, label=r.name)
 
+def _analysed(r: Run, extra: Sequence[str], say: Callable[[str], None], i: int, n: int) -> dict[str, Any]:
+    """What a run's part of the report is drawn from, built once (and shared with
+    compare_runs), with its data notes: the run's, the caller's, and the warnings raised
+    while analysing it."""
+    say(f"report: analysing {r.name} ({i + 1}/{n})")
+    found = list(r.notes)
+    found += [x for x in extra if x not in found]
+    with recording_notes(found):
+        a = analyze(r)
+        per = a.periods
+        traced = r.trace is not None
+        out = {
+            "per": per,
+            "quality": data_quality(r, per),
+            "off": a.offsets(),
+            "stw": a.stw_periods if traced else None,
+            "mmu": a.mmu if traced else None,
+        }
+    for x in r.notes:  # reading the trace above may have added to them
+        if x not in found:
+            found.insert(0, x)
+    out["notes"] = found
+    return out
+
+
+def _mmu_figure(plot: Any, runs: Sequence[Run], mmus: list[pd.DataFrame | None]) -> str:
+    def draw_mmu(f: Any) -> None:
+        ax = f.add_subplot()
+        for r, m in zip(runs, mmus, strict=True):
+            if m is not None:
+                plot.plot_mmu(m, ax=ax, label=r.name)
+
+    return _img(
+        _png(draw_mmu, (8, 4)),
+        "minimum mutator utilisation per run (the Go runtime's view: a "
+        "stop-the-world stretched across a frozen period counts in full)",
+    )
+
+
+def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> list[str]:
+    """A run's part of the report: its settings in words, what froze it, its data notes and
+    advice, and its figures."""
+    m, per, off, stw = run.meta, t["per"], t["off"], t["stw"]
+    parts = [
+        f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
+        f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
+        f"{html.escape(quota_words(m.get('quota_us'), last_quota(per, m), m.get('period_us')))}, "
+        f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
+        f"{html.escape(str(m.get('kernel')))}; period grid phase "
+        f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>",
+        f"<p>{html.escape(explain_gomaxprocs(run))}</p>",
+    ]
+    parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(analyze(run))]
+    if t["notes"]:
+        parts.append(
+            f'<p class="data-note">{len(t["notes"])} data note(s) for this run: see <a href="#data-notes">Data '
+            "notes</a> at the top.</p>"
+        )
+    parts += [f"<p>{html.escape(x)}</p>" for x in t["quality"]]
+    parts.append(_advice_html(run))
+    parts.append(
+        _img(
+            _png(lambda f: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),
+            f"{run.name}: CPU per period against the quota",
+        )
+    )
+    parts.append(
+        _img(
+            _png(lambda f: plot.plot_period_heatmap(off, ax=f.add_subplot(), vmax=vmax), (12, 4)),
+            f"{run.name}: inside each period",
+        )
+    )
+    if stw is not None:
         parts.append(
             _img(
-                _png(draw_mmu, (8, 4)),
-                "minimum mutator utilisation per run (the Go runtime's view: a "
-                "stop-the-world stretched across a frozen period counts in full)",
+                _png(lambda f: plot.plot_stw_vs_boundary(stw, ax=f.add_subplot()), (8, 4)),
+                f"{run.name}: stop-the-world pauses against the period boundary",
             )
         )
-    for run, per, off, stw, dq, ns in zip(runs, pers, offs, stws, quality, run_notes, strict=True):
-        m = run.meta
-        parts.append(
-            f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
-            f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
-            f"{html.escape(quota_words(m.get('quota_us'), last_quota(per, m), m.get('period_us')))}, "
-            f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
-            f"{html.escape(str(m.get('kernel')))}; period grid phase "
-            f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>"
-        )
-        parts.append(f"<p>{html.escape(explain_gomaxprocs(run))}</p>")
-        parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(analyze(run))]
-        if ns:
-            parts.append(
-                f'<p class="data-note">{len(ns)} data note(s) for this run: see <a href="#data-notes">Data notes</a> '
-                "at the top.</p>"
-            )
-        parts += [f"<p>{html.escape(x)}</p>" for x in dq]
-        parts.append(_advice_html(run))
-        parts.append(
-            _img(
-                _png(lambda f, per=per: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),
-                f"{run.name}: CPU per period against the quota",
-            )
-        )
-        parts.append(
-            _img(
-                _png(lambda f, off=off: plot.plot_period_heatmap(off, ax=f.add_subplot(), vmax=vmax), (12, 4)),
-                f"{run.name}: inside each period",
-            )
-        )
-        if stw is not None:
-            parts.append(
-                _img(
-                    _png(lambda f, stw=stw: plot.plot_stw_vs_boundary(stw, ax=f.add_subplot()), (8, 4)),
-                    f"{run.name}: stop-the-world pauses against the period boundary",
-                )
-            )
-    body = "\n".join(parts)
-    doc = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+    return parts
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 1250px; margin: 2em auto; color: #222; }}
 table {{ border-collapse: collapse; font-size: 0.85em; }}
@@ -388,10 +408,7 @@ li {{ margin: 0.4em 0; }}
 reconstructed from cpu.stat. Generated by gmpanalysis.</p>
 </body></html>
 """
-    out = Path(path)
-    try:
-        # a lone surrogate (an undecodable byte in a run's name) becomes U+FFFD: the file is UTF-8
-        out.write_text(_LONE_SURROGATE.sub("\ufffd", doc), encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"{out}: cannot write the report ({e.strerror or e}); choose another output file") from None
-    return out
+
+
+def _page(title: str, body: str) -> str:
+    return PAGE.format(title=html.escape(title), body=body)
