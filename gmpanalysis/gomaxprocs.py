@@ -124,99 +124,42 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     lim = limit_series(run)
     start_ns = int(lim["t_ns"].min()) if len(lim) else int(m.get("mono_start_ns") or 0)
 
-    # GOMAXPROCS as a step function: the value recorded at the start, then the trace's changes
     tr = run.trace
-    g_t: list[int] = []
-    g_v: list[int] = []
-    first = effective(run)
-    if tr is not None and len(tr.gomaxprocs):
-        gm = tr.gomaxprocs
-        g_t = gm["t_ns"].to_numpy(dtype=np.int64).tolist()
-        g_v = gm["procs"].to_numpy(dtype=np.int64).tolist()
-        g_t[0] = min(g_t[0], int(tr.meta["first_ns"]))
-        if first is not None and g_t[0] > start_ns:
-            g_t.insert(0, start_ns)
-            g_v.insert(0, first)
-    elif first is not None:
-        g_t, g_v = [start_ns], [first]
-    keep = [i for i in range(len(g_v)) if i == 0 or g_v[i] != g_v[i - 1]]  # real changes only
-    g_t, g_v = [g_t[i] for i in keep], [g_v[i] for i in keep]
+    g_t, g_v = _steps(run, start_ns)
     stw = tr.stw if tr is not None else None
-
-    events: list[tuple[int, str]] = [(start_ns, "start")]
-    events += [(t, "gomaxprocs") for t in g_t[1:]]
-    for r in lim.itertuples(index=False):
-        if r.t_ns > start_ns:
-            events.append((int(r.t_ns), f"limit {r.level}"))
-    # the state the run ended in: a limit change the process did not follow shows there
-    ends = [x for x in (m.get("mono_end_ns"), tr.meta["last_ns"] if tr is not None else None) if isinstance(x, int)]
-    if len(run.samples):
-        ends.append(int(run.samples["t_ns"].iloc[-1]))
-    if ends and max(ends) > max(t for t, _ in events):
-        events.append((max(ends), "end"))
-    events.sort()
-
-    def limit_at(level: str, t: int) -> tuple[float, int | None, int]:
-        x = lim[(lim["level"] == level) & (lim["t_ns"] <= t)]
-        if not len(x):
-            x = lim[lim["level"] == level].head(1)
-        if not len(x):
-            return np.nan, None, DEFAULT_PERIOD_US
-        q, p = x["quota_us"].iloc[-1], int(x["period_us"].iloc[-1])
-        return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
+    events = _events(run, lim, start_ns, g_t)
 
     can = applicable(go_version_of(run), m.get("default_godebug"))
     if parse_env(env) is None:
         can -= {"env", "downward API"}  # both act only through the environment
     else:
         can -= {"automaxprocs"}  # it leaves a GOMAXPROCS set in the environment alone
-    _, q0, p0 = limit_at(own, start_ns)
+    _, q0, p0 = _limit_at(lim, own, start_ns)
     at_start = rules(q0, p0, ncpu, env)
     rows = []
     last_own_change = None
-    prev_own = limit_at(own, start_ns)[0]
+    prev_own = _limit_at(lim, own, start_ns)[0]
     for t, ev in events:
-        lc, q, p = limit_at(own, t)
+        lc, q, p = _limit_at(lim, own, t)
         if ev == f"limit {own}":
             if not (np.isnan(lc) and np.isnan(prev_own)) and lc != prev_own:
                 last_own_change = t
             prev_own = lc
-        anc = [limit_at(n, t)[0] for n in names[1:]]
+        anc = [_limit_at(lim, n, t)[0] for n in names[1:]]
         anc = [a for a in anc if not np.isnan(a)]
         i = int(np.searchsorted(np.asarray(g_t, dtype=np.int64), t, side="right")) - 1 if g_t else -1
         v = g_v[i] if i >= 0 else None
         r = rules(q, p, ncpu, env)
         r["automaxprocs_now"] = r["automaxprocs"]
         followed = [name for name in RULES if v is not None and r[name] == v and name in can]
-        drift: list[str] = []
-        if v is not None and not np.isnan(lc) and v > math.ceil(lc):
-            drift.append(f"{v} Ps above the {lc:g}-CPU limit")
-        if anc and (np.isnan(lc) or min(anc) < lc) and "go1.25 default" in can and r["env"] is None:
-            drift.append(
-                f"a level above has a tighter limit ({min(anc):g} CPUs) that the runtime does not read "
-                "(it reads only its own cgroup: golang/go#81180)"
-            )
-        dflt = r["go1.25 default"]
-        if v is not None and last_own_change is not None and t - last_own_change > FOLLOW_LAG_NS:
-            if r["env"] is not None and dflt is not None and dflt != v:
-                drift.append(
-                    f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}"
-                )
-            elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
-                drift.append(f"automaxprocs set {v} once at start, and its rule now gives {r['automaxprocs']}")
-            elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:
-                drift.append(
-                    f"the limit changed {((t - last_own_change) / 1e9):.1f} s ago and GOMAXPROCS did not follow"
-                )
+        since = t - last_own_change if last_own_change is not None else None
+        drift = _drift(v, lc, anc, r, at_start, can, since)
         lag = np.nan
         stw_us = np.nan
         if ev == "gomaxprocs":
             if last_own_change is not None:
                 lag = (t - last_own_change) / 1e6
-            if stw is not None and len(stw):
-                near = stw[(stw["start_ns"] <= t + 1_000_000) & (stw["end_ns"] >= t - 1_000_000)]
-                if len(near):
-                    stw_us = float((near["end_ns"] - near["start_ns"]).max() / 1e3)
+            stw_us = _longest_stw_near(stw, t)
         rows.append(
             {
                 "t_ns": t,
@@ -224,7 +167,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
                 "gomaxprocs": v,
                 "limit_cpus": lc,
                 "ancestor_limit_cpus": min(anc) if anc else np.nan,
-                "event_limit_cpus": limit_at(ev[6:], t)[0] if ev.startswith("limit ") else np.nan,
+                "event_limit_cpus": _limit_at(lim, ev[6:], t)[0] if ev.startswith("limit ") else np.nan,
                 **{name: r[name] for name in RULES},
                 "followed": ", ".join(followed),
                 "above_limit": bool(v is not None and not np.isnan(lc) and v > math.ceil(lc)),
@@ -244,6 +187,96 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     out.attrs["applicable"] = sorted(can)
     out.attrs["own_level"] = own
     return out
+
+
+def _longest_stw_near(stw: pd.DataFrame | None, t: int) -> float:
+    """µs of the longest stop-the-world within 1 ms of ``t`` (a GOMAXPROCS change stops
+    the world), NaN if none."""
+    if stw is None or not len(stw):
+        return np.nan
+    near = stw[(stw["start_ns"] <= t + 1_000_000) & (stw["end_ns"] >= t - 1_000_000)]
+    return float((near["end_ns"] - near["start_ns"]).max() / 1e3) if len(near) else np.nan
+
+
+def _steps(run: Run, start_ns: int) -> tuple[list[int], list[int]]:
+    """GOMAXPROCS as a step function (times, values): the value at the start
+    (:func:`effective`), then the trace's changes; real changes only."""
+    tr = run.trace
+    g_t: list[int] = []
+    g_v: list[int] = []
+    first = effective(run)
+    if tr is not None and len(tr.gomaxprocs):
+        gm = tr.gomaxprocs
+        g_t = gm["t_ns"].to_numpy(dtype=np.int64).tolist()
+        g_v = gm["procs"].to_numpy(dtype=np.int64).tolist()
+        g_t[0] = min(g_t[0], int(tr.meta["first_ns"]))
+        if first is not None and g_t[0] > start_ns:
+            g_t.insert(0, start_ns)
+            g_v.insert(0, first)
+    elif first is not None:
+        g_t, g_v = [start_ns], [first]
+    keep = [i for i in range(len(g_v)) if i == 0 or g_v[i] != g_v[i - 1]]
+    return [g_t[i] for i in keep], [g_v[i] for i in keep]
+
+
+def _events(run: Run, lim: pd.DataFrame, start_ns: int, g_t: list[int]) -> list[tuple[int, str]]:
+    """The table's rows in time order: the start, each GOMAXPROCS change, each level's limit
+    change, and the state the run ended in (a limit change the process did not follow
+    shows there)."""
+    m, tr = run.meta, run.trace
+    events: list[tuple[int, str]] = [(start_ns, "start")]
+    events += [(t, "gomaxprocs") for t in g_t[1:]]
+    for r in lim.itertuples(index=False):
+        if r.t_ns > start_ns:
+            events.append((int(r.t_ns), f"limit {r.level}"))
+    ends = [x for x in (m.get("mono_end_ns"), tr.meta["last_ns"] if tr is not None else None) if isinstance(x, int)]
+    if len(run.samples):
+        ends.append(int(run.samples["t_ns"].iloc[-1]))
+    if ends and max(ends) > max(t for t, _ in events):
+        events.append((max(ends), "end"))
+    events.sort()
+    return events
+
+
+def _limit_at(lim: pd.DataFrame, level: str, t: int) -> tuple[float, int | None, int]:
+    """A level's limit in force at ``t``: CPUs (NaN: none), quota µs (None: none), period µs."""
+    x = lim[(lim["level"] == level) & (lim["t_ns"] <= t)]
+    if not len(x):
+        x = lim[lim["level"] == level].head(1)
+    if not len(x):
+        return np.nan, None, DEFAULT_PERIOD_US
+    q, p = x["quota_us"].iloc[-1], int(x["period_us"].iloc[-1])
+    return (np.nan if pd.isna(q) else float(q) / p), (None if pd.isna(q) else int(q)), p
+
+
+def _drift(
+    v: int | None,
+    lc: float,
+    anc: list[float],
+    r: dict[str, Any],
+    at_start: dict[str, int | None],
+    can: set[str],
+    since: int | None,
+) -> list[str]:
+    """What is off with GOMAXPROCS ``v`` under the own limit ``lc`` (CPUs) and the levels
+    above (``anc``), in words; ``since``: ns since the own limit last changed (None: never)."""
+    drift: list[str] = []
+    if v is not None and not np.isnan(lc) and v > math.ceil(lc):
+        drift.append(f"{v} Ps above the {lc:g}-CPU limit")
+    if anc and (np.isnan(lc) or min(anc) < lc) and "go1.25 default" in can and r["env"] is None:
+        drift.append(
+            f"a level above has a tighter limit ({min(anc):g} CPUs) that the runtime does not read "
+            "(it reads only its own cgroup: golang/go#81180)"
+        )
+    dflt = r["go1.25 default"]
+    if v is not None and since is not None and since > FOLLOW_LAG_NS:
+        if r["env"] is not None and dflt is not None and dflt != v:
+            drift.append(f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}")
+        elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
+            drift.append(f"automaxprocs set {v} once at start, and its rule now gives {r['automaxprocs']}")
+        elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:
+            drift.append(f"the limit changed {(since / 1e9):.1f} s ago and GOMAXPROCS did not follow")
+    return drift
 
 
 def _rule_followed(g: pd.DataFrame, at_start: dict[str, int | None], can: set[str]) -> str:
