@@ -115,26 +115,7 @@ def what_if(
         q = prep["own_quota"] if P == lim["period_us"] else lim["quota_us"]
     else:
         q = quota_us
-    bad = [
-        f"{k}={v!r}"
-        for k, v, ok in (
-            ("period_us", P, _num(P) and P > 0 and float(P).is_integer()),
-            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and quota_us > 0)),
-            ("burst_us", burst, _num(burst) and burst >= 0),
-            ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
-            ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
-            ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (_num(tick_phase_ns) and tick_phase_ns >= 0)),
-        )
-        if not ok
-    ]
-    if unlimited and outer:
-        bad.append(f"unlimited=True with outer={outer!r}")
-    if bad:
-        raise UsageError(
-            f"what_if({', '.join(bad)}): give a whole positive period (µs), GOMAXPROCS and CPU count "
-            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0, tick_phase_ns >= 0; "
-            "unlimited=True takes no levels above"
-        )
+    _check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = prep["demand"]
     phase = prep["phase"]
@@ -145,17 +126,7 @@ def what_if(
         tick_phase_ns,
     )  # fmt: skip
     stw = prep["stw"]
-    if stw is not None:
-        # a GC stop-the-world begins while the group runs, about as often per CPU-second as
-        # in the run; one that begins within its own length of the exhaustion cannot finish
-        # before the CPUs freeze and lasts to the boundary (the world stays stopped)
-        out["stw"] = stw["per_cpu_s"] * out["usage_us"] / 1e6
-        ex = out["exhausted_at_us"].to_numpy() / 1000
-        with np.errstate(invalid="ignore", divide="ignore"):
-            risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
-        out["stw_stretched"] = out["stw"] * risk
-    else:
-        out["stw"] = out["stw_stretched"] = np.nan
+    _add_stw(out, stw)
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
@@ -184,6 +155,47 @@ def what_if(
         ],
     }
     return out
+
+
+def _check_settings(
+    P: Any, quota_us: Any, burst: Any, G: Any, C: Any, tick_phase_ns: Any, unlimited: bool, outer: Any
+) -> None:
+    """A :class:`UsageError` naming every setting what_if cannot replay."""
+    bad = [
+        f"{k}={v!r}"
+        for k, v, ok in (
+            ("period_us", P, _num(P) and P > 0 and float(P).is_integer()),
+            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and quota_us > 0)),
+            ("burst_us", burst, _num(burst) and burst >= 0),
+            ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
+            ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
+            ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (_num(tick_phase_ns) and tick_phase_ns >= 0)),
+        )
+        if not ok
+    ]
+    if unlimited and outer:
+        bad.append(f"unlimited=True with outer={outer!r}")
+    if bad:
+        raise UsageError(
+            f"what_if({', '.join(bad)}): give a whole positive period (µs), GOMAXPROCS and CPU count "
+            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0, tick_phase_ns >= 0; "
+            "unlimited=True takes no levels above"
+        )
+
+
+def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
+    """The stop-the-world columns: a GC stop-the-world begins while the group runs, about
+    as often per CPU-second as in the run; one that begins within its own length of the
+    exhaustion cannot finish before the CPUs freeze and lasts to the boundary (the world
+    stays stopped)."""
+    if stw is None:
+        out["stw"] = out["stw_stretched"] = np.nan
+        return
+    out["stw"] = stw["per_cpu_s"] * out["usage_us"] / 1e6
+    ex = out["exhausted_at_us"].to_numpy() / 1000
+    with np.errstate(invalid="ignore", divide="ignore"):
+        risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
+    out["stw_stretched"] = out["stw"] * risk
 
 
 # the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs
