@@ -133,16 +133,22 @@ def _usable(d: np.ndarray, width: np.ndarray, period_ns: int) -> np.ndarray:
     return narrow if narrow.any() else ok
 
 
-def _brackets(
-    t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The usable brackets (see :func:`_usable`): for each, the read pair's first row and
-    the earliest and latest times of the boundary between them. Only read pairs across
-    which nr_periods rose can hold one (about one pair in a hundred at 1 ms sampling), so
-    the rest are dropped before any arithmetic."""
+def _rises(t: np.ndarray, read: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The read pairs across which nr_periods rose (their first rows), and the earliest and
+    latest times of the boundary between each. Only those pairs can hold one (about one in a
+    hundred at 1 ms sampling), so the rest are dropped before any arithmetic."""
     rose = np.flatnonzero(periods[1:] > periods[:-1])
     lo = t[rose] - read[rose] // 2  # the previous read started here at the earliest
     hi = t[rose + 1] + read[rose + 1] // 2  # this read ended here at the latest
+    return rose, lo, hi
+
+
+def _brackets(
+    t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The usable brackets (see :func:`_usable`) of :func:`_rises`: for each, the read
+    pair's first row and the earliest and latest times of the boundary between them."""
+    rose, lo, hi = _rises(t, read, periods)
     use = _usable(periods[rose + 1] - periods[rose], hi - lo, period_ns)
     return rose[use], lo[use], hi[use]
 
@@ -310,9 +316,7 @@ def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LAT
     gaps, tol, close, chains = [], [], 0, []
     for a, b in segments:
         t, read, per = t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1]
-        rose = np.flatnonzero(per[1:] > per[:-1])
-        lo = t[rose] - read[rose] // 2
-        hi = t[rose + 1] + read[rose + 1] // 2
+        _, lo, hi = _rises(t, read, per)
         use = hi - lo <= P // 4
         mid = ((lo + hi) // 2)[use]
         half = ((hi - lo) // 2)[use]

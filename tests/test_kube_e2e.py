@@ -20,8 +20,9 @@ from spinner_truth import ATTEMPTS, MIN_APART_MS, check_against_truth
 
 import gmpanalysis as gmp
 from gmpanalysis.gomaxprocs import explain
+from gmpanalysis.goversion import go_version_from_header
 from gmpanalysis.kube import local
-from gmpanalysis.kube.trace import REFUSED_ATTEMPTS, go_version_from_header
+from gmpanalysis.kube.trace import REFUSED_ATTEMPTS
 
 DEPLOY = local.DEPLOY
 
@@ -345,10 +346,9 @@ def _resize_example() -> dict:
     """The resize patch collectors/deploy/README.md gives users (kubectl patch pod P
     --subresource resize -p '...'): tested here against the API server as written."""
     text = (Path(__file__).resolve().parents[1] / "collectors" / "deploy" / "README.md").read_text()
-    return json.loads(re.search(r"--subresource resize \\\n\s*-p '([^']+)'", text).group(1))
-
-
-RESIZE_EXAMPLE = _resize_example()
+    m = re.search(r"--subresource resize \\\n\s*-p '([^']+)'", text)
+    assert m, "collectors/deploy/README.md: no `kubectl patch pod P --subresource resize -p '...'` example"
+    return json.loads(m.group(1))
 
 
 def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_path):
@@ -390,6 +390,7 @@ def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_
             )
         # 4 s after every collection's first sample, and once every trace streams (its request
         # goes out beside the sampler's exec and can start later on a loaded node)
+        body = _resize_example()  # collectors/deploy/README.md's, as kubectl sends it (strategic merge)
         deadline = time.monotonic() + 60
         while not all(
             any(f.stat().st_size > 0 for f in (tmp_path / k).glob(f"*/{name}"))
@@ -400,7 +401,6 @@ def test_in_place_resize_mid_collection_and_gomaxprocs_drift(cluster, bins, tmp_
             time.sleep(0.05)
         time.sleep(4)
         for k in RESIZED:
-            body = RESIZE_EXAMPLE  # collectors/deploy/README.md's, as kubectl sends it (strategic merge)
             t0 = time.monotonic_ns()
             core.patch_namespaced_pod_resize(
                 names[k], "default", body, _content_type="application/strategic-merge-patch+json"

@@ -12,9 +12,9 @@ import pytest
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import read_limits
+from gmpanalysis.goversion import facts_from_trace, go_version_from_header
 from gmpanalysis.kube.config import CollectConfig
 from gmpanalysis.kube.sampler import _record_start, _record_summary, _SamplerStderr, sampler_argv
-from gmpanalysis.kube.trace import facts_from_trace, go_version_from_header
 
 FIXTURE_TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cpu-0.5cpu-gmp2" / "trace.out"
 UID = "0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b"

@@ -26,6 +26,7 @@ from typing import Any
 from ..bundle import to_meta
 from ..cgroup import sampler_error
 from ..errors import CgroupFormatError, CollectError, GmpError
+from ..goversion import facts_from_trace
 from ..schema import new_meta
 from .api import _api_error, _call, _client, unreachable
 from .config import CollectConfig, validate
@@ -39,7 +40,7 @@ from .sampler import (
     _stream_sampler,
 )
 from .target import _gone_reason, _pod_gone, _sampler_pod, _wait_for_container, describe
-from .trace import _fetch_trace, facts_from_trace
+from .trace import _fetch_trace
 
 # how long past the window the samples wait for a trace still arriving
 TRACE_LATE_S = 60.0

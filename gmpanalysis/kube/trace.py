@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CollectError
-from ..goversion import facts_from_trace, go_version_from_header  # noqa: F401 (the collector's API)
 from .api import _call, private
 from .config import CollectConfig
 
