@@ -46,8 +46,6 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     longest STW of each period on the right axis
     (an X where it spanned a throttled boundary), and GOMAXPROCS written where it changes.
     Takes :func:`gmpanalysis.df_periods` output."""
-    from matplotlib.patches import Patch
-
     ax = _axes(ax, (11, 4))
     if per.empty:
         ax.set_title("no periods")
@@ -57,8 +55,31 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     w = (per["end_ns"] - per["start_ns"]).to_numpy() / 1e9
     thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
     unknown = per["throttled"].isna().to_numpy()
-    usage = per["usage_us"].to_numpy() / 1e3
     ex = per["exhausted_at_us"].to_numpy() / 1e6  # s into the period
+    has_quota, top = _usage_bars(ax, per, x, w, thr, unknown, ex)
+    brackets, holes = _frozen_spans(ax, per, x, w, thr, unknown, ex, top)
+    ax.set_ylim(0, top)
+    ax.set_xlim(x[0], x[-1] + w[-1])
+    ax.set_xlabel("time since the first period (s)")
+    ax.set_ylabel("CPU used in the period (ms)")
+    handles = _periods_legend(ax, has_quota, bool(holes), bool(brackets))
+    handles += _stw_markers(ax, per, x, w)
+    _gomaxprocs_notes(ax, per, x, top)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=3, frameon=False)
+    ax.set_title(
+        plain_text(title)
+        if title
+        else "CPU per CFS period against the quota: bars while it ran, red while it stood frozen"
+    )
+    return ax
+
+
+def _usage_bars(
+    ax: Any, per: pd.DataFrame, x: np.ndarray, w: np.ndarray, thr: np.ndarray, unknown: np.ndarray, ex: np.ndarray
+) -> tuple[bool, float]:
+    """The CPU used per period as bars, and the quota as a dashed line; returns whether
+    there is a quota, and the top of the y axis."""
+    usage = per["usage_us"].to_numpy() / 1e3
     # a throttled period's bar covers only the time it ran; the rest of it is the freeze
     run_w = np.where(thr & np.isfinite(ex), np.minimum(ex, w), w)
     ax.bar(
@@ -77,12 +98,27 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
         q = float(quota.iloc[0]) / 1e3
         ax.axhline(q, color="black", linestyle="--", linewidth=1, label=f"quota {q:g} ms", zorder=3)
         top = max(top, q)
-    top *= 1.25
+    return bool(len(quota)), top * 1.25
+
+
+def _frozen_spans(
+    ax: Any,
+    per: pd.DataFrame,
+    x: np.ndarray,
+    w: np.ndarray,
+    thr: np.ndarray,
+    unknown: np.ndarray,
+    ex: np.ndarray,
+    top: float,
+) -> tuple[list, list]:
+    """The frozen part of each throttled period shaded, the wide brackets of the moment of
+    exhaustion dotted, the periods of unknown throttling hatched; returns (brackets, holes)."""
     spans = [(x[i] + ex[i], w[i] - ex[i]) for i in np.flatnonzero(thr & np.isfinite(ex))]
     if spans:
         ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1)
     # where the samples leave the moment of exhaustion open (a hole around it): the
     # bracket drawn as a dotted span on the quota line's level
+    brackets = []
     if "exhausted_lo_us" in per:
         lo_s = per["exhausted_lo_us"].to_numpy(dtype=float) / 1e6
         hi_s = per["exhausted_hi_us"].to_numpy(dtype=float) / 1e6
@@ -94,10 +130,14 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     holes = [(x[i], w[i]) for i in np.flatnonzero(unknown)]
     if holes:
         ax.broken_barh(holes, (0, top), facecolors="none", edgecolors=UNKNOWN, hatch="///", zorder=1)
-    ax.set_ylim(0, top)
-    ax.set_xlim(x[0], x[-1] + w[-1])
-    ax.set_xlabel("time since the first period (s)")
-    ax.set_ylabel("CPU used in the period (ms)")
+    return brackets, holes
+
+
+def _periods_legend(ax: Any, has_quota: bool, holes: bool, brackets: bool) -> list:
+    """The legend's entries for the bars, the freezes, the holes and brackets drawn, and
+    the quota line."""
+    from matplotlib.patches import Patch
+
     handles = [
         Patch(color=BUSY, label="CPU used"),
         Patch(color=THROTTLED, label="CPU used (throttled period)"),
@@ -105,29 +145,40 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     ]
     if holes:
         handles.append(Patch(facecolor="none", edgecolor=UNKNOWN, hatch="///", label="unknown: hole in the samples"))
-    if "exhausted_lo_us" in per and brackets:
+    if brackets:
         handles.append(Patch(facecolor="none", edgecolor=FROZEN, linestyle=":", label="quota ran out: bracket > 5 ms"))
-    if len(quota):
+    if has_quota:
         handles.insert(0, ax.get_lines()[0])
+    return handles
+
+
+def _stw_markers(ax: Any, per: pd.DataFrame, x: np.ndarray, w: np.ndarray) -> list:
+    """The longest STW of each period (of 1 ms or more) on a right axis, an X where it
+    spanned a throttled boundary; returns their legend entries."""
     stw = per["stw_max_us"].to_numpy() / 1e3
     has = np.isfinite(stw) & (stw >= 1.0)
-    if has.any():
-        ax2 = ax.twinx()
-        span = per["stw_spans_boundary"].to_numpy()
-        mid = x + w / 2
-        ax2.scatter(mid[has & ~span], stw[has & ~span], marker="o", s=14, color="black", label="longest STW", zorder=4)
-        ax2.scatter(
-            mid[has & span],
-            stw[has & span],
-            marker="X",
-            s=60,
-            color=FROZEN,
-            label="STW across a frozen boundary",
-            zorder=4,
-        )
-        ax2.set_ylabel("longest STW in the period (ms)")
-        ax2.set_ylim(0, max(1.0, float(np.nanmax(stw))) * 1.15)
-        handles += ax2.get_legend_handles_labels()[0]
+    if not has.any():
+        return []
+    ax2 = ax.twinx()
+    span = per["stw_spans_boundary"].to_numpy()
+    mid = x + w / 2
+    ax2.scatter(mid[has & ~span], stw[has & ~span], marker="o", s=14, color="black", label="longest STW", zorder=4)
+    ax2.scatter(
+        mid[has & span],
+        stw[has & span],
+        marker="X",
+        s=60,
+        color=FROZEN,
+        label="STW across a frozen boundary",
+        zorder=4,
+    )
+    ax2.set_ylabel("longest STW in the period (ms)")
+    ax2.set_ylim(0, max(1.0, float(np.nanmax(stw))) * 1.15)
+    return ax2.get_legend_handles_labels()[0]
+
+
+def _gomaxprocs_notes(ax: Any, per: pd.DataFrame, x: np.ndarray, top: float) -> None:
+    """GOMAXPROCS written where it changes (and at the first period)."""
     g = per["gomaxprocs"].to_numpy()
     change = np.r_[True, g[1:] != g[:-1]] & np.isfinite(g)
     for i in np.flatnonzero(change):
@@ -138,13 +189,6 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
             va="top",
             bbox={"boxstyle": "round", "fc": "white", "alpha": 0.8},
         )
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=3, frameon=False)
-    ax.set_title(
-        plain_text(title)
-        if title
-        else "CPU per CFS period against the quota: bars while it ran, red while it stood frozen"
-    )
-    return ax
 
 
 def plot_period_heatmap(
