@@ -5,6 +5,9 @@ events (stop-the-world, assists, logs, labels) with the goroutine each ran on.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 
 from . import spec as s
@@ -113,6 +116,42 @@ TABLE_TYPES: dict[str, tuple[int, ...]] = {
 }
 
 
+class _Layout(NamedTuple):
+    """Where each M's stream lies in a chunk's arrays (in M order, each M's events in
+    emission order)."""
+
+    n: int  # events
+    new_m: np.ndarray  # per event: the first of its M
+    gstart: np.ndarray  # first event of each M
+    glast: np.ndarray  # last event of each M
+    mstart: np.ndarray  # per event: the first event of its M
+    m_ids: np.ndarray  # each stream's M
+    gid: np.ndarray  # per event: which M (0..) it belongs to
+
+
+def _layout(M: np.ndarray) -> _Layout:
+    n = len(M)
+    new_m = np.r_[True, M[1:] != M[:-1]]
+    gstart = np.flatnonzero(new_m)  # first event of each M
+    mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
+    m_ids = M[gstart]
+    gid = np.cumsum(new_m) - 1  # which M (0..) each event belongs to
+    glast = np.r_[gstart[1:], n] - 1  # last event of each M
+    return _Layout(n, new_m, gstart, glast, mstart, m_ids, gid)
+
+
+def _event_masks(TY: np.ndarray) -> Callable[[int], np.ndarray]:
+    """``ev(k)``: which events are of type k, each type's mask computed once."""
+    is_: dict[int, np.ndarray] = {}
+
+    def ev(k: int) -> np.ndarray:
+        if k not in is_:
+            is_[k] = TY == k
+        return is_[k]
+
+    return ev
+
+
 def _streams(
     M: np.ndarray,
     T: np.ndarray,
@@ -132,22 +171,34 @@ def _streams(
     goroutine runs, its P). Intervals and sweeps whose end is not in these streams come
     back with ``done`` False (the caller closes them later). With ``running`` False, only
     what the goroutine-scoped events need (the goroutine on each M) is built."""
-    n = len(M)
-    new_m = np.r_[True, M[1:] != M[:-1]]
-    gstart = np.flatnonzero(new_m)  # first event of each M
-    mstart = np.maximum.accumulate(np.where(new_m, np.arange(n, dtype=np.int32), np.int32(0)))
-    m_ids = M[gstart]
-    gid = np.cumsum(new_m) - 1  # which M (0..) each event belongs to
-    st0 = np.array([init.get(int(m), (-1, 0, -1)) for m in m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
-    g0, run0, p0 = st0[gid, 0], st0[gid, 1].astype(np.int8), st0[gid, 2]
-    glast = np.r_[gstart[1:], n] - 1  # last event of each M
-    is_: dict[int, np.ndarray] = {}
+    lay = _layout(M)
+    ev = _event_masks(TY)
+    out, g_before, run_before, p_after, st_run, switch = _thread_state(ev, M, A0, A1, A2, lay, init)
+    if running:
+        start, si = _running_rows(ev, M, T, A0, A1, GEN, lay, st_run, switch, g_before, run_before, p_after, out)
+        _label_rows(ev, M, A0, GEN, lay, start, si, strings, out)
+        del start
+        _sweep_rows(ev, M, T, A0, A1, lay, p_after, out)
+    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
+    return out
 
-    def ev(k: int) -> np.ndarray:
-        if k not in is_:
-            is_[k] = TY == k
-        return is_[k]
 
+def _thread_state(
+    ev: Callable[[int], np.ndarray],
+    M: np.ndarray,
+    A0: np.ndarray,
+    A1: np.ndarray,
+    A2: np.ndarray,
+    lay: _Layout,
+    init: dict[int, tuple[int, int, int]],
+) -> tuple[dict[str, object], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each M's state carried along its stream from ``init``: returns each M's state at the
+    end of its stream (m_ids, g_end, run_end, p_end), then per event the goroutine bound to
+    its M and whether it runs, both before the event, and the P the M holds after it; and
+    the GoStatus-running and GoSwitch masks."""
+    new_m, mstart = lay.new_m, lay.mstart
+    st0 = np.array([init.get(int(m), (-1, 0, -1)) for m in lay.m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
+    g0, run0, p0 = st0[lay.gid, 0], st0[lay.gid, 1].astype(np.int8), st0[lay.gid, 2]
     status = ev(s.EV_GOSTATUS) | ev(s.EV_GOSTATUSSTACK)
     on_this_m = A1 == M  # GoStatus: the thread the goroutine is on
     st_run = status & (A2 == s.GO_RUNNING) & on_this_m
@@ -189,86 +240,132 @@ def _streams(
     p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart, p0)
     del p_set
     out: dict[str, object] = {
-        "m_ids": m_ids,
-        "g_end": g_after[glast],
-        "run_end": run_after[glast],
-        "p_end": p_after[glast],
+        "m_ids": lay.m_ids,
+        "g_end": g_after[lay.glast],
+        "run_end": run_after[lay.glast],
+        "p_end": p_after[lay.glast],
     }
-    del run_after
+    return out, g_before, run_before, p_after, st_run, switch
 
-    if running:
-        start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
-        stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
-        si = np.flatnonzero(start)
-        nxt_all = _next_index(stop)
-        # the first stop of each M: it ends what the M started in earlier chunks
-        first_stop = np.where(stop[gstart], gstart, nxt_all[gstart])
-        has = first_stop < n
-        has[has] = M[first_stop[has]] == m_ids[has]
-        out["first_stop_t"] = np.where(has, T[np.minimum(first_stop, n - 1)], -1)
-        del stop, first_stop, has
-        nxt = nxt_all[si]
-        del nxt_all
-        closed = nxt < n
-        closed[closed] = M[nxt[closed]] == M[si[closed]]
-        out["g"] = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
-        out["p"] = p_after[si].astype(np.int32)  # the running table's P column (the kernel's too)
-        out["m"] = M[si]
-        out["start"] = T[si]
-        out["end"] = np.where(closed, T[np.minimum(nxt, n - 1)], -1)
-        out["done"] = closed
-        out["gen"] = GEN[si]
-        # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
-        # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
-        # (per generation, so int32 holds it; a corrupt larger one only loses its order)
-        seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
-        out["seq"] = np.clip(seq, -1, (1 << 31) - 1).astype(np.int32)
-        del nxt, closed
-        # the row of each M's last start (a GoLabel in a later chunk may still name it)
-        srow = np.full(len(m_ids), -1, dtype=np.int64)
-        if si.size:
-            srow[gid[si]] = np.arange(len(si))  # rows are in M order: the last write per M wins
-        out["last_start_row"] = srow
-        # GC worker labels: a GoLabel names the goroutine the M started just before it
-        li = np.flatnonzero(ev(s.EV_GOLABEL))
-        out["label_pos"], out["label_names"] = np.zeros(0, dtype=np.int64), []
-        out["orphan_labels"] = []
-        if li.size:
-            last_start = np.maximum.accumulate(np.where(start, np.arange(n, dtype=np.int32), np.int32(-1)))[li]
-            ok = last_start >= mstart[li]
-            names = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li], A0[li], strict=True)]
-            out["label_pos"] = np.searchsorted(si, last_start[ok])
-            out["label_names"] = [x for x, k in zip(names, ok.tolist(), strict=True) if k]
-            # no start before it in this chunk: it names the M's last start of an earlier one
-            out["orphan_labels"] = [
-                (int(m), x) for m, x, k in zip(M[li].tolist(), names, ok.tolist(), strict=True) if not k
-            ]
-        del start
 
-        # sweeps: P-scoped, non-preemptible, so they end on the M they began on
-        sweep_end = ev(s.EV_GCSWEEPEND)
-        bi = np.flatnonzero(ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE))
-        nx_all = _next_index(sweep_end)
-        first_end = np.where(sweep_end[gstart], gstart, nx_all[gstart])
-        has = first_end < n
-        has[has] = M[first_end[has]] == m_ids[has]
-        fe = np.minimum(first_end, n - 1)
-        out["first_sweep_end"] = (np.where(has, T[fe], -1), A0[fe], A1[fe])
-        nx = nx_all[bi]
-        ok = nx < n
-        ok[ok] = M[nx[ok]] == M[bi[ok]]
-        nxc = np.minimum(nx, n - 1)
-        out["sweep"] = {
-            "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
-            "m": M[bi],
-            "start_ns": T[bi],
-            "end_ns": np.where(ok, T[nxc], -1),
-            "swept_bytes": np.where(ok, A0[nxc], 0),
-            "reclaimed_bytes": np.where(ok, A1[nxc], 0),
-            "done": ok,
-        }
-    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
-    return out
+def _running_rows(
+    ev: Callable[[int], np.ndarray],
+    M: np.ndarray,
+    T: np.ndarray,
+    A0: np.ndarray,
+    A1: np.ndarray,
+    GEN: np.ndarray,
+    lay: _Layout,
+    st_run: np.ndarray,
+    switch: np.ndarray,
+    g_before: np.ndarray,
+    run_before: np.ndarray,
+    p_after: np.ndarray,
+    out: dict[str, object],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The running intervals into ``out`` (g, p, m, start, end, done, gen, seq) with each
+    M's first stop (first_stop_t) and the row of its last start (last_start_row); returns
+    the start mask and the starts' event indices."""
+    n, gstart, m_ids = lay.n, lay.gstart, lay.m_ids
+    start = ev(s.EV_GOSTART) | switch | ev(s.EV_GOSYSCALLEND) | (st_run & ~((run_before == 1) & (g_before == A0)))
+    stop = ev(s.EV_GOSTOP) | ev(s.EV_GOBLOCK) | ev(s.EV_GODESTROY) | ev(s.EV_GOSYSCALLBEGIN) | switch
+    si = np.flatnonzero(start)
+    nxt_all = _next_index(stop)
+    # the first stop of each M: it ends what the M started in earlier chunks
+    first_stop = np.where(stop[gstart], gstart, nxt_all[gstart])
+    has = first_stop < n
+    has[has] = M[first_stop[has]] == m_ids[has]
+    out["first_stop_t"] = np.where(has, T[np.minimum(first_stop, n - 1)], -1)
+    del stop, first_stop, has
+    nxt = nxt_all[si]
+    del nxt_all
+    closed = nxt < n
+    closed[closed] = M[nxt[closed]] == M[si[closed]]
+    out["g"] = np.where(ev(s.EV_GOSYSCALLEND)[si], g_before[si], A0[si])
+    out["p"] = p_after[si].astype(np.int32)  # the running table's P column (the kernel's too)
+    out["m"] = M[si]
+    out["start"] = T[si]
+    out["end"] = np.where(closed, T[np.minimum(nxt, n - 1)], -1)
+    out["done"] = closed
+    out["gen"] = GEN[si]
+    # order inside a generation: GoStart/GoSwitch carry the goroutine's sequence number,
+    # a GoStatus at the generation start comes before them all; unknown (-1) otherwise
+    # (per generation, so int32 holds it; a corrupt larger one only loses its order)
+    seq = np.where(ev(s.EV_GOSTART)[si] | switch[si], A1[si], np.where(st_run[si], 0, -1))
+    out["seq"] = np.clip(seq, -1, (1 << 31) - 1).astype(np.int32)
+    del nxt, closed
+    # the row of each M's last start (a GoLabel in a later chunk may still name it)
+    srow = np.full(len(m_ids), -1, dtype=np.int64)
+    if si.size:
+        srow[lay.gid[si]] = np.arange(len(si))  # rows are in M order: the last write per M wins
+    out["last_start_row"] = srow
+    return start, si
+
+
+def _label_rows(
+    ev: Callable[[int], np.ndarray],
+    M: np.ndarray,
+    A0: np.ndarray,
+    GEN: np.ndarray,
+    lay: _Layout,
+    start: np.ndarray,
+    si: np.ndarray,
+    strings: dict[tuple[int, int], str],
+    out: dict[str, object],
+) -> None:
+    """GC worker labels into ``out``: a GoLabel names the goroutine the M started just
+    before it (label_pos, the row among the starts ``si``; label_names), or, with no start
+    before it in this chunk, the M's last start of an earlier one (orphan_labels)."""
+    li = np.flatnonzero(ev(s.EV_GOLABEL))
+    out["label_pos"], out["label_names"] = np.zeros(0, dtype=np.int64), []
+    out["orphan_labels"] = []
+    if li.size:
+        last_start = np.maximum.accumulate(np.where(start, np.arange(lay.n, dtype=np.int32), np.int32(-1)))[li]
+        ok = last_start >= lay.mstart[li]
+        names = [strings.get((int(g), int(a)), "") for g, a in zip(GEN[li], A0[li], strict=True)]
+        out["label_pos"] = np.searchsorted(si, last_start[ok])
+        out["label_names"] = [x for x, k in zip(names, ok.tolist(), strict=True) if k]
+        # no start before it in this chunk: it names the M's last start of an earlier one
+        out["orphan_labels"] = [
+            (int(m), x) for m, x, k in zip(M[li].tolist(), names, ok.tolist(), strict=True) if not k
+        ]
+
+
+def _sweep_rows(
+    ev: Callable[[int], np.ndarray],
+    M: np.ndarray,
+    T: np.ndarray,
+    A0: np.ndarray,
+    A1: np.ndarray,
+    lay: _Layout,
+    p_after: np.ndarray,
+    out: dict[str, object],
+) -> None:
+    """The sweeps into ``out`` (sweep), with each M's first sweep end (first_sweep_end: its
+    time, swept and reclaimed bytes), which ends what the M began in earlier chunks."""
+    n, gstart, m_ids = lay.n, lay.gstart, lay.m_ids
+    # sweeps: P-scoped, non-preemptible, so they end on the M they began on
+    sweep_end = ev(s.EV_GCSWEEPEND)
+    bi = np.flatnonzero(ev(s.EV_GCSWEEPBEGIN) | ev(s.EV_GCSWEEPACTIVE))
+    nx_all = _next_index(sweep_end)
+    first_end = np.where(sweep_end[gstart], gstart, nx_all[gstart])
+    has = first_end < n
+    has[has] = M[first_end[has]] == m_ids[has]
+    fe = np.minimum(first_end, n - 1)
+    out["first_sweep_end"] = (np.where(has, T[fe], -1), A0[fe], A1[fe])
+    nx = nx_all[bi]
+    ok = nx < n
+    ok[ok] = M[nx[ok]] == M[bi[ok]]
+    nxc = np.minimum(nx, n - 1)
+    out["sweep"] = {
+        "p": np.where(ev(s.EV_GCSWEEPACTIVE)[bi], A0[bi], p_after[bi]),
+        "m": M[bi],
+        "start_ns": T[bi],
+        "end_ns": np.where(ok, T[nxc], -1),
+        "swept_bytes": np.where(ok, A0[nxc], 0),
+        "reclaimed_bytes": np.where(ok, A1[nxc], 0),
+        "done": ok,
+    }
 
 
 def _few(
