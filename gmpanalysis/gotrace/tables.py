@@ -16,8 +16,9 @@ import pandas as pd
 from . import kernels
 from . import spec as s
 from .columns import SCHEMAS, _frame
+from .fewtables import FEW_COLS, _few_tables
 from .memory import trim
-from .order import CLASH_BLOCK, _consecutive, _ffill, _gc_cycles, _in_time_order, _pair_by_g, _resolve_overlaps, _settle
+from .order import CLASH_BLOCK, _consecutive, _ffill, _gc_cycles, _in_time_order, _resolve_overlaps, _settle
 from .rows import RowStore
 from .streams import (
     GROUP_EVENTS,
@@ -43,7 +44,6 @@ def _label_dtype(n_names: int) -> type:
 
 RUN_COLS = ("g", "p", "m", "start", "end", "done", "gen", "seq")
 SWEEP_COLS = ("p", "m", "start_ns", "end_ns", "swept_bytes", "reclaimed_bytes", "done")
-FEW_COLS = ("T", "G", "A0", "TY", "M", "kind", "category", "message")
 # what is held per row while the trace is read: the running table's columns (the label as
 # a provisional id; -1 as the end of one still open), the sweep table's, and the heap samples' (NaN
 # where the event sets the other value; filled forward when taken)
@@ -465,102 +465,76 @@ class Builder:
             name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs", "labels")
         }
         if self.running and (self.run.n or final):
-            if final:
-                end = self.run.col("end")
-                is_open = end < 0
-                end[is_open] = last_ns
-                del end
-                # each chunk's rows are in time order; chunks follow one another unless a
-                # thread's clock overlapped the next generation's: then which intervals of a
-                # goroutine follow one another is only known from all rows at once
-                in_order = _in_time_order(self.run.col("start"), self.run.col("m"))
-                moved = self._settle(True) if in_order else self._settle_all()
-                cols = self.run.finish()
-            else:
-                moved = self._settle(False)
-                cols = self.run.take(self.run.col("end") >= 0)
-                is_open = np.zeros(len(cols["end"]), dtype=bool)
-                in_order = _in_time_order(cols["start"], cols["m"])
-                if not in_order:  # put in order among the rows taken together
-                    moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
-            categories = sorted(self.names)
-            at = {name: i for i, name in enumerate(categories)}
-            remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
-            for name, i in self.names.items():
-                remap[i] = at[name]
-            start, end, m = cols["start"], cols["end"], cols["m"]
-            by_time = None if (in_order and not moved) else np.lexsort((m, start))
-
-            def pick(a: np.ndarray) -> np.ndarray:
-                return a if by_time is None else a[by_time]
-
-            out["running"] = pd.DataFrame(
-                {
-                    "g": pick(cols.pop("g")),
-                    "p": pick(cols.pop("p")),
-                    "m": pick(m),
-                    "start_ns": pick(start),
-                    "end_ns": pick(end),
-                    "label": pd.Categorical.from_codes(pick(remap[cols.pop("lab")]), categories=categories),
-                    "open": pick(is_open),
-                },
-                copy=False,
-            )
-            del cols, is_open, start, end, m
+            out["running"] = self._take_running(last_ns, final)
             trim()  # the held copies of the label and the ends just went
         if self.running and (self.sweeps.n or final):
-            sw = self.sweeps.finish() if final else self.sweeps.take(self.sweeps.col("done").copy())
-            sdone = sw.pop("done")
-            sw["end_ns"][~sdone] = last_ns
-            sw["open"] = ~sdone
-            out["sweep"] = _frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+            out["sweep"] = self._take_sweeps(last_ns, final)
         if self.few_parts:
             parts, self.few_parts = self.few_parts, []
-            few = {}
-            for k in FEW_COLS:  # column by column, each part's copy released as it is used
-                got = [p.pop(k) for p in parts]
-                flat = [x for c in got for x in c] if k not in FEW_COLS[:5] else None
-                few[k] = np.concatenate(got) if flat is None else np.array(flat, dtype=object)
-                del got
-            del parts
-            T, G, A0, TY, M = (few[k] for k in ("T", "G", "A0", "TY", "M"))
-            out["stw"], open_stw = _pair_by_g(
-                T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, final, kind=True
-            )
-            open_assist = np.zeros(0, dtype=np.int64)
-            if "assist" in self.want:
-                out["assist"], open_assist = _pair_by_g(
-                    T,
-                    G,
-                    A0,
-                    TY == s.EV_GCMARKASSISTBEGIN,
-                    TY == s.EV_GCMARKASSISTEND,
-                    TY == s.EV_GCMARKASSISTACTIVE,
-                    few["kind"],
-                    last_ns,
-                    final,
-                    kind=False,
-                )
-            lg = np.flatnonzero(TY == s.EV_USERLOG)
-            lg = lg[np.argsort(T[lg], kind="stable")]
-            out["logs"] = _frame(
-                {
-                    "t_ns": T[lg],
-                    "g": G[lg],
-                    "m": M[lg],
-                    "task": A0[lg],
-                    "category": few["category"][lg],
-                    "message": few["message"][lg],
-                },
-                SCHEMAS["logs"],
-            )
-            lb = np.flatnonzero(TY == s.EV_GOLABEL)
-            lb = lb[np.argsort(T[lb], kind="stable")]
-            out["labels"] = _frame({"t_ns": T[lb], "g": G[lb], "m": M[lb], "label": few["kind"][lb]}, SCHEMAS["labels"])
-            keep = np.sort(np.r_[open_stw, open_assist]).astype(np.int64)
-            self.few_parts = [] if final or not keep.size else [{k: v[keep] for k, v in few.items()}]
+            few, self.few_parts = _few_tables(parts, "assist" in self.want, last_ns, final)
+            out.update(few)
+        out["gomaxprocs"], out["gc"] = self._take_global(last_ns, final)
+        out["heap"] = self._take_heap()
+        for name in out:
+            if name not in self.want:  # not asked for: an empty table of the same columns
+                out[name] = out[name].iloc[0:0].reset_index(drop=True)
+        return out
 
-        # --- global events -------------------------------------------------------------------
+    def _take_running(self, last_ns: int, final: bool) -> pd.DataFrame:
+        """The running table of the intervals taken (see :meth:`take`), in time order."""
+        if final:
+            end = self.run.col("end")
+            is_open = end < 0
+            end[is_open] = last_ns
+            del end
+            # each chunk's rows are in time order; chunks follow one another unless a
+            # thread's clock overlapped the next generation's: then which intervals of a
+            # goroutine follow one another is only known from all rows at once
+            in_order = _in_time_order(self.run.col("start"), self.run.col("m"))
+            moved = self._settle(True) if in_order else self._settle_all()
+            cols = self.run.finish()
+        else:
+            moved = self._settle(False)
+            cols = self.run.take(self.run.col("end") >= 0)
+            is_open = np.zeros(len(cols["end"]), dtype=bool)
+            in_order = _in_time_order(cols["start"], cols["m"])
+            if not in_order:  # put in order among the rows taken together
+                moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
+        categories = sorted(self.names)
+        at = {name: i for i, name in enumerate(categories)}
+        remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
+        for name, i in self.names.items():
+            remap[i] = at[name]
+        start, end, m = cols["start"], cols["end"], cols["m"]
+        by_time = None if (in_order and not moved) else np.lexsort((m, start))
+
+        def pick(a: np.ndarray) -> np.ndarray:
+            return a if by_time is None else a[by_time]
+
+        return pd.DataFrame(
+            {
+                "g": pick(cols.pop("g")),
+                "p": pick(cols.pop("p")),
+                "m": pick(m),
+                "start_ns": pick(start),
+                "end_ns": pick(end),
+                "label": pd.Categorical.from_codes(pick(remap[cols.pop("lab")]), categories=categories),
+                "open": pick(is_open),
+            },
+            copy=False,
+        )
+
+    def _take_sweeps(self, last_ns: int, final: bool) -> pd.DataFrame:
+        """The sweep table of the sweeps taken (see :meth:`take`), by start."""
+        sw = self.sweeps.finish() if final else self.sweeps.take(self.sweeps.col("done").copy())
+        sdone = sw.pop("done")
+        sw["end_ns"][~sdone] = last_ns
+        sw["open"] = ~sdone
+        return _frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+
+    def _take_global(self, last_ns: int, final: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The gomaxprocs table (real changes only) and the gc table from the global events
+        held; a GC cycle still open stays held unless ``final``."""
         glob = self.glob_parts or [(np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64))]
         gt, gty, ga0 = (np.concatenate([p[i] for p in glob]) for i in range(3))
         self.glob_parts = []
@@ -572,10 +546,14 @@ class Builder:
         keep = procs_v != prev
         if len(procs_v):
             self.last_procs = int(procs_v[-1])
-        out["gomaxprocs"] = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
-        out["gc"], open_gc = _gc_cycles(gt, gty, ga0, last_ns, final)
+        procs = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
+        gc, open_gc = _gc_cycles(gt, gty, ga0, last_ns, final)
         if not final and open_gc is not None:
             self.glob_parts = [(gt[[open_gc]], gty[[open_gc]], ga0[[open_gc]])]
+        return procs, gc
+
+    def _take_heap(self) -> pd.DataFrame:
+        """The heap table of every sample held, each value filled forward."""
         hp = self.heap.finish()  # samples are instants: every one is complete
         t = hp["t_ns"]
         if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):  # chunks overlap in time: rare
@@ -585,8 +563,4 @@ class Builder:
             if k in hp:
                 # the values in force before these rows: carried from the rows taken earlier
                 self.last_heap[k] = _ffill(hp[k], self.last_heap[k])
-        out["heap"] = _frame(hp, {k: np.dtype(v).name for k, v in HEAP_HELD.items()})
-        for name in out:
-            if name not in self.want:  # not asked for: an empty table of the same columns
-                out[name] = out[name].iloc[0:0].reset_index(drop=True)
-        return out
+        return _frame(hp, {k: np.dtype(v).name for k, v in HEAP_HELD.items()})
