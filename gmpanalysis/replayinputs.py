@@ -18,6 +18,7 @@ from .cfsreplay import SLICE_US
 from .cgroup import bundle_period_us
 from .errors import GmpError, MissingDataError
 from .kernelfacts import tick_ns
+from .served import latency_ms, succeeded
 
 
 def _memo(run: Run, key: str, build: Any) -> Any:
@@ -183,6 +184,7 @@ def _demand_built(run: Run) -> dict[str, Any]:
     conc = load.get("concurrency") if load.get("mode") == "closed" else None
     cost, own = request_costs(r, used_us * 1000)
     return {
+        "latency_shape": latency_shape(r) if conc else None,
         "sched_ns": sched,
         "cost_ns": cost,
         "concurrency": int(conc) if conc else None,
@@ -191,6 +193,17 @@ def _demand_built(run: Run) -> dict[str, Any]:
         "source": "requests",
         "cost_source": own,
     }
+
+
+def latency_shape(r: pd.DataFrame) -> np.ndarray | None:
+    """The run's measured latencies (the requests that succeeded) over their mean, sorted:
+    the spread a closed loop's replay carries over (see :mod:`gmpanalysis.whatif`). None
+    without a latency to tell."""
+    lat = latency_ms(r)[succeeded(r)]
+    lat = lat[np.isfinite(lat)]
+    if not len(lat) or not lat.mean() > 0:
+        return None
+    return np.sort(lat / lat.mean())
 
 
 # requests.csv's cpu_ns is taken as the spread of the cost when at least this share of the

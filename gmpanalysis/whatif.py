@@ -22,16 +22,24 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 * **Stop-the-world.** With a trace, GC pauses are expected at the run's rate per CPU-second,
   and one that begins within its own length of the exhaustion is expected to last to the
   boundary (the ``stw_stretched`` column): the world stays stopped while the group is frozen.
+* **The runtime's own CPU** (:mod:`gmpanalysis.runtimecost`): where the run's trace shows
+  its GC stopping the world, a request's CPU grows with the Ps that can run at once
+  (min(GOMAXPROCS, CPUs)), by a growth per P and per pause fitted on real sweeps; so more
+  Ps answer fewer requests per second under the same limit.
+* **A closed loop's spread**: the replay's processor sharing gives a closed loop's requests
+  nearly one latency; their mean is kept (Little's law ties it to the throughput) and the
+  run's measured spread around it is carried over, rank by rank.
 
-Left out, and why: the runtime's own CPU (GC workers, spinning threads) is in each
-request's share, not a demand of its own, so a GOMAXPROCS that changes how much of it the
-GC takes (dedicated workers are a quarter of the Ps) is not seen; the GC's pauses, which
-keep an allocation-heavy handler's requests from running side by side (it would need the
-trace's runnable goroutines as the demand); the slack timer that hands runtime an idle CPU
-returned to a throttled one before the boundary; where the run held work back (a bundle without
-requests replays what ran, a lower bound); a level's pool at the replay's start is full.
-The validation (benchmarks/validate_whatif.py, gmpanalysis/modelerror.py) measures what
-these cost.
+Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS, CPUs)``, not
+the trace's runnable goroutines, so where a closed loop's 100 requests kept fewer Ps
+running than GOMAXPROCS (9-11 of 16 on the 16-CPU runs, the load generator beside them)
+the exhaustion comes early and the CPUs frozen are too many; the spread of a closed loop is
+the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPROCS 1-16);
+the GC's pauses, which keep an allocation-heavy handler's requests from running side by
+side; the slack timer that hands runtime an idle CPU returned to a throttled one before the
+boundary; where the run held work back (a bundle without requests replays what ran, a lower
+bound); a level's pool at the replay's start is full. The validation
+(benchmarks/validate_whatif.py, gmpanalysis/modelerror.py) measures what these cost.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import runtimecost
 from .bundle import Run
 from .cfsreplay import _replay
 from .errors import MissingDataError, UsageError
@@ -121,12 +130,17 @@ def what_if(
     phase = prep["phase"]
     specs = [] if unlimited else _outer_specs(prep, outer, q, P * 1000, phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
+    stw = prep["stw"]
+    src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C)
+    grow = runtimecost.scale(stw and stw["per_cpu_s"], src_ps, runtimecost.ps(G, C))
+    cost = np.asarray(d["cost_ns"]) * grow
     out = _replay(
-        sched, d["cost_ns"], d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
+        sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns,
     )  # fmt: skip
-    stw = prep["stw"]
     _add_stw(out, stw)
+    if d.get("latency_shape") is not None:
+        _closed_loop_spread(out, d["latency_shape"])
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
@@ -139,7 +153,8 @@ def what_if(
         "burst_us": burst,
         "gomaxprocs": G,
         "cpus": C,
-        "cost_ms": float(np.mean(d["cost_ns"])) / 1e6,
+        "cost_ms": float(np.mean(d["cost_ns"])) * grow / 1e6,
+        "runtime_cpu_growth": grow,
         "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
@@ -196,6 +211,32 @@ def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
     with np.errstate(invalid="ignore", divide="ignore"):
         risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
     out["stw_stretched"] = out["stw"] * risk
+
+
+def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray) -> None:
+    """A closed loop's latencies as the replay predicts them: their mean, which Little's law
+    ties to the throughput (clients / requests answered per second) and the replay predicts,
+    with the spread the run measured (``shape``: its latencies over their mean, sorted).
+    The replay shares the CPUs evenly among the requests in the service, so in a closed loop
+    its latencies are nearly all alike; Go serves them in the order of its run queues
+    (netpoll's injections, runnext, the global queue every 61st tick, GC assists parked in a
+    queue), and the measured spread was 2-4× the mean at the 99th percentile. Each replayed
+    request keeps its rank; the per-period p50 and p99 are taken again from the mapped
+    latencies where the replay tells each request's period."""
+    lat = np.asarray(out.attrs.get("latency_ms", ()), dtype=np.float64)
+    ok = np.isfinite(lat)
+    if ok.sum() < 2 or len(shape) < 2:
+        return
+    rank = np.empty(int(ok.sum()))
+    rank[np.argsort(lat[ok], kind="stable")] = (np.arange(len(rank)) + 0.5) / len(rank)
+    mapped = lat.copy()
+    mapped[ok] = np.quantile(shape, rank) * float(lat[ok].mean())
+    out.attrs["latency_ms"] = mapped
+    which = out.attrs.get("request_period")
+    if which is not None and len(which) == len(mapped):
+        q = pd.Series(mapped).groupby(np.asarray(which)).quantile([0.5, 0.99]).unstack()
+        out.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
+        out.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
 
 
 # the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs

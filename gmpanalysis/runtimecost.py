@@ -1,0 +1,54 @@
+"""How the Go runtime's own CPU per request grows with the Ps it can run at once.
+
+A Go service under a CPU limit spends more CPU per request the more Ps it has, where it
+collects garbage: every GC cycle stops and restarts every P (two stop-the-world pauses),
+scans each P's goroutine stacks and caches, and runs dedicated mark workers on a quarter of
+the Ps; between cycles, each goroutine woken while Ps are idle wakes a spinning thread that
+searches every P's run queue. The execution trace shows the consequence, not the CPU: on
+the allocation-heavy handler of the 16-CPU sweeps, scheduling intervals per request went
+from 8 at GOMAXPROCS 1 to 112 at 16, and CPU per request (cpu.stat over the requests) from
+8.35 to 12.20 ms at a 1.5-CPU limit and from 7.61 to 12.90 ms at 250m. A CPU-bound handler
+that does not allocate kept its CPU per request (31.63 ms at GOMAXPROCS 1 and 8 on 16 CPUs;
+30.28 / 30.29 / 30.78 ms at 1 / 2 / 8 on 2 CPUs).
+
+The model: a request's CPU is ``base × (1 + k × r × (P - 1))``, where P = min(GOMAXPROCS,
+CPUs) and r is the GC's stop-the-world pauses per CPU-second of the run (the trace's; two
+per cycle). ``k`` is fitted on those sweeps (:data:`PER_P_PER_STW`), so the growth is an
+estimate carried with its spread between them; where the run has no trace (r unknown) the
+CPU per request is kept as measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+# The fraction of a request's CPU added per P beyond the first, per GC stop-the-world pause
+# per CPU-second: fitted on the 16-CPU sweeps of the allocation-heavy handler (GOMAXPROCS 1
+# against 16, from GOMAXPROCS 1's rate): 0.00128 at a 1.5-CPU limit (23.8 pauses per CPU-s,
+# +46 % at 16 Ps), 0.00161 at 250m (28.8 per CPU-s, +70 %). Their mean; their spread is
+# the estimate's (±11 %).
+PER_P_PER_STW = 0.00145
+
+
+def ps(gomaxprocs: int, cpus: int) -> int:
+    """The Ps that can run at once: GOMAXPROCS, at most one per CPU."""
+    return max(min(int(gomaxprocs), int(cpus)), 1)
+
+
+def growth(stw_per_cpu_s: float, p: int) -> float:
+    """A request's CPU at ``p`` Ps over its CPU at one P, for a service whose GC stops the
+    world ``stw_per_cpu_s`` times per CPU-second at one P."""
+    return 1.0 + PER_P_PER_STW * stw_per_cpu_s * (p - 1)
+
+
+def scale(stw_per_cpu_s: float | None, source_ps: int, target_ps: int) -> float:
+    """A request's CPU at ``target_ps`` Ps over its CPU at ``source_ps``, given the
+    stop-the-world rate measured at the source (None or NaN: unknown, 1.0). The rate
+    measured at ``source_ps`` Ps is per CPU-second of that run, whose CPU already carries
+    the growth: its rate at one P is solved from ``r1 = r × growth(r1, source_ps)``."""
+    if stw_per_cpu_s is None or not math.isfinite(stw_per_cpu_s) or stw_per_cpu_s <= 0 or source_ps == target_ps:
+        return 1.0
+    # exact wherever the source's CPU per request is under 10× its one-P figure (a rate the
+    # runs behind the fit never came near); beyond, the growth is capped there
+    r1 = stw_per_cpu_s / max(1.0 - PER_P_PER_STW * stw_per_cpu_s * (source_ps - 1), 0.1)
+    return growth(r1, target_ps) / growth(r1, source_ps)

@@ -1,0 +1,78 @@
+"""The runtime's CPU per request against the Ps it runs (gmpanalysis.runtimecost) and a
+closed loop's latency spread in the replay (gmpanalysis.whatif), on the real 16-CPU runs
+of ../shared/data/16cpu-v2 where they are beside the checkout."""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gmpanalysis as gmp
+from gmpanalysis import runtimecost as RC
+from gmpanalysis import whatif as W
+from gmpanalysis.served import latency_ms, succeeded
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "16cpu-v2"
+
+
+def _load(name: str):
+    if not (SHARED / name).is_dir():
+        pytest.skip(f"{SHARED / name} is not beside this checkout (the shared 16-CPU runs)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gmp.load_run(SHARED / name)
+
+
+@given(
+    rate=st.floats(0.5, 60),
+    src=st.integers(1, 64),
+    dst=st.integers(1, 64),
+)
+def test_growth_round_trips_and_grows_with_the_ps(rate, src, dst):
+    """From a run at ``src`` Ps to ``dst`` and back is the run itself; more Ps, more CPU per
+    request; without a measured rate, nothing changes."""
+    there = RC.scale(rate, src, dst)
+    # the rate the target would measure: the same pauses per request over its larger CPU
+    denom = 1 - RC.PER_P_PER_STW * rate * (src - 1)
+    if denom >= 0.1:
+        r1 = rate / denom
+        back = RC.scale(r1 / RC.growth(r1, dst), dst, src)
+        assert there * back == pytest.approx(1.0, rel=1e-9)
+    assert (there > 1) == (dst > src) and (there < 1) == (dst < src)
+    assert RC.scale(None, src, dst) == RC.scale(float("nan"), src, dst) == 1.0
+    assert RC.ps(dst, src) == max(min(dst, src), 1)
+
+
+def test_cpu_per_request_grows_with_gomaxprocs_where_the_gc_runs():
+    """The allocation-heavy handler at 250m on 16 CPUs: GOMAXPROCS 1's demand replayed at
+    16 answers fewer requests per second, within the 15 % goal of the 16 run's measured
+    throughput (the CPU per request as measured would answer 83 % too many); the CPU-bound
+    handler, whose runs hardly collect garbage, keeps its CPU per request."""
+    one, sixteen = _load("light-250m-gmp1"), _load("light-250m-numcpu")
+    got = W.predict(one, sixteen)["throughput_rps"]
+    truth = W.measured(sixteen)["throughput_rps"]
+    assert abs(got / truth - 1) <= 0.15, (got, truth)
+    per = W.replay_as(one, sixteen)
+    assert per.attrs["model"]["runtime_cpu_growth"] > 1.3
+    cpu1, cpu8 = _load("v2-cpu-gmp1"), _load("v2-cpu-gmp8")
+    assert W.replay_as(cpu1, cpu8).attrs["model"]["runtime_cpu_growth"] == 1.0  # no GC pause in its trace
+    assert W.what_if(one).attrs["model"]["runtime_cpu_growth"] == 1.0  # its own Ps
+
+
+def test_a_closed_loop_keeps_its_measured_spread():
+    """A closed loop replayed under its own settings: the mean latency is the replay's
+    (Little's law: clients over throughput), the spread the run's own, so its p99 over
+    its mean is the measured one; an open loop's latencies are the replay's own."""
+    run = _load("light-250m-gmp1")
+    assert run.meta["load"]["mode"] == "closed"
+    per = W.what_if(run)
+    lat = per.attrs["latency_ms"]
+    r = run.requests
+    meas = latency_ms(r)[succeeded(r)]
+    assert np.percentile(lat, 99) / lat.mean() == pytest.approx(np.percentile(meas, 99) / meas.mean(), rel=0.05)
+    # the period columns are taken from the same latencies
+    assert per["latency_p99_ms"].max() <= lat.max() + 1e-6
+    assert W.demand(_load("v2-cpu-gmp1"))["latency_shape"] is None
