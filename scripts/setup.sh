@@ -25,7 +25,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
 fi
-extras="dev,notebooks,kube,fast,fleet${GMP_EXTRAS:+,$GMP_EXTRAS}"
+extras="dev,notebooks,kube,fast,fleet,docs${GMP_EXTRAS:+,$GMP_EXTRAS}"
 # the install is redone only when what it depends on changes: the project's metadata, the
 # extras asked for, the interpreter
 stamp=".venv/.gmp-setup-$(cat pyproject.toml <(echo "$extras") <(.venv/bin/python -V) | sha256sum | cut -c1-16)"
