@@ -1,6 +1,6 @@
 """The fleet analysis at scale: a store of N bundles processed on 1, 2, ... Dask workers.
 
-    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR] [--workers 1,2,4,8,16]
+    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR] [--workers 1,2,4,8,16] [--markdown PATH]
 
 The store is made of the shipped example runs (fixtures/runs, real lab captures), each
 stored N / 8 times re-labelled as another pod (meta.json's cluster, namespace, pod and
@@ -11,7 +11,9 @@ Each worker count gets its own output directory; the run prints, per worker coun
 wall time, bundles/s and cpu.stat samples/s, the advisor's runs (once per workload), the
 scaling ratio (each worker count against 1), and each worker's peak memory (VmHWM from
 /proc/self/status, read inside the worker after its tasks). Not a test; numbers move with
-the machine and whatever else runs on it.
+the machine and whatever else runs on it. ``--markdown PATH`` also writes the rows as the
+table of docs/benchmarks.md (one file per machine under docs/benchmarks/results/, e.g.
+fleet-2cpu.md).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=1000, help="bundles in the store (default: 1000)")
     ap.add_argument("--work", default="/tmp/gmp-bench-fleet", help="scratch directory (default: /tmp/gmp-bench-fleet)")
     ap.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default: 1,2)")
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the rows as a Markdown table here")
     a = ap.parse_args()
     counts = [int(x) for x in a.workers.split(",")]
     from machine import describe
@@ -74,11 +77,12 @@ def main() -> int:
     store, samples = build_store(a.n, work)
     print(f"store: {a.n} bundles, {samples:,} cpu.stat samples, built in {time.perf_counter() - t0:.0f} s")
     rates = {}
+    rows = []
     for w in counts:
         out = work / f"out-{w}"
         shutil.rmtree(out, ignore_errors=True)
         # workers as gmpanalysis.fleet starts them: without Dask's statistical profiler,
-        # whose kept stacks grow a worker per task (README: the fleet analysis)
+        # whose kept stacks grow a worker per task (docs/fleet.md)
         with (
             dask.config.set({"distributed.worker.profile.enabled": False}),
             distributed.LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as c,
@@ -96,8 +100,34 @@ def main() -> int:
             f"{int(s['advice_s'].notna().sum())} ({s['advice_s'].sum():.1f} s), peak memory per worker (VmHWM) "
             + ", ".join(f"{v:.0f} MiB" for v in peaks.values())
         )
+        lo, hi = min(peaks.values()), max(peaks.values())
+        rows.append(
+            [
+                "same" if rows else describe().removeprefix("machine: "),
+                str(w),
+                f"{wall:.1f} s",
+                f"{len(s) / wall:.1f}",
+                f"{samples / wall:,.0f}",
+                "",
+                f"{int(s['advice_s'].notna().sum())} runs, {s['advice_s'].sum():.1f} s",
+                f"{lo:.0f} MiB" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} MiB",
+            ]
+        )
     if 1 in rates:
         print("scaling against 1 worker: " + ", ".join(f"{w}: {rates[w] / rates[1]:.2f}x" for w in counts if w != 1))
+        for r in rows:
+            r[5] = "" if r[1] == "1" else f"{rates[int(r[1])] / rates[1]:.2f}x"
+    if a.markdown:
+        head = (
+            "| machine | workers | wall time | bundles/s | cpu.stat samples/s | scaling | advisor "
+            "| peak memory per worker (VmHWM) |\n|---|---|---|---|---|---|---|---|\n"
+        )
+        note = (
+            f"<!-- rewritten by: .venv/bin/python benchmarks/bench_fleet.py {a.n} --workers {a.workers} "
+            f"--markdown PATH -->\n<!-- {a.n:,} bundles ({samples:,} samples) -->\n\n"
+        )
+        a.markdown.write_text(note + head + "".join("| " + " | ".join(r) + " |\n" for r in rows))
+        print(f"wrote {a.markdown}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Our Go trace reader against a straightforward Go program, same file, same run.
 
-    .venv/bin/python benchmarks/bench_trace.py [--rounds N] [TRACE] [BIG_TRACE]
+    .venv/bin/python benchmarks/bench_trace.py [--rounds N] [--markdown PATH] [TRACE] [BIG_TRACE]
 
 The peer is gmp-tracepeer (collectors/cmd/gmp-tracepeer): what a competent Go user writes
 with golang.org/x/exp/trace to build the same tables in memory (typed maps, slices of
@@ -24,7 +24,8 @@ Peak memory is VmHWM from /proc/self/status: for ours minus the post-import base
 interpreter, numpy and pandas), for Go the whole process. With the [fast] extra, numba's
 module and compiled loops load on the first read (about 100 MB here); the full-read line
 also gives the reader's own peak with them counted in the baseline. Not a test: numbers move with
-what else the machine runs.
+what else the machine runs. ``--markdown PATH`` also writes the figures as the table of
+docs/benchmarks.md (docs/benchmarks/results/trace-reader.md).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from gmpanalysis.lab import ensure_binaries
 
 ROOT = Path(__file__).resolve().parents[1]
 SELECTIVE = ("stw", "gc", "gomaxprocs")
+# the figures as rows of the documentation's table: what, ours, Go, ours / Go
+ROWS: list[tuple[str, str, str, str]] = []
 
 PY = """
 import json, os, sys, time
@@ -101,6 +104,21 @@ def ratio(a: list[float], b: list[float]) -> str:
     return f"{statistics.median(a) / statistics.median(b):.2f}x"
 
 
+def cell(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} s [{min(xs):.2f}-{max(xs):.2f}]"
+
+
+def markdown() -> str:
+    lines = [
+        "<!-- rewritten by: .venv/bin/python benchmarks/bench_trace.py --markdown PATH -->",
+        "<!-- median [min-max] of the rounds -->",
+        "",
+        "| | ours | Go (gmp-tracepeer) | ours / Go |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in ROWS]) + "\n"
+
+
 def full_read(peer: Path, path: Path, rounds: int) -> None:
     size = path.stat().st_size
     cold_o, cold_g, warm_o, warm_g = [], [], [], []
@@ -123,6 +141,14 @@ def full_read(peer: Path, path: Path, rounds: int) -> None:
     for what, o, g in (("cold", cold_o, cold_g), ("warm", warm_o, warm_g)):
         oc, ow = [r["cpu"] for r in o], [r["wall"] for r in o]
         gc, gw = [r["cpu"] for r in g], [r["wall"] for r in g]
+        name = (
+            f"full read, {size / 1e6:.1f} MB ({ev['events'] / 1e6:.1f} M events, {ev['running'] / 1e6:.1f} M running "
+            f"intervals), {what}"
+            if what == "cold"
+            else f"same, {what} (best of 3 in one process)"
+        )
+        ROWS.append((f"{name}: CPU", cell(oc), cell(gc), ratio(oc, gc).replace("x", "×")))
+        ROWS.append((f"same, {what}: wall", cell(ow), cell(gw), ratio(ow, gw).replace("x", "×")))
         print(
             f"  {what}: ours CPU {med(oc)} wall {med(ow)} | Go CPU {med(gc)} wall {med(gw)} "
             f"| ours/Go CPU {ratio(oc, gc)} (goal <= 0.8x), wall {ratio(ow, gw)} (goal <= 1.0x)"
@@ -132,6 +158,22 @@ def full_read(peer: Path, path: Path, rounds: int) -> None:
         f"threads at the end {max(r['threads'] for r in cold_o)}"
     )
     own = ours(path, 1, None, None, True)[0]["peak_kib"]  # numba's runtime counted in the baseline
+    ROWS.append(
+        (
+            "same: peak memory, the reader's own (over the baseline with numba loaded)",
+            f"{own / 1024:.0f} MiB = {own * 1024 / size:.1f}× the file",
+            f"{peak_g / 1024:.0f} MiB = {peak_g * 1024 / size:.1f}×",
+            "",
+        )
+    )
+    ROWS.append(
+        (
+            "same: peak memory over the imported baseline, numba's first load included",
+            f"{peak_o / 1024:.0f} MiB = {peak_o * 1024 / size:.1f}×",
+            "",
+            "",
+        )
+    )
     print(
         f"  peak memory: ours +{peak_o / 1024:.0f} MiB = {peak_o * 1024 / size:.1f}x the file (goal <= 4x), "
         f"of which the reader's own +{own / 1024:.0f} MiB = {own * 1024 / size:.1f}x (the rest: numba, imported "
@@ -146,6 +188,17 @@ def selective(peer: Path, path: Path, rounds: int) -> dict:
         o.append(ours(path, 1, SELECTIVE)[0])
         g.append(go(peer, path, 1, SELECTIVE)[0])
     oc, gc = [r["cpu"] for r in o], [r["cpu"] for r in g]
+    span = (o[0]["last_ns"] - o[0]["first_ns"]) / 1e9
+    what = f"STW, GC and GOMAXPROCS only, {size / 1e6:.0f} MB / {span:.0f} s trace"
+    ROWS.append((f"{what}: CPU", cell(oc), cell(gc), ratio(oc, gc).replace("x", "×")))
+    ROWS.append(
+        (
+            "same: peak memory (numba included)",
+            f"{max(r['peak_kib'] for r in o) / 1024:.0f} MiB",
+            f"{max(r['peak_kib'] for r in g) / 1024:.0f} MiB",
+            "",
+        )
+    )
     print(
         f"== {'/'.join(SELECTIVE)} only: {path.name}, {size / 1e6:.0f} MB, {o[0]['generations']} generations, "
         f"{o[0]['stw']} STW, {o[0]['gc']} GC cycles (peer: {g[0]['stw']}, {g[0]['gc']}), {rounds} rounds"
@@ -170,6 +223,15 @@ def window(path: Path, info: dict, rounds: int) -> None:
         w.append(ours(path, 1, None, win)[0])
         f.append(ours(path, 1)[0])
     span = (info["last_ns"] - info["first_ns"]) / 1e9
+    fw = [r["wall"] for r in f]
+    ROWS.append(
+        (
+            "a 1 s window of that trace: wall",
+            f"{cell([r['wall'] for r in w])}, {w[0]['decoded']} of {info['generations']} generations decoded",
+            f"(full read of ours: {statistics.median(fw):.1f} s, {max(r['peak_kib'] for r in f) / 2**20:.1f} GiB)",
+            f"{statistics.median(fw) / statistics.median([r['wall'] for r in w]):.0f}× faster",
+        )
+    )
     print(f"== 1 s window of {path.name} ({span:.0f} s, {info['generations']} generations), {rounds} rounds")
     print(
         f"  window: {med([r['wall'] for r in w])} wall, {w[0]['decoded']} generations decoded, "
@@ -187,6 +249,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peer", type=Path, help="a built gmp-tracepeer (default: build the collectors)")
     ap.add_argument("--full-only", action="store_true", help="the full read alone")
+    ap.add_argument("--markdown", type=Path, help="also write the figures as a Markdown table here")
     a = ap.parse_args()
     from machine import describe
 
@@ -196,13 +259,14 @@ def main() -> int:
         print(f"{a.trace} missing: record it with benchmarks/make_big_trace.py", file=sys.stderr)
         return 2
     full_read(peer, a.trace, a.rounds)
-    if a.full_only:
-        return 0
-    if not a.big.exists():
+    if not a.full_only and a.big.exists():
+        info = selective(peer, a.big, a.rounds)
+        window(a.big, info, a.rounds)
+    elif not a.full_only:
         print(f"{a.big} missing: record it with benchmarks/make_big_trace.py {a.big} 380", file=sys.stderr)
-        return 0
-    info = selective(peer, a.big, a.rounds)
-    window(a.big, info, a.rounds)
+    if a.markdown:
+        a.markdown.write_text(markdown())
+        print(f"wrote {a.markdown}")
     return 0
 
 

@@ -15,7 +15,10 @@ table, period by period:
 - usage: |error| p50/max, the share of clean values inside the damaged bracket;
 - throttled periods: recovered exactly / left unknown (NA, in a group) / wrong.
 
-    .venv/bin/python benchmarks/degrade.py [--seeds 5] [--markdown]
+    .venv/bin/python benchmarks/degrade.py [--seeds 5] [--markdown [PATH]]
+
+``--markdown`` prints the summary as the table of the documentation's period-table page;
+``--markdown docs/benchmarks/results/degrade.md`` rewrites the file that page shows.
 """
 
 from __future__ import annotations
@@ -99,10 +102,50 @@ def compare(clean: pd.DataFrame, bad: pd.DataFrame, P: int) -> dict[str, float]:
     }
 
 
+def markdown(agg: pd.DataFrame, seeds: int) -> str:
+    """The summary as the documentation shows it: one row per damage."""
+
+    def g(v: float) -> str:
+        return f"{v:.2g}" if abs(v) < 10 else f"{v:.0f}"
+
+    def pct(v: float) -> str:
+        return f"{100 * v:.0f} %"
+
+    lines = [
+        f"<!-- rewritten by: .venv/bin/python benchmarks/degrade.py --seeds {seeds} --markdown PATH -->",
+        f"<!-- the {len(RUNS)} runs of fixtures/runs x {seeds} seeds -->",
+        "",
+        "| damage | conservation (rel. error) | phase error / stated uncertainty (max) "
+        "| exhaustion error p50 / max (ms) | periods with a point value (min) "
+        "| clean value inside the bracket (min) | bracket width p50 (ms) | usage error p50 / max (ms) "
+        "| throttled periods recovered (min) / unknown (max) / wrong |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, r in agg.iterrows():
+        cells = [
+            f"{r.conservation:.1g}",
+            g(r.phase_err_per_unc_max),
+            f"{g(r.ex_err_p50_ms)} / {g(r.ex_err_max_ms)}",
+            pct(r.ex_point_min),
+            pct(r.ex_coverage_min),
+            g(r.ex_width_p50_ms),
+            f"{g(r.usage_err_p50_ms)} / {g(r.usage_err_max_ms)}",
+            f"{pct(r.thr_recovered_min)} / {r.thr_unknown_max:.0f} / {r.thr_wrong_max:.0f}",
+        ]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5, help="random damages per run and kind (default 5)")
-    ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
+    ap.add_argument(
+        "--markdown",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="the summary as a Markdown table, printed or written to PATH (docs/benchmarks/results/degrade.md)",
+    )
     a = ap.parse_args(argv)
     rows = []
     for path in RUNS:
@@ -138,12 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         .loc[order]
     )
-    if a.markdown:
-        cols = list(agg.columns)
-        print("| damage | " + " | ".join(cols) + " |")
-        print("|---" * (len(cols) + 1) + "|")
-        for kind, r in agg.iterrows():
-            print(f"| {kind} | " + " | ".join(f"{v:.3g}" for v in r.to_numpy(dtype=float)) + " |")
+    if a.markdown == "-":
+        print(markdown(agg, a.seeds))
+    elif a.markdown:
+        Path(a.markdown).write_text(markdown(agg, a.seeds))
+        print(f"wrote {a.markdown}")
     else:
         with pd.option_context("display.width", 250, "display.max_columns", 30):
             print(agg)

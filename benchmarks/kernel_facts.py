@@ -2,9 +2,12 @@
 beside the checkout): per bundle, the kernel, each level's period-timer phase (ms mod the
 period), and, where the kernel gives PSI, the container's psi_full_us over its frozen wall
 time (frozen_us) in throttled periods (median) and cpu.stat.local's throttled time against
-cpu.stat's. The README's kernel-facts table quotes its output.
+cpu.stat's. The kernel-facts table of docs/kernels.md quotes its output.
 
-    .venv/bin/python benchmarks/kernel_facts.py [BUNDLE ...]
+    .venv/bin/python benchmarks/kernel_facts.py [--out PATH] [BUNDLE ...]
+
+``--out docs/benchmarks/results/kernel-facts.txt`` also writes the lines to the file that
+page shows beside its table.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ def facts(path: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
+    out = None
+    if argv[:1] == ["--out"] and len(argv) > 1:
+        out, argv = Path(argv[1]), argv[2:]
     paths = [Path(a) for a in argv] or sorted(
         p
         for d in (REPO / "fixtures" / "runs-v2", REPO.parent / "shared" / "data" / "16cpu-v2")
@@ -54,8 +60,12 @@ def main(argv: list[str]) -> int:
         if (p / "meta.json").exists()
     )
     warnings.simplefilter("ignore")
+    lines = []
     for p in paths:
-        print(facts(p), flush=True)
+        lines.append(facts(p))
+        print(lines[-1], flush=True)
+    if out:
+        out.write_text("\n".join(lines) + "\n")
     return 0
 
 

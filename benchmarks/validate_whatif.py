@@ -3,15 +3,16 @@ the *other* configurations of its workload (leave one configuration out), beside
 measured; the errors per regime go to gmpanalysis/whatif-validation.json, which the
 advice and the report read their error bars from.
 
-    .venv/bin/python benchmarks/validate_whatif.py [DIR ...] [--csv OUT.csv] [--no-write]
+    .venv/bin/python benchmarks/validate_whatif.py [DIR ...] [--csv OUT.csv] [--no-write] [--markdown PATH]
 
 Each DIR holds bundles (default: fixtures/runs, fixtures/runs-v2, the 16-CPU v2 runs in
 ../shared/data/16cpu-v2, and where present benchmarks/data/sweep and
-benchmarks/data/16cpu-v2-1500m: the README's "What-if validation" says how each was made). A workload is the
+benchmarks/data/16cpu-v2-1500m: docs/validation.md says how each was made). A workload is the
 bundles of one directory whose names agree but for the GOMAXPROCS part (gmpN, default,
 numcpu) and a repeat suffix (-rN); a configuration is (limit, GOMAXPROCS). Prints, per
 regime (:func:`gmpanalysis.modelerror.regime`: the CPUs, GOMAXPROCS over the limit) and
-figure, the held-out error's median and p90, and how often each goal holds:
+figure, the held-out error's median and p90, and how often each goal holds (``--markdown``
+writes the same per regime as the table of docs/validation.md):
 
 - throttled share of the periods within 5 points;
 - exhaustion p50 within 3 ms or 15 %;
@@ -72,15 +73,61 @@ def goals(e: dict[str, float], pred: dict[str, float], truth: dict[str, float], 
     }
 
 
+# the goals of the per-regime table, each with the figure it is about
+GOAL_FIGURES = {
+    "throttled ±5 points": "throttled_pct",
+    "exhaustion ±3 ms or ±15 %": "exhausted_p50_ms",
+    "CPUs frozen ±10 % of CPUs": "cpus_frozen_p50",
+    "p99 ±30 %": "p99_pct",
+    "throughput ±15 %": "throughput_pct",
+}
+
+
+def markdown(df: pd.DataFrame, summary: dict) -> str:
+    """Per regime: the predictions, the held-out |error|'s median / p90 per figure and the
+    share within each goal ("–": no prediction with that figure, e.g. no period throttled)."""
+
+    def num(v: float) -> str:
+        return f"{v:.0f}" if abs(v) >= 11 else f"{v:.1f}".removesuffix(".0")
+
+    figs = ["throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "p99_pct", "throughput_pct"]
+    lines = [
+        "<!-- rewritten by: .venv/bin/python benchmarks/validate_whatif.py --markdown PATH -->",
+        f"<!-- {datetime.date.today().isoformat()}, {len(df)} held-out predictions -->",
+        "",
+        "| regime | n | throttled share, points | exhaustion p50, ms | CPUs frozen p50 | p99, % | throughput, % "
+        "| within goals (throttled ±5 / exhaustion ±3 ms or 15 % / CPUs ±10 % of CPUs / p99 ±30 % / req/s ±15 %) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    cpus_order = ("≤2 CPUs", "3-8 CPUs", "≥9 CPUs")
+    tier_order = ("GOMAXPROCS ≤ limit", "GOMAXPROCS ≤ 4× limit", "GOMAXPROCS > 4× limit", "no limit")
+    regs = sorted(
+        df["regime"].unique(),
+        key=lambda r: tuple(next((i for i, x in enumerate(o) if x in r), 9) for o in (cpus_order, tier_order)),
+    )
+    for reg in regs:
+        sub = df[df["regime"] == reg]
+        have = summary.get(reg, {})
+        cells = [f"{num(have[k]['median'])} / {num(have[k]['p90'])}" if k in have else "–" for k in figs]
+        goals_ = [f"{100 * sub[g].mean():.0f}" if f in have else "–" for g, f in GOAL_FIGURES.items()]
+        lines.append(f"| {reg} | {len(sub)} | " + " | ".join(cells) + " | " + " / ".join(goals_) + " % |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="*", type=Path)
     ap.add_argument("--csv", default=None, help="write every prediction here")
     ap.add_argument("--no-write", action="store_true", help=f"do not rewrite {ME.VALIDATION_FILE.name}")
     ap.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="write the per-regime table the documentation shows (docs/benchmarks/results/whatif-regimes.md)",
+    )
+    ap.add_argument(
         "--with-tcg",
         action="store_true",
-        help="keep runs made in a TCG guest (the VM lab): its CPU is not a machine's (README), so by default "
+        help="keep runs made in a TCG guest (the VM lab): its CPU is not a machine's (docs/lab.md), so by default "
         "they are left out",
     )
     a = ap.parse_args()
@@ -145,6 +192,9 @@ def main() -> int:
     gcols = [*goals({k: 0.0 for k in ME.UNITS}, {}, {"exhausted_p50_ms": 1.0}, 1.0), "frozen within CPUs"]
     print("\nshare of held-out predictions within each goal, per regime (%):")
     print((df.groupby("regime")[gcols].mean() * 100).round(0).to_string())
+    if a.markdown:
+        Path(a.markdown).write_text(markdown(df, summary))
+        print(f"\nwrote {a.markdown}")
     if not a.no_write:
         out = {
             "date": datetime.date.today().isoformat(),

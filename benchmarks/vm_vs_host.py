@@ -11,7 +11,9 @@ busy CPUs (its /proc/stat, host_stat.csv) against this host's cores shows it: ab
 host's cores, the guest counted time that nothing ran. The qemu process's own CPU time comes
 from wait4's rusage of the lab command (qemu is its child).
 
-    .venv/bin/python benchmarks/vm_vs_host.py [--kernel 6.12] [--repeat 2] [-o DIR]
+    .venv/bin/python benchmarks/vm_vs_host.py [--kernel 6.12] [--repeat 2] [-o DIR] [--markdown PATH]
+
+``--markdown docs/benchmarks/results/vm-vs-host.md`` rewrites the table of the lab page.
 
 Runs one lab or VM experiment at a time (needs root; the VM lab's packages: scripts/test.sh).
 """
@@ -86,10 +88,11 @@ def main() -> None:
     ap.add_argument("--gomaxprocs", default="2,8")
     ap.add_argument("-o", "--out", type=Path, default=None)
     ap.add_argument("--from", dest="again", type=Path, default=None, help="summarise the bundles of an earlier run")
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the summary as a Markdown table here")
     a = ap.parse_args()
     if a.again:
         rows = [row(p.name.rsplit("-gmp", 1)[0].replace("-", " "), p, np.nan) for p in sorted(a.again.iterdir())]
-        summarise(pd.DataFrame(rows))
+        summarise(pd.DataFrame(rows), a.markdown)
         return
     out = a.out or Path(tempfile.mkdtemp(prefix="gmp-vm-vs-host-"))
     cores = os.cpu_count() or 2
@@ -106,16 +109,47 @@ def main() -> None:
                 path, cpu = run_one(out / name, extra, g, seed=1 + rep)
                 rows.append(row(w, path, cpu))
                 print(pd.DataFrame([rows[-1]]).to_string(index=False, header=len(rows) == 1), flush=True)
-    summarise(pd.DataFrame(rows))
+    summarise(pd.DataFrame(rows), a.markdown)
     print(f"bundles in {out}")
 
 
-def summarise(df: pd.DataFrame) -> None:
+def summarise(df: pd.DataFrame, markdown: Path | None = None) -> None:
     print("\nmedian (min-max) over repeats:")
     num = [c for c in df.columns if c not in ("where", "kernel", "ncpu", "gmp", "host_cores")]
     for (w, g), grp in df.groupby(["where", "gmp"], sort=False):
         cells = [f"{c} {grp[c].median():g} ({grp[c].min():g}-{grp[c].max():g})" for c in num]
         print(f"{w:>12} gmp {g}: " + ", ".join(cells))
+    if markdown:
+        markdown.write_text(table(df))
+        print(f"wrote {markdown}")
+
+
+def table(df: pd.DataFrame) -> str:
+    """The summary as the lab page shows it: per place and GOMAXPROCS, median (min–max)."""
+
+    def spread(x: pd.Series, fmt: str) -> str:
+        return f"{x.median():{fmt}} ({x.min():{fmt}}–{x.max():{fmt}})"
+
+    lines = [
+        "<!-- rewritten by: .venv/bin/python benchmarks/vm_vs_host.py --markdown PATH -->",
+        f"<!-- {len(df)} runs; median (min–max) over the rounds -->",
+        "",
+        "| where | GOMAXPROCS | throttled % of active periods | exhaustion p50 ms | CPUs throttled | stall ms/s "
+        "| CPU ms per active period | req/s | sampler p99 ms, missed ticks |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (gmp_, where), x in df.groupby(["gmp", "where"], sort=False):
+        cells = [
+            spread(x["thr_%act"], ".0f"),
+            spread(x["exh_p50_ms"], ".0f"),
+            spread(x["cpus_thr"], ".1f"),
+            spread(x["stall_ms/s"], ".0f"),
+            spread(x["use_ms/act"], ".0f"),
+            f"{x['rps'].median():.1f}",
+            f"{x['late_p99_ms'].median():.2g}, {x['missed_%'].median():.0f} %",
+        ]
+        lines.append(f"| {where} | {gmp_} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
