@@ -169,7 +169,7 @@ def test_each_run_is_predicted_from_the_others(runs, target, figure, request):
     """The three CPU-bound runs share one seeded arrival schedule and differ in GOMAXPROCS:
     each one's exhaustion p50, CPUs frozen p50 and stall per second, predicted from each
     run's demand, lie within the goals (3 ms, 0.1 CPU, 15 %). The throttled share and p99
-    are in the README's validation table, misses named."""
+    are in the validation tables of docs/validation.md, misses named."""
     if (target, figure) in KNOWN_MISS:
         request.applymarker(pytest.mark.xfail(reason=KNOWN_MISS[(target, figure)], strict=True))
     v = W.validate([runs[target], *(r for n, r in runs.items() if n != target)])

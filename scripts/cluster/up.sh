@@ -14,7 +14,7 @@
 # Always tear down with scripts/cluster/down.sh BASE, also after a failed start. ~15-25 s
 # to a Ready node when built. Needs root and the cgroup v1 cpu controller.
 #
-# What the node cannot do (see README): no pod network (the only CNI plugin is loopback, so
+# What the node cannot do (see docs/kubernetes.md): no pod network (the only CNI plugin is loopback, so
 # pods use hostNetwork), no registry (images are imported with mkimage.py + ctr), no
 # in-cluster API access from pods (the service IP range is not routed).
 set -euo pipefail

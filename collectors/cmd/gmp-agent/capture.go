@@ -111,7 +111,7 @@ func (c *capture) run(ctx context.Context) captureResult {
 	traced := c.spec.PprofPort > 0
 	// With a trace, the sampling runs from the request until the trace's body has ended:
 	// a throttled, overloaded process begins its trace late and ends it later still
-	// (README: the node agent), and the samples must cover the trace's whole span.
+	// (docs/kubernetes.md: the node agent), and the samples must cover the trace's whole span.
 	window := c.cfg.capture
 	traceDone := make(chan struct{})
 	if traced {

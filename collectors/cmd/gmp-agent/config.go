@@ -75,7 +75,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxSpool, "max-spool-bytes", 2<<30, "no capture starts while --out holds this much (0: no cap); "+
 		"'gmpanalysis store put --move' empties it into a store")
 	fs.Int64Var(&c.maxTrace, "max-trace-bytes", 256<<20, "a trace body is cut (and the bundle flagged) past this size")
-	// a throttled, overloaded process serves its trace late (README: the node agent)
+	// a throttled, overloaded process serves its trace late (docs/kubernetes.md: the node agent)
 	fs.DurationVar(&c.traceTimeout, "trace-slack", 2*time.Minute, "how long past the window the trace may take to arrive")
 }
 
