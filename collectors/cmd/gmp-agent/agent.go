@@ -20,6 +20,12 @@ type level struct {
 	r    *cgroup.Reader
 	h    history
 	v    verdict
+	// the last read, for the metrics; with metrics on, the bandwidth limits beside it
+	last    cgroup.Stat
+	hasLast bool
+	lim     *cgroup.LimitsReader
+	limits  cgroup.Limits
+	limOK   bool
 }
 
 // watched is one container under watch.
@@ -35,6 +41,9 @@ type watched struct {
 func (w *watched) close() {
 	for _, l := range w.levels {
 		l.r.Close()
+		if l.lim != nil {
+			l.lim.Close()
+		}
 	}
 }
 
@@ -69,6 +78,7 @@ type agent struct {
 	spoolBytes int64
 	spoolAt    time.Duration
 	reads      uint64
+	metrics    *metrics // nil without --metrics-addr
 }
 
 func newAgent(cfg *config, ev *events) (*agent, error) {
@@ -78,6 +88,9 @@ func newAgent(cfg *config, ev *events) (*agent, error) {
 	}
 	a := &agent{cfg: cfg, ev: ev, mount: m, targets: map[string]*watched{}, done: make(chan captureResult, 16),
 		lastByWl: map[string]time.Duration{}, told: map[string]bool{}}
+	if cfg.metricsAddr != "" {
+		a.metrics = newMetrics()
+	}
 	if cfg.api != "" {
 		if a.api, err = newAPIClient(cfg.api, cfg.node, cfg.tokenFile, cfg.caFile); err != nil {
 			return nil, err
@@ -108,7 +121,15 @@ func (a *agent) open(name, sp string) (*level, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &level{name: name, spec: sp, r: r, h: history{max: a.historyLen()}}, nil
+	l := &level{name: name, spec: sp, r: r, h: history{max: a.historyLen()}}
+	if a.metrics != nil {
+		// the quota and period for the metrics (a missing file is the kernel's default)
+		if l.lim, err = t.OpenLimits(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // historyLen keeps a minute and a half of reads (the frozen rate looks back a minute) and
@@ -122,8 +143,17 @@ func (a *agent) historyLen() int {
 }
 
 func (a *agent) run(ctx context.Context) error {
-	a.ev.emit("started", map[string]any{"node": a.cfg.node, "cgroup_version": a.mount.Version,
-		"watch_every_ns": a.cfg.watchEvery.Nanoseconds(), "static": len(a.targets)})
+	started := map[string]any{"node": a.cfg.node, "cgroup_version": a.mount.Version,
+		"watch_every_ns": a.cfg.watchEvery.Nanoseconds(), "static": len(a.targets)}
+	if a.metrics != nil {
+		addr, stop, err := a.serveMetrics(a.cfg.metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		started["metrics_addr"] = addr.String()
+	}
+	a.ev.emit("started", started)
 	a.recoverSpool()
 	if a.api != nil {
 		a.refresh(ctx)
@@ -157,6 +187,7 @@ func (a *agent) run(ctx context.Context) error {
 		case r := <-a.done:
 			a.finish(r)
 		}
+		a.publishMetrics()
 	}
 }
 
@@ -238,13 +269,19 @@ func (a *agent) tick(ctx context.Context) {
 	var firing []*watched
 	for k, t := range a.targets {
 		if t.capturing {
-			continue // its sampler reads it 1000 times a second meanwhile
+			// its sampler reads it 1000 times a second meanwhile; the metrics go on
+			if a.metrics != nil {
+				for _, l := range t.levels {
+					a.readLevel(l)
+				}
+			}
+			continue
 		}
 		ok := true
 		fire := false
 		for _, l := range t.levels {
-			var s cgroup.Stat
-			if err := l.r.Read(&s); err != nil {
+			s, err := a.readLevel(l)
+			if err != nil {
 				ok = false
 				if !errors.Is(err, fs.ErrNotExist) && !isGone(err) {
 					a.ev.emit("error", map[string]any{"pod": t.spec.Pod, "container": t.spec.Container,
@@ -273,6 +310,9 @@ func (a *agent) tick(ctx context.Context) {
 			continue
 		}
 		if fire && !t.firing {
+			if a.metrics != nil {
+				a.metrics.triggers.Inc()
+			}
 			a.ev.emit("trigger", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
 				"container": t.spec.Container, "levels": t.verdicts()})
 		}
@@ -288,6 +328,9 @@ func (a *agent) tick(ctx context.Context) {
 	for _, t := range firing {
 		if kind, why := a.allowed(t, now); kind != "" {
 			if kind != t.skipWhy { // told once per kind of refusal, not every second
+				if a.metrics != nil {
+					a.metrics.refused(kind)
+				}
 				a.ev.emit("skip", map[string]any{"pod": t.spec.Pod, "namespace": t.spec.Namespace,
 					"container": t.spec.Container, "kind": kind, "reason": why})
 			}
@@ -297,6 +340,22 @@ func (a *agent) tick(ctx context.Context) {
 		t.skipWhy = ""
 		a.start(ctx, t, now)
 	}
+}
+
+// readLevel reads a level's cpu.stat (and, with metrics on, its limits) and keeps the read
+// for the metrics.
+func (a *agent) readLevel(l *level) (cgroup.Stat, error) {
+	var s cgroup.Stat
+	if err := l.r.Read(&s); err != nil {
+		return s, err
+	}
+	l.last, l.hasLast = s, true
+	if l.lim != nil {
+		// a limit that does not read (gone with its cgroup, or not a value the kernel
+		// writes) leaves the quota out of the metrics until it reads again
+		l.limOK = l.lim.Read(&l.limits) == nil
+	}
+	return s, nil
 }
 
 func isGone(err error) bool {
@@ -383,6 +442,13 @@ func (a *agent) finish(r captureResult) {
 	r.target.firing = false
 	facts := map[string]any{"pod": r.target.spec.Pod, "namespace": r.target.spec.Namespace,
 		"container": r.target.spec.Container, "bundle": r.dir, "complete": r.complete}
+	if a.metrics != nil {
+		outcome := "incomplete"
+		if r.complete {
+			outcome = "complete"
+		}
+		a.metrics.captures.WithLabelValues(outcome).Inc()
+	}
 	if r.err != "" {
 		facts["error"] = r.err
 	}

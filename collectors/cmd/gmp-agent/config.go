@@ -37,6 +37,8 @@ type config struct {
 	traceTimeout  time.Duration
 	maxSpool      int64
 	maxTrace      int64
+
+	metricsAddr string // "": no metrics server
 }
 
 type multiFlag []string
@@ -77,6 +79,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxTrace, "max-trace-bytes", 256<<20, "a trace body is cut (and the bundle flagged) past this size")
 	// a throttled, overloaded process serves its trace late (docs/kubernetes.md: the node agent)
 	fs.DurationVar(&c.traceTimeout, "trace-slack", 2*time.Minute, "how long past the window the trace may take to arrive")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics at this address, "+
+		"e.g. :9477 (default: none)")
 }
 
 func (c *config) validate() error {
