@@ -429,14 +429,16 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
         files = [f for f in (store / "derived" / "periods").rglob("*.parquet") if not f.name.startswith(".")]
         assert len(files) == 24
     finally:
-        for p in procs:
+        # the workers first, each to its end, then the scheduler: a worker told to close by
+        # a closing scheduler and by SIGTERM at once hangs in its close (Dask) until killed
+        for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in procs:
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
 
 
 def _scheduler_address(f: Path) -> str:
