@@ -172,12 +172,12 @@ def _mark_exhaustion(row: Any, lv: Any, frozen: Any, busy: int, nrem: int, runni
         row[STALL] = 0.0
 
 
-def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: int, running: int,
+def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, least: float, nrem: int, running: int,
                arrival: float, t: float, tick: float, tick0: float, next_tick: float) -> float:  # fmt: skip
     """How long until the next event: a boundary of any level, the next arrival (``arrival``:
-    NaN if none), the next completion (processor sharing: the least remaining, at
-    running/nrem of a CPU each) or the next tick that finds a runnable CPU out of runtime
-    at some level (the ticks before it change nothing)."""
+    NaN if none), the next completion (processor sharing: ``least``, the least CPU any
+    request in service still needs, at running/nrem of a CPU each) or the next tick that
+    finds a runnable CPU out of runtime at some level (the ticks before it change nothing)."""
     b = lv[0][BOUNDARY]
     for lvl in range(1, len(lv)):
         b = _min(b, lv[lvl][BOUNDARY])
@@ -185,9 +185,6 @@ def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: i
     if not math.isnan(arrival):
         step = _min(step, _max(arrival - t, 0.0))
     if running:
-        least = rem[0]
-        for x in range(1, nrem):
-            least = _min(least, rem[x])
         step = _min(step, least * nrem / running)
         if len(gates):
             held = math.inf
@@ -203,9 +200,13 @@ def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: i
     return _max(step, 0.0)
 
 
-def _run_for(row: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: int, running: int, dt: float) -> None:
+def _run_for(
+    row: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: int, running: int, least: float, dt: float
+) -> float:
     """dt of processor sharing: each request in service gets dt × running / nrem of CPU, and
-    each runnable CPU's runtime is charged dt at every limited level."""
+    each runnable CPU's runtime is charged dt at every limited level. Returns the least
+    remaining: the least before, less the share (rounding is monotone, so it stays the
+    least, to the bit)."""
     share = dt * running / nrem
     for x in range(nrem):
         rem[x] = rem[x] - share
@@ -214,6 +215,7 @@ def _run_for(row: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: in
         for j in range(len(runnable)):
             if runnable[j]:
                 local[lvl][j] -= dt
+    return least - share
 
 
 def _boundaries(lv: Any, k: Any, qk: Any, qv: Any, q_at: Any, limited: Any, gates: Any, state: Any,
@@ -256,12 +258,18 @@ def _tick(lv: Any, gates: Any, state: Any, runnable: Any, slice_ns: float, t: fl
         runnable[j] = runnable[j] and _free(frozen, gates, j)
 
 
-def _complete(reqs: Any, cost: Any, tol: float, nrem: int, w_head: int, w_tail: int, t: float) -> tuple[int, int]:
-    """The requests whose CPU is served by t are answered; a closed loop sends one waiting
-    request for each. Returns (in service, next waiting)."""
+def _complete(
+    reqs: Any, cost: Any, tol: float, nrem: int, least: float, w_head: int, w_tail: int, t: float
+) -> tuple[int, float, int]:
+    """The requests whose CPU is served by t (within tol) are answered, if the least
+    remaining says any is; a closed loop sends one waiting request for each. Returns (in
+    service, the least remaining (inf: none), next waiting)."""
+    if not least <= tol:
+        return nrem, least, w_head
     ids, rem, waitq, end, sent = reqs
     kept = 0
     done = 0
+    least = math.inf
     for x in range(nrem):
         if rem[x] <= tol:
             end[ids[x]] = t
@@ -269,6 +277,7 @@ def _complete(reqs: Any, cost: Any, tol: float, nrem: int, w_head: int, w_tail: 
         else:
             ids[kept] = ids[x]
             rem[kept] = rem[x]
+            least = _min(least, rem[x])
             kept += 1
     for _ in range(done):
         if w_head < w_tail:
@@ -276,27 +285,29 @@ def _complete(reqs: Any, cost: Any, tol: float, nrem: int, w_head: int, w_tail: 
             w_head += 1
             ids[kept] = q
             rem[kept] = cost[q]
+            least = _min(least, cost[q])
             sent[q] = t
             kept += 1
-    return kept, w_head
+    return kept, least, w_head
 
 
 def _arrive(
-    reqs: Any, arr: Any, cost: Any, conc: int, i: int, nrem: int, w_tail: int, t: float
-) -> tuple[int, int, int]:
+    reqs: Any, arr: Any, cost: Any, conc: int, i: int, nrem: int, least: float, w_tail: int, t: float
+) -> tuple[int, int, float, int]:
     """The requests scheduled by t arrive: into service, or, with conc clients all busy, to
-    wait. Returns (next arrival, in service, waiting's end)."""
+    wait. Returns (next arrival, in service, the least remaining, waiting's end)."""
     ids, rem, waitq, end, sent = reqs
     while i < len(arr) and arr[i] <= t + EPS:
         if conc < 0 or nrem < conc:
             ids[nrem] = i
             rem[nrem] = cost[i]
+            least = _min(least, cost[i])
             nrem += 1
         else:
             waitq[w_tail] = i
             w_tail += 1
         i += 1
-    return i, nrem, w_tail
+    return i, nrem, least, w_tail
 
 
 def _replay_events(
@@ -329,6 +340,7 @@ def _replay_events(
     t = 0.0
     next_tick = tick0
     i = nrem = w_head = w_tail = busy = nrows = 0
+    least = math.inf  # the least CPU a request in service still needs (inf: none in service)
     while i < n or nrem > 0 or w_head < w_tail:
         r = k[0] - k0
         if r >= len(rows):
@@ -341,9 +353,9 @@ def _replay_events(
         if len(gates):
             _mark_exhaustion(row, lv, frozen, busy, nrem, running, t)
         arrival = arr[i] if i < n else math.nan
-        dt = _next_step(lv, gates, local, runnable, rem, nrem, running, arrival, t, tick, tick0, next_tick)
+        dt = _next_step(lv, gates, local, runnable, least, nrem, running, arrival, t, tick, tick0, next_tick)
         if running and dt > 0:
-            _run_for(row, gates, local, runnable, rem, nrem, running, dt)
+            least = _run_for(row, gates, local, runnable, rem, nrem, running, least, dt)
         t += dt
         while next_tick <= t + EPS:
             next_tick += tick
@@ -354,8 +366,8 @@ def _replay_events(
             _boundaries(lv, k, qk, qv, q_at, limited, gates, state, runnable, row, t)
         if len(gates) and abs(t - (next_tick - tick)) <= EPS:  # a tick (at a boundary too)
             _tick(lv, gates, state, runnable, slice_ns, t)
-        nrem, w_head = _complete(reqs, cost, tol, nrem, w_head, w_tail, t)
-        i, nrem, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, w_tail, t)
+        nrem, least, w_head = _complete(reqs, cost, tol, nrem, least, w_head, w_tail, t)
+        i, nrem, least, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, least, w_tail, t)
     return nrows
 
 
@@ -385,13 +397,20 @@ def compiled() -> Callable[..., int]:
     beside this file). The compiled functions are copies of the plain ones that see each
     other's compiled versions, so the plain-Python loop stays plain Python."""
     from numba import njit
+    from numba.core.options import DefaultOptions
 
+    # the loop allocates nothing and its caller holds every array it is handed, so numba's
+    # reference counting (an atomic add at each view and each array handed to a helper: most
+    # of the loop's time) is left out where this numba lets it be; the helpers are inlined
+    # into the loop (numba's own inlining: the calls and their tuples of arrays go away)
+    opts = {"_nrt": False} if hasattr(DefaultOptions, "_nrt") else {}
     scope = dict(globals())
     for name in _CHAIN:
         fn = globals()[name]
         copy = types.FunctionType(fn.__code__, scope, name, fn.__defaults__, fn.__closure__)
         copy.__qualname__ = fn.__qualname__
-        scope[name] = njit(cache=True, nogil=True)(copy)
+        inline = "never" if name == "_replay_events" else "always"
+        scope[name] = njit(cache=True, nogil=True, inline=inline, **opts)(copy)
     return scope["_replay_events"]
 
 
