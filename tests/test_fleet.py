@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -253,10 +254,29 @@ def _same_periods(key_path: str, got: pd.DataFrame) -> None:
     assert got["throttled"].astype("boolean").equals(want["throttled"].astype("boolean").reset_index(drop=True))
 
 
-def test_fleet_on_a_local_cluster(tmp_path):
-    """Four bundles on a local cluster of two worker processes: one summary row each, the
-    periods in Parquet equal to df_periods of the bundle, the report ranking the workloads;
-    a second run computes nothing; a damaged bundle is a row with its error."""
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    """The address of a local cluster of one worker process, shared by the fleet runs here
+    that are about bundles rather than about starting a cluster (each fleet(workers=N) starts
+    and stops its own: about 3 s on two cores; the first run below still does)."""
+    import dask
+    import distributed
+
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+        )
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def test_fleet_on_a_local_cluster(tmp_path, scheduler):
+    """Four bundles on a local cluster of two worker processes (started by fleet): one
+    summary row each, the periods in Parquet equal to df_periods of the bundle, the report
+    ranking the workloads; a second run computes nothing; a later bundle and a damaged one
+    (on a running scheduler): a new row, and a row with its error."""
     store = tmp_path / "store"
     for n in (*SOME, "nested-0.5cpu-pod0.5-gmp2"):
         put_bundle(RUNS / n, store)
@@ -300,7 +320,7 @@ def test_fleet_on_a_local_cluster(tmp_path):
     meta.update(capture="later", wall_start="2099-01-01T00:00:00.000+00:00")
     (later / "meta.json").write_text(json.dumps(meta))
     put_bundle(later, store)
-    s3 = fleet(store, workers=1, progress=False)
+    s3 = fleet(store, scheduler=scheduler, progress=False)
     adv = read_advice(str(store / "derived"))
     assert len(s3) == 5 and len(adv) == 5 and adv["key"].str.endswith("/later").sum() == 1
     pd.testing.assert_frame_equal(s3, read_summary(str(store / "derived")))
@@ -311,14 +331,14 @@ def test_fleet_on_a_local_cluster(tmp_path):
     shutil.copytree(RUNS / "cpu-0.5cpu-gmp1", bad)
     (bad / "cpu_stat.csv").write_bytes(b"")
     shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", tmp_path / "dirs" / "ok \udcff")  # an undecodable byte
-    out = fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False)
+    out = fleet(tmp_path / "dirs", tmp_path / "out", scheduler=scheduler, progress=False)
     assert len(out) == 2 and out["error"].notna().sum() == 1
     assert "cpu_stat.csv" in out["error"].dropna().iloc[0]
     assert out["path"].str.endswith("ok \\xff").sum() == 1  # the undecodable byte as a backslash escape
     assert out.loc[out["error"].isna(), "advice"].notna().all()  # the advisor opened it by its real path
 
 
-def test_a_bundle_the_advisor_cannot_load_is_named_after_the_report_is_written(tmp_path):
+def test_a_bundle_the_advisor_cannot_load_is_named_after_the_report_is_written(tmp_path, scheduler):
     """A bundle damaged after its summary row was written (here: emptied as its row lands):
     the advisor's task fails after Dask's retries; the report is still written, the error
     names the bundle, and the next run asks again."""
@@ -331,12 +351,12 @@ def test_a_bundle_the_advisor_cannot_load_is_named_after_the_report_is_written(t
             (victim / "cpu_stat.csv").write_bytes(b"")
 
     with pytest.raises(gmp.GmpError, match=r"the advisor failed on 1 bundle.*written without their advice"):
-        fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False, on_result=damage)
+        fleet(tmp_path / "dirs", tmp_path / "out", scheduler=scheduler, progress=False, on_result=damage)
     assert (tmp_path / "out" / "report.html").exists()
     adv = read_advice(str(tmp_path / "out"))
     assert len(adv) == 1 and SOME[1] in adv["key"].iloc[0]
     shutil.copy(RUNS / SOME[0] / "cpu_stat.csv", victim / "cpu_stat.csv")
-    s = fleet(tmp_path / "dirs", tmp_path / "out", workers=1, progress=False)
+    s = fleet(tmp_path / "dirs", tmp_path / "out", scheduler=scheduler, progress=False)
     assert s["advice"].notna().all() and len(read_advice(str(tmp_path / "out"))) == 2
 
 
