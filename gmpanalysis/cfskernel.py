@@ -1,12 +1,13 @@
-"""The event loop of :mod:`gmpanalysis.cfsreplay`, on flat arrays: compiled by numba where it
-is installed (``pip install gmpanalysis[fast]``), plain Python otherwise, with the same
+"""The event loop of :mod:`gmpanalysis.cfsreplay`, on arrays: compiled by numba where it is
+installed (``pip install gmpanalysis[fast]``), plain Python otherwise, with the same
 results (the tests run both).
 
 The loop steps from event to event (an arrival, a completion, a tick that finds a CPU out
 of runtime, a level's boundary) and each step is exact, so its cost is the number of events
-times the work per event. In Python that is ~2 µs per event and per CPU; compiled, a few
-nanoseconds, which is what lets :func:`gmpanalysis.advise` replay dozens of settings at
-two tick phases each, and an hour of demand, in well under a second.
+times the work per event (a pass over the requests in service, a few over the CPUs). In
+Python a step takes ~10 µs; compiled, ~0.1 µs: an hour of a shipped run's demand
+(310,000 steps, 260 requests in service on average) in ~0.05 s instead of ~4 s
+(benchmarks/bench_replay.py).
 
 The same functions serve both: they use nothing but indexing, ``len``, ``range`` and
 ``math``, so the plain-Python path runs them on lists (Python floats, as fast as the loop
@@ -17,9 +18,9 @@ take the same steps bit for bit.
 
 The state, as :func:`gmpanalysis.cfsreplay._replay` lays it out:
 
-* per level ``lvl`` (0: the table's own, then the levels above): ``lv`` = (period, next
-  boundary, period start, quota in force, pool, burst), each a float array over levels
-  (ns; a quota of inf: no limit then); ``k`` the period number on the level's own grid;
+* per level ``lvl`` (0: the table's own, then the levels above): ``lv[lvl]`` = (period, next
+  boundary, period start, quota in force, pool, burst), columns PERIOD ... BURST (ns; a
+  quota of inf: no limit then); ``k`` the period number on the level's own grid;
   its quota by period number ``qk``/``qv`` (sorted, the levels' runs one after another,
   level lvl's at ``q_at[lvl]:q_at[lvl + 1]``; a period past the last known keeps the last, one
   before the first takes the first); ``limited`` whether any of them is finite; ``gates``
@@ -416,6 +417,6 @@ def compiled() -> Callable[..., int]:
 
 def replay_events(*args: Any) -> int:
     """:func:`_replay_events`, compiled where numba is available (the arguments as numpy
-    arrays, tuples of them), else in Python (give lists: Python floats run it ~3x faster
-    than numpy scalars)."""
+    arrays, tuples of them), else in Python (give lists: Python floats, not numpy scalars,
+    which are slower to compute with one at a time)."""
     return compiled()(*args) if use() else _replay_events(*args)
