@@ -294,45 +294,17 @@ def _run(
         progress(f"removed {d}, left by a lab run that was killed")
     sampler = app = loadgen = None
     resizer: Resizer | None = None
-    old_term = None
-    if threading.current_thread() is threading.main_thread():
-        # SIGTERM takes the same clean-up path as Ctrl-C.
-        def _on_term(signum, frame):  # noqa: ANN001
-            raise KeyboardInterrupt
-
-        old_term = signal.signal(signal.SIGTERM, _on_term)
+    old_term = _sigterm_as_ctrl_c()
     app_log = out / "app.log"
     # removes the cgroups below if this process is killed outright (SIGKILL runs no finally)
     reaper = CgroupReaper([d for c in (lv.app, lv.pod, *lv.slices[::-1]) if c is not None for d in c.paths])
     try:
-        lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
-        lim = cg.limits()
-        meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us, levels=lv.meta())
-        meta["cgroup_paths"] = [p for c in (lv.app, lv.pod) if c is not None for p in c.paths]
-        meta["mono_start_ns"] = time.monotonic_ns()
-        to_meta(out / "meta.json", meta)
-        for x in meta["levels"]:
-            q = f"quota {x['quota_us']} µs / {x['period_us']} µs"
-            progress(f"cgroup {x['cgroup']} ({x['level']}, v{cg.version}): {q}")
+        _create_levels(cfg, lv, quota_us, meta, out, progress)
         sampler = _start_sampler(cfg, bins, lv, out)
         progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
 
         app = _start_app(cfg, bins, cg, ipm, app_log)
-        addr = _wait_listening(app)
-        with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
-            info = json.load(r)
-        meta.update(
-            go_version=info["go_version"],
-            gomaxprocs_effective=info["gomaxprocs"],
-            default_godebug=info.get("default_godebug"),
-            app_pid=app.pid,
-            app_addr=addr,
-        )
-        to_meta(out / "meta.json", meta)
-        progress(
-            f"gmp-demoapp pid {app.pid} on {addr}: GOMAXPROCS={info['gomaxprocs']} "
-            f"(env {meta['gomaxprocs_env'] or 'unset'}), {info['go_version']}"
-        )
+        addr = _app_info(app, meta, out, progress)
 
         load_t0 = time.monotonic()
         loadgen = _start_load(cfg, bins, addr, rate, out)
@@ -342,25 +314,8 @@ def _run(
         what = f"{rate} req/s {cfg.arrivals}" if cfg.mode == "open" else f"{cfg.concurrency} clients"
         progress(f"load: {cfg.mode} loop, {what}, {cfg.duration_s}s")
 
-        trace_res: dict[str, Any] = {}
-        tthread = None
-        if cfg.trace_s > 0:
-            time.sleep(max(0.0, load_t0 + cfg.trace_start_s - time.monotonic()))
-            tthread = threading.Thread(
-                target=_fetch_trace, args=(addr, cfg.trace_s, out / "trace.out", trace_res), daemon=True
-            )
-            tthread.start()
-            progress(f"trace: {cfg.trace_s}s window from t+{cfg.trace_start_s}s")
-        while loadgen.poll() is None:
-            if sampler.poll() is not None:
-                raise _failed(meta, out, _sampler_died(sampler, out))
-            time.sleep(0.25)
-            el = time.monotonic() - load_t0
-            progress(f"\r  {min(el, cfg.duration_s):5.1f}/{cfg.duration_s:.1f}s")
-        progress("")
-        load_err = loadgen.stderr.read() if loadgen.stderr else ""
-        if loadgen.returncode != 0:
-            raise LabError(f"gmp-loadgen failed (exit {loadgen.returncode}): {load_err.strip()}")
+        tthread, trace_res = _start_trace(cfg, addr, out, load_t0, progress)
+        load_err = _wait_load(cfg, loadgen, sampler, meta, out, load_t0, progress)
         if tthread is not None:
             tthread.join(cfg.trace_s + 60)
         # A short tail so the last periods' credits are in the samples.
@@ -371,25 +326,7 @@ def _run(
         sampler_err = sampler.stderr.read() if sampler.stderr else ""
         _stop(app, signal.SIGTERM)
 
-        sstat = _read_json(out / ".sampler.json") or {}
-        if isinstance(sstat.get("error"), dict):
-            raise _sampler_failed(sstat["error"])
-        lstat = _read_json(out / ".loadgen.json") or {}
-        meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
-        meta["sampler"].update(sstat)
-        meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
-        meta["trace"] = trace_res or None
-        if resizer is not None:
-            resizer.stop()
-            meta["resizes"] = resizer.done
-            if resizer.error:
-                raise LabError(f"the resize failed: {resizer.error}")
-        meta["complete"] = True
-        to_meta(out / "meta.json", meta)
-        for f in (".sampler.json", ".loadgen.json"):
-            (out / f).unlink(missing_ok=True)
-        if app_log.exists() and app_log.stat().st_size == 0:
-            app_log.unlink()
+        _finish_bundle(meta, out, trace_res, resizer, app_log)
         progress(sampler_err.strip())
         progress(load_err.strip())
         if trace_res.get("error"):
@@ -406,6 +343,124 @@ def _run(
             reaper.close()
             if old_term is not None:
                 signal.signal(signal.SIGTERM, old_term)
+
+
+def _sigterm_as_ctrl_c() -> Any:
+    """In the main thread, SIGTERM raises KeyboardInterrupt from now on; returns the handler
+    it replaced (None in another thread: nothing changed)."""
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM takes the same clean-up path as Ctrl-C.
+        def _on_term(signum, frame):  # noqa: ANN001
+            raise KeyboardInterrupt
+
+        old_term = signal.signal(signal.SIGTERM, _on_term)
+    return old_term
+
+
+def _create_levels(
+    cfg: LabConfig, lv: Levels, quota_us: int | None, meta: dict[str, Any], out: Path, progress: Progress
+) -> None:
+    """Create the cgroup levels with their quotas, and record in meta.json the limits they
+    got and the moment the run starts."""
+    cg = lv.app
+    lv.create(quota_us, _quota(cfg.parent_cpu_limit, cfg.period_us), cfg.period_us, cfg.burst_us)
+    lim = cg.limits()
+    meta.update(quota_us=lim.quota_us, period_us=lim.period_us, burst_us=lim.burst_us, levels=lv.meta())
+    meta["cgroup_paths"] = [p for c in (lv.app, lv.pod) if c is not None for p in c.paths]
+    meta["mono_start_ns"] = time.monotonic_ns()
+    to_meta(out / "meta.json", meta)
+    for x in meta["levels"]:
+        q = f"quota {x['quota_us']} µs / {x['period_us']} µs"
+        progress(f"cgroup {x['cgroup']} ({x['level']}, v{cg.version}): {q}")
+
+
+def _app_info(app: subprocess.Popen, meta: dict[str, Any], out: Path, progress: Progress) -> str:
+    """Wait for the demo app to listen, and record in meta.json what it says of itself (Go
+    version, GOMAXPROCS in force); returns its address."""
+    addr = _wait_listening(app)
+    with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
+        info = json.load(r)
+    meta.update(
+        go_version=info["go_version"],
+        gomaxprocs_effective=info["gomaxprocs"],
+        default_godebug=info.get("default_godebug"),
+        app_pid=app.pid,
+        app_addr=addr,
+    )
+    to_meta(out / "meta.json", meta)
+    progress(
+        f"gmp-demoapp pid {app.pid} on {addr}: GOMAXPROCS={info['gomaxprocs']} "
+        f"(env {meta['gomaxprocs_env'] or 'unset'}), {info['go_version']}"
+    )
+    return addr
+
+
+def _start_trace(
+    cfg: LabConfig, addr: str, out: Path, load_t0: float, progress: Progress
+) -> tuple[threading.Thread | None, dict[str, Any]]:
+    """With a trace window, wait for its start (``cfg.trace_start_s`` past the load's) and
+    fetch the trace in a thread; returns the thread (None: no trace) and the dict it fills."""
+    trace_res: dict[str, Any] = {}
+    tthread = None
+    if cfg.trace_s > 0:
+        time.sleep(max(0.0, load_t0 + cfg.trace_start_s - time.monotonic()))
+        tthread = threading.Thread(
+            target=_fetch_trace, args=(addr, cfg.trace_s, out / "trace.out", trace_res), daemon=True
+        )
+        tthread.start()
+        progress(f"trace: {cfg.trace_s}s window from t+{cfg.trace_start_s}s")
+    return tthread, trace_res
+
+
+def _wait_load(
+    cfg: LabConfig,
+    loadgen: subprocess.Popen,
+    sampler: subprocess.Popen,
+    meta: dict[str, Any],
+    out: Path,
+    load_t0: float,
+    progress: Progress,
+) -> str:
+    """Wait for the load generator to finish, the sampler watched meanwhile (the run fails if
+    either fails); returns the load generator's stderr."""
+    while loadgen.poll() is None:
+        if sampler.poll() is not None:
+            raise _failed(meta, out, _sampler_died(sampler, out))
+        time.sleep(0.25)
+        el = time.monotonic() - load_t0
+        progress(f"\r  {min(el, cfg.duration_s):5.1f}/{cfg.duration_s:.1f}s")
+    progress("")
+    load_err = loadgen.stderr.read() if loadgen.stderr else ""
+    if loadgen.returncode != 0:
+        raise LabError(f"gmp-loadgen failed (exit {loadgen.returncode}): {load_err.strip()}")
+    return load_err
+
+
+def _finish_bundle(
+    meta: dict[str, Any], out: Path, trace_res: dict[str, Any], resizer: Resizer | None, app_log: Path
+) -> None:
+    """Record in meta.json what the sampler, the load generator, the trace and the resize
+    reported, the run complete, and remove the collectors' reports and an empty app log."""
+    sstat = _read_json(out / ".sampler.json") or {}
+    if isinstance(sstat.get("error"), dict):
+        raise _sampler_failed(sstat["error"])
+    lstat = _read_json(out / ".loadgen.json") or {}
+    meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
+    meta["sampler"].update(sstat)
+    meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
+    meta["trace"] = trace_res or None
+    if resizer is not None:
+        resizer.stop()
+        meta["resizes"] = resizer.done
+        if resizer.error:
+            raise LabError(f"the resize failed: {resizer.error}")
+    meta["complete"] = True
+    to_meta(out / "meta.json", meta)
+    for f in (".sampler.json", ".loadgen.json"):
+        (out / f).unlink(missing_ok=True)
+    if app_log.exists() and app_log.stat().st_size == 0:
+        app_log.unlink()
 
 
 def sweep(
