@@ -83,51 +83,10 @@ def collect_pod(
     pod disappears (after writing what was collected): whenever the pod goes away, at
     whatever moment, the message names the pod and says it is being deleted or disappeared.
     ``listed``: the name came from a selector listing an instant before."""
-    pod = _read_target(core, cfg, pod_name, listed)
-    try:
-        info = describe(pod, cfg.container)
-    except CollectError as e:
-        # a pod being torn down may have no running container left to describe
-        why = _gone_reason(pod, {"pod": pod_name})
-        if why is None:
-            raise
-        raise CollectError(f"{why}; {e}") from None
-    if pod.metadata.deletion_timestamp is not None:
-        log(
-            f"{info['pod']}: being deleted (since {pod.metadata.deletion_timestamp}): the collection ends "
-            "when the kubelet stops its containers"
-        )
+    info = _describe_target(core, cfg, pod_name, log, listed)
     sampler = _sampler_pod(core, cfg, info["node"])
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    # the names come from the API server: each is made a safe path component (a hostile
-    # server's "../x" stays inside --out); meta.json keeps them as sent
-    out = bundle_dir(cfg.out, info["namespace"], info["pod"], info["container"], stamp)
-    odd = [info[k] for k in ("namespace", "pod", "container") if safe_component(info[k]) != info[k]]
-    if odd:
-        log(f"{odd[0]!r}: not a valid Kubernetes name; its bundle is {out}")
-    out.mkdir(parents=True, exist_ok=False)
+    out, meta = _new_bundle(cfg, info, sampler, log)
     csv = out / "cpu_stat.csv"
-    meta: dict[str, Any] = {
-        **info,
-        "period_us": 100_000,
-        "burst_us": 0,
-        "cgroup_version": None,
-        "cgroup_paths": [],
-        "sampler": {"pod": sampler, "namespace": cfg.sampler_namespace, "interval_ns": cfg.interval_us * 1000},
-        "mono_start_ns": None,
-        "mono_end_ns": None,
-        "wall_start": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-        "restarts": [],
-        "levels": [],
-        # a third-party binary's build settings cannot be read from outside its pod
-        "default_godebug": None,
-    }
-    meta = new_meta("kube", out.name, **meta)
-    to_meta(out / "meta.json", meta)
-    log(
-        f"{info['pod']}: node {info['node']}, {info['qos']}, limit {info['cpu_limit']}, GOMAXPROCS env "
-        f"{info['gomaxprocs_env']}, sampler {sampler}"
-    )
 
     trace_res: dict[str, Any] = {}
     traced = cfg.pprof_port is not None
@@ -157,6 +116,106 @@ def collect_pod(
         done = trace_res.get("mono_done_ns")  # set as the trace thread leaves the stream
         return time.monotonic() >= deadline and done is not None and time.monotonic_ns() - done >= TRACE_TAIL_NS
 
+    gone, bad_file = _sample_window(
+        core, cfg, info, sampler, out, csv, meta, deadline, traced, trace_ended, on_start, log
+    )
+    if traced:
+        _end_trace(cfg, info, th, trace_res, gone, meta, out, log)
+    meta["mono_end_ns"] = _last_t(csv) if csv.exists() else None
+    meta["complete"] = gone is None
+    if gone:
+        meta["error"] = gone
+    to_meta(out / "meta.json", meta)
+    if gone:
+        if bad_file is not None:
+            raise CgroupFormatError(f"{gone}; the samples collected so far are in {out}")
+        raise CollectError(f"{gone}; the samples collected so far are in {out}")
+    if traced and not trace_res.get("complete"):
+        # a part the user asked for is missing: say so with a failing exit, keep the rest.
+        # A pod deleted at the very end of the window cuts only the port-forward: name that.
+        why, _ = _pod_gone(core, cfg, info)
+        raise CollectError(
+            f"{why + '; ' if why else ''}the trace is incomplete or absent "
+            f"({trace_res.get('error', 'still running')}); the samples are complete in {out}"
+        )
+    return out
+
+
+def _describe_target(
+    core: Any, cfg: CollectConfig, pod_name: str, log: Callable[[str], None], listed: bool
+) -> dict[str, Any]:
+    """What the collection needs to know of the target pod (see :func:`.target.describe`);
+    a pod being deleted is logged as such."""
+    pod = _read_target(core, cfg, pod_name, listed)
+    try:
+        info = describe(pod, cfg.container)
+    except CollectError as e:
+        # a pod being torn down may have no running container left to describe
+        why = _gone_reason(pod, {"pod": pod_name})
+        if why is None:
+            raise
+        raise CollectError(f"{why}; {e}") from None
+    if pod.metadata.deletion_timestamp is not None:
+        log(
+            f"{info['pod']}: being deleted (since {pod.metadata.deletion_timestamp}): the collection ends "
+            "when the kubelet stops its containers"
+        )
+    return info
+
+
+def _new_bundle(
+    cfg: CollectConfig, info: dict[str, Any], sampler: str, log: Callable[[str], None]
+) -> tuple[Path, dict[str, Any]]:
+    """The pod's new bundle directory and its first meta.json (written); returns both."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    # the names come from the API server: each is made a safe path component (a hostile
+    # server's "../x" stays inside --out); meta.json keeps them as sent
+    out = bundle_dir(cfg.out, info["namespace"], info["pod"], info["container"], stamp)
+    odd = [info[k] for k in ("namespace", "pod", "container") if safe_component(info[k]) != info[k]]
+    if odd:
+        log(f"{odd[0]!r}: not a valid Kubernetes name; its bundle is {out}")
+    out.mkdir(parents=True, exist_ok=False)
+    meta: dict[str, Any] = {
+        **info,
+        "period_us": 100_000,
+        "burst_us": 0,
+        "cgroup_version": None,
+        "cgroup_paths": [],
+        "sampler": {"pod": sampler, "namespace": cfg.sampler_namespace, "interval_ns": cfg.interval_us * 1000},
+        "mono_start_ns": None,
+        "mono_end_ns": None,
+        "wall_start": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "restarts": [],
+        "levels": [],
+        # a third-party binary's build settings cannot be read from outside its pod
+        "default_godebug": None,
+    }
+    meta = new_meta("kube", out.name, **meta)
+    to_meta(out / "meta.json", meta)
+    log(
+        f"{info['pod']}: node {info['node']}, {info['qos']}, limit {info['cpu_limit']}, GOMAXPROCS env "
+        f"{info['gomaxprocs_env']}, sampler {sampler}"
+    )
+    return out, meta
+
+
+def _sample_window(
+    core: Any,
+    cfg: CollectConfig,
+    info: dict[str, Any],
+    sampler: str,
+    out: Path,
+    csv: Path,
+    meta: dict[str, Any],
+    deadline: float,
+    traced: bool,
+    trace_ended: Callable[[], bool],
+    on_start: Callable[[dict[str, Any]], None],
+    log: Callable[[str], None],
+) -> tuple[str | None, Any]:
+    """Sample both cgroup levels into ``csv`` until ``deadline`` (past it until the trace has
+    ended, when ``traced``), a restarted container's new cgroup again; returns why the
+    collection ended early (None: it did not) and the cgroup file error behind that, if any."""
     gone = None
     bad_file = None
     while True:
@@ -206,17 +265,7 @@ def collect_pod(
             break
         # the sampler exits 3 when a cgroup it reads disappears (its JSON summary says so too)
         if not stop.startswith("cgroup gone") and rc != 3:
-            # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
-            # of the alternatives exists"), not 3: whether a deletion shows as "gone" or as
-            # "not found" depends only on when it happened. Ask the API which it was.
-            why, _ = _pod_gone(core, cfg, info)
-            sampler_said = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
-            if "flag provided but not defined" in stderr:
-                sampler_said += (
-                    f"; the sampler image of {sampler} is older than this collector: rebuild and roll out "
-                    "gmp-sampler (collectors/deploy/README.md)"
-                )
-            gone = f"{why}; {sampler_said}" if why else sampler_said
+            gone = _sampler_stopped(core, cfg, info, sampler, rc, stderr)
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
         # a new ID, and cgroup) or a deletion; wait for the one or report the other
@@ -225,43 +274,63 @@ def collect_pod(
             if new_id is None and not gone:
                 meta.setdefault("notes", []).append("the container exited and did not come back within the window")
             break
-        log(
-            f"{info['pod']}: container restarted ({info['container_id']} -> {new_id}); "
-            "sampling the new one (its counters restart: a new segment)"
+        _record_restart(info, meta, out, new_id, log)
+    return gone, bad_file
+
+
+def _sampler_stopped(core: Any, cfg: CollectConfig, info: dict[str, Any], sampler: str, rc: int, stderr: str) -> str:
+    """Why the sampler stopped with ``rc`` for another reason than a cgroup gone: the pod's
+    fate as the API tells it, and what the sampler said."""
+    # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
+    # of the alternatives exists"), not 3: whether a deletion shows as "gone" or as
+    # "not found" depends only on when it happened. Ask the API which it was.
+    why, _ = _pod_gone(core, cfg, info)
+    sampler_said = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
+    if "flag provided but not defined" in stderr:
+        sampler_said += (
+            f"; the sampler image of {sampler} is older than this collector: rebuild and roll out "
+            "gmp-sampler (collectors/deploy/README.md)"
         )
-        meta["restarts"].append({"mono_ns": time.monotonic_ns(), "old": info["container_id"], "new": new_id})
-        info["container_id"] = new_id
-        to_meta(out / "meta.json", meta)
-    if traced:
-        if gone is None and th.is_alive():
-            meta.setdefault("notes", []).append(
-                f"the trace was still arriving {TRACE_LATE_S:.0f} s past the window, when the samples ended: "
-                "its last part has no samples"
-            )
-        if th.ident is not None:  # not started when the sampler never did
-            th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
-        meta["trace"] = dict(trace_res)
-        if not trace_res.get("complete"):
-            log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")
-        facts_from_trace(meta, out / "trace.out", log)
-    meta["mono_end_ns"] = _last_t(csv) if csv.exists() else None
-    meta["complete"] = gone is None
-    if gone:
-        meta["error"] = gone
+    return f"{why}; {sampler_said}" if why else sampler_said
+
+
+def _record_restart(
+    info: dict[str, Any], meta: dict[str, Any], out: Path, new_id: str, log: Callable[[str], None]
+) -> None:
+    """The container restarted with ID ``new_id``: logged, recorded in meta.json, and the
+    one sampled from now on."""
+    log(
+        f"{info['pod']}: container restarted ({info['container_id']} -> {new_id}); "
+        "sampling the new one (its counters restart: a new segment)"
+    )
+    meta["restarts"].append({"mono_ns": time.monotonic_ns(), "old": info["container_id"], "new": new_id})
+    info["container_id"] = new_id
     to_meta(out / "meta.json", meta)
-    if gone:
-        if bad_file is not None:
-            raise CgroupFormatError(f"{gone}; the samples collected so far are in {out}")
-        raise CollectError(f"{gone}; the samples collected so far are in {out}")
-    if traced and not trace_res.get("complete"):
-        # a part the user asked for is missing: say so with a failing exit, keep the rest.
-        # A pod deleted at the very end of the window cuts only the port-forward: name that.
-        why, _ = _pod_gone(core, cfg, info)
-        raise CollectError(
-            f"{why + '; ' if why else ''}the trace is incomplete or absent "
-            f"({trace_res.get('error', 'still running')}); the samples are complete in {out}"
+
+
+def _end_trace(
+    cfg: CollectConfig,
+    info: dict[str, Any],
+    th: threading.Thread,
+    trace_res: dict[str, Any],
+    gone: str | None,
+    meta: dict[str, Any],
+    out: Path,
+    log: Callable[[str], None],
+) -> None:
+    """Once the samples have ended: wait for the trace thread, and record in meta.json what
+    the trace gave (and the facts its header tells)."""
+    if gone is None and th.is_alive():
+        meta.setdefault("notes", []).append(
+            f"the trace was still arriving {TRACE_LATE_S:.0f} s past the window, when the samples ended: "
+            "its last part has no samples"
         )
-    return out
+    if th.ident is not None:  # not started when the sampler never did
+        th.join(timeout=(cfg.duration_s + 60) if gone is None else 5)
+    meta["trace"] = dict(trace_res)
+    if not trace_res.get("complete"):
+        log(f"{info['pod']}: trace incomplete or absent: {trace_res.get('error', 'still running')}")
+    facts_from_trace(meta, out / "trace.out", log)
 
 
 def collect(cfg: CollectConfig, log: Callable[[str], None] = print) -> list[Path]:
