@@ -62,6 +62,13 @@ if command -v go >/dev/null 2>&1; then
     fi
   )
 fi
+# The Helm chart (charts/gmpanalysis): helm is built once from the Go module proxy into the
+# cache (scripts/helm.sh; Debian has no package); tests/test_chart.py renders it
+if command -v go >/dev/null 2>&1; then
+  say "helm lint of charts/gmpanalysis (the first run builds helm: 3-6 min)"
+  helm=$(bash scripts/helm.sh)
+  "$helm" lint --strict charts/gmpanalysis
+fi
 # The kube tests (tests/test_kube_e2e.py) start a real one-node Kubernetes. Where one can
 # exist (root and the cgroup v1 cpu controller, the [kube] extra installed, kube tests not
 # deselected) prepare it here, where its progress shows: Debian packages, and Kubernetes
