@@ -1,0 +1,143 @@
+"""`kubectl gmp` (gmpanalysis/kube/plugin.py): each verb is a gmpanalysis command line, checked
+with the CLI's own parser; the namespace and context pass through; report and advise run on
+what collect wrote; the krew manifest (plugins/gmp.yaml) names what its archive holds."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import RUNS
+
+from gmpanalysis import cli
+from gmpanalysis.kube import plugin
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parsed(argv: list[str]):
+    """The CLI's parse of a planned command line (argparse exits on anything it refuses)."""
+    return cli.build_parser().parse_args(argv)
+
+
+def test_collect_maps_to_gmpanalysis_collect():
+    p = plugin.plan(["collect", "web-7d4b9c-x2k", "-n", "shop", "--context", "prod", "--kubeconfig", "/k/cfg",
+                     "-c", "app", "--duration", "10s", "--pprof-port", "0", "--sampler-namespace", "gmp",
+                     "--out", "bundles"])  # fmt: skip
+    assert p.then is None
+    a = parsed(p.collect)
+    assert a.func is cli.cmd_collect
+    assert (a.namespace, a.pod, a.selector) == ("shop", "web-7d4b9c-x2k", None)
+    assert (a.context, a.kubeconfig) == ("prod", "/k/cfg")
+    assert (a.container, a.duration, a.pprof_port, a.sampler_namespace, a.out) == ("app", 10.0, 0, "gmp", "bundles")
+    # what is not given is the CLI's default, not the plugin's
+    d = parsed(plugin.plan(["collect", "web", "--namespace", "shop"]).collect)
+    assert (d.duration, d.pprof_port, d.sampler_namespace, d.out, d.context) == (30.0, 6060, "gmp-system", "runs", None)
+
+
+def test_report_and_advise_run_on_the_collected_bundles():
+    p = plugin.plan(["report", "web", "-n", "shop", "-o", "web.html"])
+    assert parsed(p.collect).func is cli.cmd_collect
+    a = parsed(p.then_with(["runs/b1", "runs/b2"]))
+    assert a.func is cli.cmd_report and a.bundles == ["runs/b1", "runs/b2"] and a.out == "web.html"
+    p = plugin.plan(["advise", "web", "-n", "shop", "--objective", "cost", "--top", "3", "--max-limit", "2"])
+    a = parsed(p.then_with(["runs/b1"]))
+    assert a.func is cli.cmd_advise and a.bundles == ["runs/b1"]
+    assert (a.objective, a.top, a.max_limit) == ("cost", 3, 2.0)
+
+
+def test_namespace_defaults_to_the_contexts(tmp_path):
+    pytest.importorskip("kubernetes", reason="the [kube] extra reads the kubeconfig")
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "dev",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": {"token": "x"}}],
+                "contexts": [
+                    {"name": "dev", "context": {"cluster": "c", "user": "u", "namespace": "team-a"}},
+                    {"name": "prod", "context": {"cluster": "c", "user": "u"}},
+                ],
+            }
+        )
+    )
+    ns = {c: parsed(plugin.plan(["collect", "web", "--kubeconfig", str(cfg), *c]).collect).namespace
+          for c in ((), ("--context", "prod"), ("-n", "x"))}  # fmt: skip
+    assert ns == {(): "team-a", ("--context", "prod"): "default", ("-n", "x"): "x"}
+
+
+def test_report_verb_end_to_end(monkeypatch, tmp_path, capsys):
+    """The plugin runs collect, then the report of the bundle collect printed."""
+    seen = {}
+
+    def fake_collect(a):
+        seen["collect"] = (a.namespace, a.pod)
+        print(RUNS[0])
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_collect", fake_collect)
+    out = tmp_path / "r.html"
+    assert plugin.main(["report", "web", "-n", "shop", "-o", str(out)]) == 0
+    assert seen["collect"] == ("shop", "web")
+    assert str(RUNS[0]) in capsys.readouterr().out  # collect's output still reaches the user
+    assert out.read_text().startswith("<!doctype html>") and RUNS[0].name in out.read_text()
+
+
+def test_collect_failure_stops_the_verb(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "cmd_collect", lambda a: 2)
+    monkeypatch.setattr(cli, "cmd_report", lambda a: pytest.fail("report ran after a failed collect"))
+    assert plugin.main(["report", "web", "-n", "shop"]) == 2
+
+
+def _script() -> list[str]:
+    exe = Path(sys.executable).parent / "kubectl-gmp"
+    if exe.exists():
+        return [str(exe)]
+    # an environment installed before the script was declared: the same entry point, and
+    # pyproject.toml declares it (scripts/setup.sh reinstalls when pyproject.toml changes)
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'kubectl-gmp = "gmpanalysis.kube.plugin:main"' in text
+    return [sys.executable, "-m", "gmpanalysis.kube.plugin"]
+
+
+def test_kubectl_gmp_help():
+    r = subprocess.run([*_script(), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: kubectl gmp") and all(v in r.stdout for v in ("collect", "report", "advise"))
+    r = subprocess.run([*_script(), "collect", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--namespace" in r.stdout and "--context" in r.stdout
+    r = subprocess.run([*_script(), "collect"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "POD" in r.stderr
+
+
+def test_krew_manifest(tmp_path):
+    m = yaml.safe_load((REPO / "plugins" / "gmp.yaml").read_text())
+    assert m["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2" and m["kind"] == "Plugin"
+    assert m["metadata"]["name"] == "gmp"
+    spec = m["spec"]
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
+    assert spec["version"] == f"v{version}"
+    assert spec["shortDescription"] and len(spec["shortDescription"]) <= 50
+    assert "pip install" in spec["caveats"]
+    # the archive is plugins/build-krew-archive.sh's (reproducible): its sha256 is the manifest's
+    for platform in spec["platforms"]:
+        assert platform["bin"] == "kubectl-gmp"
+        assert {"from": "kubectl-gmp", "to": "."} in platform["files"]
+        assert platform["uri"].endswith(f"/v{version}/kubectl-gmp.tar.gz")
+    out = Path(
+        subprocess.run(
+            ["bash", str(REPO / "plugins" / "build-krew-archive.sh"), str(tmp_path)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    assert out.parent == tmp_path
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert {p["sha256"] for p in spec["platforms"]} == {digest}
