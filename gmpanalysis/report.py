@@ -392,9 +392,12 @@ def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 1250px; margin: 2em auto; color: #222; }}
-table {{ border-collapse: collapse; font-size: 0.85em; }}
+body {{ font-family: system-ui, sans-serif; max-width: 1250px; margin: 2em auto; padding: 0 1em; color: #222; }}
+/* a table never widens the page: one wider than the column scrolls inside it (display: block
+   makes the table its own scroll box) */
+table {{ border-collapse: collapse; font-size: 0.85em; display: block; max-width: 100%; overflow-x: auto; }}
 th, td {{ padding: 0.3em 0.6em; border-bottom: 1px solid #ddd; text-align: right; }}
+p, li, figcaption {{ overflow-wrap: anywhere; }}
 th {{ background: #f3f3f3; }}
 img {{ max-width: 100%; }}
 figure {{ margin: 1em 0; }} figcaption {{ color: #666; font-size: 0.85em; }}
