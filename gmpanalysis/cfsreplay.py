@@ -251,6 +251,7 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
         }
     )
     per.attrs["latency_ms"] = lat
+    per.attrs["request_period"] = which  # each request's row (what_if takes it off)
     # the requests answered per second, from the first one sent to the last answer
     span = float(np.nanmax(end) - np.min(sent)) if n else math.nan
     per.attrs["throughput_rps"] = n / span * 1e9 if span > 0 else math.nan

@@ -55,7 +55,7 @@ import pandas as pd
 
 from . import runtimecost
 from .bundle import Run
-from .cfsreplay import _replay
+from .cfsreplay import _group_quantiles, _replay
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
     _demand_built,
@@ -139,8 +139,9 @@ def what_if(
         tick_phase_ns,
     )  # fmt: skip
     _add_stw(out, stw)
+    which = out.attrs.pop("request_period", None)
     if d.get("latency_shape") is not None:
-        _closed_loop_spread(out, d["latency_shape"])
+        _closed_loop_spread(out, d["latency_shape"], which)
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
@@ -213,7 +214,7 @@ def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
     out["stw_stretched"] = out["stw"] * risk
 
 
-def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray) -> None:
+def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray, which: np.ndarray | None) -> None:
     """A closed loop's latencies as the replay predicts them: their mean, which Little's law
     ties to the throughput (clients / requests answered per second) and the replay predicts,
     with the spread the run measured (``shape``: its latencies over their mean, sorted).
@@ -222,7 +223,7 @@ def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray) -> None:
     (netpoll's injections, runnext, the global queue every 61st tick, GC assists parked in a
     queue), and the measured spread was 2-4× the mean at the 99th percentile. Each replayed
     request keeps its rank; the per-period p50 and p99 are taken again from the mapped
-    latencies where the replay tells each request's period."""
+    latencies (``which``: each request's row)."""
     lat = np.asarray(out.attrs.get("latency_ms", ()), dtype=np.float64)
     ok = np.isfinite(lat)
     if ok.sum() < 2 or len(shape) < 2:
@@ -232,11 +233,9 @@ def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray) -> None:
     mapped = lat.copy()
     mapped[ok] = np.quantile(shape, rank) * float(lat[ok].mean())
     out.attrs["latency_ms"] = mapped
-    which = out.attrs.get("request_period")
     if which is not None and len(which) == len(mapped):
-        q = pd.Series(mapped).groupby(np.asarray(which)).quantile([0.5, 0.99]).unstack()
-        out.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
-        out.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
+        p50, p99 = _group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
+        out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
 
 
 # the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs
