@@ -1,0 +1,235 @@
+"""gmp-agent's Prometheus metrics on a real one-node Kubernetes: the agent is installed from
+the Helm chart (helm template of charts/gmpanalysis, with values for this cluster), a demo pod
+is throttled, and /metrics, scraped through the API server's pod proxy, holds the counters of
+the container's and the pod's cpu.stat as the test reads them on the node around the scrape:
+every counter lies between the values read just before and just after it (equal where
+nothing happened in between), the quota, period and GOMAXPROCS are the pod's, and the pod's
+series leave the scrape once it is deleted.
+
+Run alone (it starts the local cluster; never beside another cluster run):
+    .venv/bin/python -m pytest -p no:cacheprovider tests/test_kube_metrics.py -m kube
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gmpanalysis.kube import local
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.skipif(local.unavailable_reason() is not None, reason=str(local.unavailable_reason())),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "gmpanalysis"
+# 20 req/s of 20 ms is 0.4 CPU against 0.3: every period throttles, and the backlog left when
+# the load stops (the demo app finishes every request it took) drains in seconds
+NAME, LIMIT, PORT, RATE = "gmp-metrics-hot", "300m", 18195, 20
+METRICS_PORT = 9477
+CPU = Path("/sys/fs/cgroup/cpu")  # the local cluster is cgroup v1 (local.unavailable_reason)
+
+
+def demo() -> dict:
+    """collectors/deploy/demo.yaml's Deployment under another name, port and limit."""
+    d = copy.deepcopy(next(x for x in yaml.safe_load_all((local.DEPLOY / "demo.yaml").read_text()) if x))
+    label = {"app": NAME}
+    d["metadata"] = {"name": NAME, "labels": label}
+    d["spec"]["selector"]["matchLabels"] = label
+    t = d["spec"]["template"]
+    t["metadata"] = {"labels": label}
+    c = t["spec"]["containers"][0]
+    c["command"] = [x if x != "127.0.0.1:18181" else f"127.0.0.1:{PORT}" for x in c["command"]]
+    c["ports"] = [{"name": "pprof", "containerPort": PORT}]
+    c["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": LIMIT, "memory": "256Mi"}}
+    return d
+
+
+def chart_agent(cluster: dict, spool: Path) -> list[dict]:
+    """The chart's agent for this cluster: the API server's address (its service IP is not
+    routed here), watch only (no capture pauses the reads), a short listing interval."""
+    helm = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, timeout=1200)
+    assert helm.returncode == 0, f"scripts/helm.sh: {helm.stderr[-3000:]}"
+    server = yaml.safe_load(Path(cluster["kubeconfig"]).read_text())["clusters"][0]["cluster"]["server"]
+    r = subprocess.run(
+        [helm.stdout.strip().splitlines()[-1], "template", "gmp", str(CHART), "--namespace", "gmp-system",
+         "-f", str(CHART / "ci" / "manifests-values.yaml"), "--show-only", "templates/agent.yaml",
+         "--set", f"agent.apiServer={server},agent.listEvery=2s,agent.rateLimits.maxPerHour=0",
+         "--set", f"agent.spool.hostPath={spool},metrics.port={METRICS_PORT}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def agent_pod(core):
+    pods = core.list_namespaced_pod("gmp-system", label_selector="app.kubernetes.io/name=gmp-agent").items
+    return pods[0] if pods and pods[0].status.phase == "Running" else None
+
+
+def scrape(core) -> tuple[str, str]:
+    """(exposition text, route): through the API server's pod proxy; where the proxy is
+    refused, straight from the node's port (host network), and the route says so."""
+    from kubernetes import client
+
+    pod = agent_pod(core)
+    assert pod is not None, "the agent pod is not running"
+    try:
+        text = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod.metadata.name}:{METRICS_PORT}", "gmp-system", "metrics"
+        )
+        return text, "pod proxy"
+    except client.ApiException as e:
+        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{METRICS_PORT}/metrics", timeout=10) as resp:
+            return resp.read().decode(), f"node port (pod proxy refused: {e.status} {e.reason})"
+
+
+SERIES = re.compile(r"^(gmp_[a-z0-9_]+)\{([^}]*)\} (\S+)$")
+
+
+def series(text: str, pod: str) -> dict[tuple[str, str], float]:
+    """{(metric, level): value} of one pod's container ("app") and pod levels."""
+    out = {}
+    for line in text.splitlines():
+        m = SERIES.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m[2]))
+        if labels.get("pod") == pod and labels.get("namespace") == "default":
+            out[(m[1], labels.get("level", ""))] = float(m[3])
+    return out
+
+
+def cpu_stat(path: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (ln.split() for ln in (path / "cpu.stat").read_text().splitlines())}
+
+
+def cgroup_dirs(pod) -> dict[str, Path]:
+    """The demo pod's container and pod cgroups on this node (cgroupfs or systemd driver)."""
+    uid, qos = pod.metadata.uid, pod.status.qos_class.lower()
+    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    us = uid.replace("-", "_")
+    pods = [CPU / "kubepods" / qos / f"pod{uid}",
+            CPU / "kubepods.slice" / f"kubepods-{qos}.slice" / f"kubepods-{qos}-pod{us}.slice"]  # fmt: skip
+    for p in pods:
+        for c in (p / cid, p / f"cri-containerd-{cid}.scope"):
+            if (c / "cpu.stat").exists():
+                return {"container": c, "pod": p}
+    raise AssertionError(f"no cgroup of container {cid} under {pods}")
+
+
+def check_counters(core, dirs: dict[str, Path], pod: str) -> tuple[dict, dict, dict]:
+    """Read cpu.stat, wait past one agent read (--watch-every 1s), scrape, read again: each
+    counter of each level lies between the two reads. Returns (before, after, scraped)."""
+    before = {lv: cpu_stat(d) for lv, d in dirs.items()}
+    time.sleep(2.5)
+    text, route = scrape(core)
+    after = {lv: cpu_stat(d) for lv, d in dirs.items()}
+    got = series(text, pod)
+    told = f"route {route}; before {before}; after {after}; scraped {got}"
+    for lv in dirs:
+        for metric, key, scale in (
+            ("gmp_cfs_throttled_periods_total", "nr_throttled", 1),
+            ("gmp_cfs_periods_total", "nr_periods", 1),
+            ("gmp_cfs_throttled_seconds_total", "throttled_time", 1e-9),
+        ):
+            v = got[(metric, lv)]
+            lo, hi = before[lv][key] * scale, after[lv][key] * scale
+            assert lo - 1e-9 <= v <= hi + 1e-9, f"{metric}{{level={lv}}} {v} not in [{lo}, {hi}]: {told}"
+    assert got[("gmp_cfs_throttled_periods_total", "container")] > 0, f"the pod never throttled: {told}"
+    return before, after, got
+
+
+def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
+    from kubernetes import client, utils
+
+    core, api = cluster["core"], cluster["api"]
+    apps, rbac = client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    load = None
+    try:
+        apps.create_namespaced_deployment("default", demo())
+        local.wait_running(core)
+        for d in chart_agent(cluster, tmp_path / "spool"):
+            utils.create_from_dict(api, d, namespace="gmp-system")
+        pod = next(p for p in core.list_namespaced_pod("default", label_selector=f"app={NAME}").items)
+        name = pod.metadata.name
+        dirs = cgroup_dirs(pod)
+        # the agent runs, lists the pod (every 2 s) and has read its cgroups
+        deadline = time.monotonic() + 90
+        got: dict = {}
+        while time.monotonic() < deadline:
+            if agent_pod(core) is not None:
+                try:
+                    got = series(scrape(core)[0], name)
+                except Exception:  # the metrics server may not listen yet
+                    got = {}
+                if ("gmp_cfs_periods_total", "pod") in got:
+                    break
+            time.sleep(2)
+        assert ("gmp_cfs_periods_total", "container") in got, f"no series of {name} within 90 s: {got}"
+        load = local.start_load(bins, 120, rate=RATE, port=PORT)
+        time.sleep(5)  # a few seconds of throttling under the load
+        # under load: the counters move between the reads, the scrape lies between them
+        for _ in range(3):
+            before, after, _ = check_counters(core, dirs, name)
+            assert after["container"]["nr_throttled"] > before["container"]["nr_throttled"], (before, after)
+        # the quota and period the kernel holds, GOMAXPROCS from the pod's env (demo.yaml: 2)
+        got = series(scrape(core)[0], name)
+        quota_us = int((dirs["container"] / "cpu.cfs_quota_us").read_text())
+        assert got[("gmp_cfs_quota_seconds", "container")] == pytest.approx(quota_us / 1e6) == 0.03
+        assert got[("gmp_cfs_period_seconds", "container")] == pytest.approx(0.1)
+        assert got[("gmp_gomaxprocs", "")] == 2
+        # load stopped and its backlog served: nothing throttles any more, the counters equal
+        load.kill()
+        load.wait()
+        load = None
+        quiet_deadline, last = time.monotonic() + 120, None
+        while time.monotonic() < quiet_deadline:
+            now = cpu_stat(dirs["container"])["nr_throttled"]
+            if now == last:
+                break
+            last = now
+            time.sleep(3)
+        assert now == last, f"still throttled 120 s after the load stopped (nr_throttled {now})"
+        before, after, got = check_counters(core, dirs, name)
+        for lv in dirs:  # no throttle between the reads: the scrape equals them
+            if before[lv]["nr_throttled"] == after[lv]["nr_throttled"]:
+                assert got[("gmp_cfs_throttled_periods_total", lv)] == after[lv]["nr_throttled"]
+        assert before["container"]["nr_throttled"] == after["container"]["nr_throttled"], "throttled while idle"
+        # the pod deleted: its series leave the scrape at the next listing
+        apps.delete_namespaced_deployment(NAME, "default")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and series(scrape(core)[0], name):
+            time.sleep(2)
+        assert series(scrape(core)[0], name) == {}, "the deleted pod's series stayed"
+        assert agent_pod(core).status.container_statuses[0].restart_count == 0
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+        for delete, args in (
+            (apps.delete_namespaced_deployment, (NAME, "default")),
+            (apps.delete_namespaced_daemon_set, ("gmp-agent", "gmp-system")),
+            (core.delete_namespaced_service_account, ("gmp-agent", "gmp-system")),
+            (rbac.delete_cluster_role, ("gmp-agent",)),
+            (rbac.delete_cluster_role_binding, ("gmp-agent",)),
+        ):
+            try:
+                delete(*args)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        # the next tests expect the demo pod alone (and the agent's port free)
+        gone_deadline = time.monotonic() + 120
+        while time.monotonic() < gone_deadline and any(
+            p.metadata.name.startswith((NAME, "gmp-agent")) for p in core.list_pod_for_all_namespaces().items
+        ):
+            time.sleep(1)
