@@ -7,7 +7,8 @@ N mutants (default 25 000) of run SEED (default 1), each under a budget of S CPU
 (default 10: the issue's bound for one small input; CPU time, so a busy machine does not
 turn slow mutants into hangs). ``--one K`` redoes mutant K and prints
 what was done to it. The mutations are in tests/trace_mutants.py; tests/test_attack_traces.py
-runs a few thousand of them on every test run. Exit status 1 if anything failed.
+runs 600 of them, every kind of mutation among them, on every test run (3,000 with
+GMP_FULL_ATTACK=1). Exit status 1 if anything failed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's package, not an installed one
 
-from trace_mutants import attack, mutant, parse, run  # noqa: E402
+from trace_mutants import KINDS, attack, mutant, parse, run  # noqa: E402
 
 FAILURES = ("other", "hang", "invariant", "message")
 
@@ -47,15 +48,17 @@ def main() -> int:
         return 0
     counts: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
+    made: collections.Counter[str] = collections.Counter()
     shown = 0
     t0 = time.monotonic()
     slowest = (0.0, -1)
     c0 = time.process_time()
-    for k, outcome, detail, what in run(models, a.seed, a.n, a.budget):
+    for k, outcome, detail, what, kind in run(models, a.seed, a.n, a.budget):
         c1 = time.process_time()
         slowest = max(slowest, (c1 - c0, k))
         c0 = c1
         counts[outcome] += 1
+        made.update(kind)
         if outcome in FAILURES:
             kinds[f"{outcome}: {detail.split(':')[0][:60]}"] += 1
             if shown < 30 or outcome == "hang":
@@ -69,6 +72,7 @@ def main() -> int:
         print(f"  {o:10s} {counts[o]}")
     for kd, c in kinds.most_common(20):
         print(f"    {c:6d}  {kd}")
+    print("mutations:", ", ".join(f"{kd} {made[kd]}" for kd in KINDS))
     print(f"slowest mutant: {slowest[1]}, {slowest[0]:.2f} s CPU (mutation and check)")
     print(
         f"non-GmpError {counts['other']}, hangs {counts['hang']}, invariant violations {counts['invariant']}, "

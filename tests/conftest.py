@@ -13,6 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
 RUNS = sorted(p for p in (FIXTURES / "runs").iterdir() if (p / "meta.json").exists())
 DATA = Path(__file__).parent / "data"
+# The attack suites (tests/test_attack_*.py) and the property tests run a seeded sample that
+# reaches every kind of mutation in the fast suite; GMP_FULL_ATTACK=1 runs their full counts
+# (benchmarks/attack_*.py and fuzz_trace.py run many more).
+FULL_ATTACK = os.environ.get("GMP_FULL_ATTACK", "") not in ("", "0")
 
 
 def lab_unavailable_reason() -> str | None:

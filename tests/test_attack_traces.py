@@ -1,7 +1,8 @@
 """The trace attack suite: hostile and damaged Go execution traces give a TraceFormatError
 naming the file and the offset, or tables that hold together, never another exception or a
-hang. A seeded few thousand structure-aware mutants here (tests/trace_mutants.py);
-benchmarks/attack_traces.py runs 25 000 and more."""
+hang. Seeded structure-aware mutants here (tests/trace_mutants.py): 600, each kind of
+mutation among them, or 3,000 with GMP_FULL_ATTACK=1; benchmarks/attack_traces.py runs
+25 000 and more."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, FULL_ATTACK
 
 import gmpanalysis as gmp
 from gmpanalysis.errors import ClockWarning
@@ -28,7 +29,7 @@ import trace_mutants as tm  # noqa: E402
 
 TINY = [FIXTURES / "traces" / n for n in ("tiny-go1.22.trace", "tiny-go1.26.trace")]
 SMALL_RUNS = sorted((FIXTURES / "runs").glob("cpu-*/trace.out"))
-N_MUTANTS = 3000
+N_MUTANTS = 3000 if FULL_ATTACK else 600
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,10 @@ def models() -> list[tm.Model]:
 
 def test_mutants_give_gmp_errors_or_sound_tables(models):
     """Each mutant under a budget of 10 CPU seconds (the issue's bound for one small input)."""
-    bad, outcomes = [], {}
-    for k, outcome, detail, what in tm.run(models, seed=14, n=N_MUTANTS, budget_s=10.0):
+    bad, outcomes, kinds = [], {}, set()
+    for k, outcome, detail, what, kind in tm.run(models, seed=14, n=N_MUTANTS, budget_s=10.0):
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        kinds |= kind
         if outcome not in ("parsed", "truncated", "error"):
             bad.append(f"mutant {k} [{what}]: {outcome}: {detail[:200]}")
     assert not bad, f"{len(bad)} of {N_MUTANTS} (redo one: benchmarks/attack_traces.py 1 14 --one K):\n" + "\n".join(
@@ -49,6 +51,8 @@ def test_mutants_give_gmp_errors_or_sound_tables(models):
     # the mutants reach every outcome, so the suite attacks the decoder and not only the framing
     assert outcomes.get("parsed", 0) > N_MUTANTS // 10 and outcomes.get("error", 0) > N_MUTANTS // 10, outcomes
     assert outcomes.get("truncated", 0) > 0, outcomes
+    # and every kind of mutation is among them
+    assert kinds == set(tm.KINDS), f"never made: {sorted(set(tm.KINDS) - kinds)}"
 
 
 def test_the_mutator_writes_the_seeds_back_unchanged():

@@ -379,39 +379,68 @@ def raw_edit(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     i = rng.randrange(len(b)) if b else 0
     if op == 0 and b:
         b[i] ^= 1 << rng.randrange(8)
-    elif op == 1 and b:
+        return bytes(b), "raw edit: bit flipped"
+    if op == 1 and b:
         b[i] = rng.choice((0x00, 0x7F, 0x80, 0xFF, 0x01, 0x34, 0x31, rng.randrange(256)))
-    elif op == 2:
+        return bytes(b), "raw edit: byte set"
+    if op == 2:
         b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-    elif op == 3 and b:
+        return bytes(b), "raw edit: bytes inserted"
+    if op == 3 and b:
         del b[i : i + rng.randint(1, 16)]
-    else:
-        j = rng.randrange(len(b) + 1)
-        b[j:j] = b[i : i + rng.randint(1, 64)]
-    return bytes(b), "raw edit"
+        return bytes(b), "raw edit: bytes deleted"
+    j = rng.randrange(len(b) + 1)
+    b[j:j] = b[i : i + rng.randint(1, 64)]
+    return bytes(b), "raw edit: bytes copied"
+
+
+# the kinds of mutation (what :func:`mutation` reports): each structure-aware op, and for those
+# that choose among several changes, each change; each raw edit; a cut of the written bytes
+KINDS = (
+    "m_field_value",
+    "m_frequency",
+    *(f"m_batch_header: batch {f}" for f in ("gen", "m", "ts", "len", "exp")),
+    *(f"m_batches: {op} batch" for op in ("dup", "drop", "swap", "move")),
+    *(f"m_generations: {op} generation" for op in ("splice", "dup", "drop", "swap", "renumber")),
+    "m_generations: end-of-generation",
+    "m_header",
+    *(f"raw edit: {op}" for op in ("bit flipped", "byte set", "bytes inserted", "bytes deleted", "bytes copied")),
+    "cut",
+)
+_BY_CHANGE = ("m_batch_header", "m_batches", "m_generations")
 
 
 def mutant(models: list[Model], seed: int, k: int) -> tuple[bytes, str]:
     """Mutant ``k`` of run ``seed``: (bytes, what was done)."""
+    data, what, _ = mutation(models, seed, k)
+    return data, "; ".join(what)
+
+
+def mutation(models: list[Model], seed: int, k: int) -> tuple[bytes, list[str], set[str]]:
+    """Mutant ``k`` of run ``seed``: (bytes, what was done, its kinds: of :data:`KINDS`)."""
     rng = random.Random(seed * 1_000_003 + k)
     model = copy.deepcopy(rng.choice(models))
-    what = []
+    what, kinds = [], set()
     r = rng.random()
     if r < 0.8:
         ops, w = zip(*STRUCT_OPS, strict=True)
         for _ in range(rng.choice((1, 1, 1, 2, 3))):
-            what.append(rng.choices(ops, weights=w)[0](rng, model, models))
+            op = rng.choices(ops, weights=w)[0]
+            what.append(op(rng, model, models))
+            kinds.add(f"{op.__name__}: {what[-1]}" if op.__name__ in _BY_CHANGE else op.__name__)
         data = write(model)
     else:
         data = write(model)
         for _ in range(rng.choice((1, 1, 2, 4))):
             data, w1 = raw_edit(rng, data)
             what.append(w1)
+            kinds.add(w1)
     if rng.random() < 0.12:
         cut = rng.randrange(len(data) + 1)
         data = data[:cut]
         what.append(f"cut at {cut}")
-    return data, "; ".join(what)
+        kinds.add("cut")
+    return data, what, kinds
 
 
 # --- the check --------------------------------------------------------------------------
@@ -498,9 +527,9 @@ def attack(data: bytes, source: str, budget_s: float = 5.0) -> tuple[str, str]:
     return ("truncated" if tr.meta["truncated"] is not None else "parsed"), ""
 
 
-def run(models: list[Model], seed: int, n: int, budget_s: float = 5.0) -> Iterator[tuple[int, str, str, str]]:
-    """(k, outcome, detail, what was done) for mutants 0..n-1 of ``seed``."""
+def run(models: list[Model], seed: int, n: int, budget_s: float = 5.0) -> Iterator[tuple[int, str, str, str, set[str]]]:
+    """(k, outcome, detail, what was done, its kinds) for mutants 0..n-1 of ``seed``."""
     for k in range(n):
-        data, what = mutant(models, seed, k)
+        data, what, kinds = mutation(models, seed, k)
         outcome, detail = attack(data, f"mutant-{seed}-{k}.trace", budget_s)
-        yield k, outcome, detail, what
+        yield k, outcome, detail, "; ".join(what), kinds
