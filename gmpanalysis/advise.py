@@ -28,7 +28,8 @@ from .errors import UsageError
 from .gomaxprocs import rules
 from .modelerror import load as load_validation
 from .modelerror import measured_range, model_error, regime
-from .whatif import demand, estimate, settings
+from .replayinputs import _memo, _prep_built
+from .whatif import _estimate, demand, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
 # GOMAXPROCS tried by default (with the CPUs and the run's own; what each rule gives at the
@@ -102,8 +103,11 @@ def advise(
     with_requests = all(demand(r)["source"] == "requests" for r in runs)
     burst_set = sorted(set(bursts))
 
+    # each run's replay inputs looked up once for every setting (a lookup checks the run's contents)
+    inputs = [(_memo(r, "prep", _prep_built), r.path) for r in runs]
+
     def at(lims: list[float]) -> list[dict[str, float]]:
-        return [_predict(runs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
+        return [_predict(inputs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
 
     if limits is not None:
         rows = at(cand_limits)
@@ -126,13 +130,16 @@ def advise(
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err)
-    table.attrs["baselines"] = _baselines(runs, best, lim0, ncpu)
+    table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu)
     return table
 
 
-def _predict(runs: list[Run], lim: float, period: int, burst_us: float, g: int, ncpu: int) -> dict[str, float]:
+def _predict(
+    inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int
+) -> dict[str, float]:
     figs = [
-        estimate(r, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu) for r in runs
+        _estimate(prep, path, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu)
+        for prep, path in inputs
     ]
     out: dict[str, float] = {
         "limit_cpu": lim,
@@ -201,7 +208,7 @@ def _sentence(
     return said
 
 
-def _baselines(runs: list[Run], best: pd.Series, lim0: dict, ncpu: int) -> pd.DataFrame:
+def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu: int) -> pd.DataFrame:
     """At the recommended limit: the GOMAXPROCS each rule would set, its predicted figures
     and how much worse than the recommendation; and the run's own setting as it was."""
     period = int(best.period_us)
@@ -211,12 +218,11 @@ def _baselines(runs: list[Run], best: pd.Series, lim0: dict, ncpu: int) -> pd.Da
         g = r[name]
         if g is None:
             continue
-        p = _predict(runs, float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu)
+        p = _predict(inputs, float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu)
         rows.append({"setting": f"{name} (GOMAXPROCS={g})", **p})
     if lim0["quota_us"] is not None:
-        own = _predict(
-            runs, lim0["quota_us"] / period, period, float(lim0["burst_us"] or 0), int(lim0["gomaxprocs"] or ncpu), ncpu
-        )
+        g0 = int(lim0["gomaxprocs"] or ncpu)
+        own = _predict(inputs, lim0["quota_us"] / period, period, float(lim0["burst_us"] or 0), g0, ncpu)
         rows.append({"setting": "the run as it was", **own})
     out = pd.DataFrame(rows)
     if len(out):

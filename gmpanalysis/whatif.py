@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import math
 import numbers
 from typing import Any
@@ -109,14 +110,38 @@ def what_if(
     usage or latency.
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
-    prep = _memo(run, "prep", _prep_built)
+    out, attrs = _what_if(
+        _memo(run, "prep", _prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
+        unlimited=unlimited, outer=outer, tick_phase_ns=tick_phase_ns,
+    )  # fmt: skip
+    out.attrs = attrs
+    return out
+
+
+def _what_if(
+    prep: dict[str, Any],
+    path: Any,
+    quota_us: float | None = None,
+    period_us: int | None = None,
+    burst_us: float | None = None,
+    gomaxprocs: int | None = None,
+    cpus: int | None = None,
+    *,
+    unlimited: bool = False,
+    outer: list[dict[str, Any]] | None = None,
+    tick_phase_ns: int | None = None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """:func:`what_if` on a run's replay inputs (``prep``: :func:`~.replayinputs._prep_built`,
+    fetched once for many settings; ``path`` names the run in errors): its table, and the
+    attrs apart (pandas copies a frame's attrs, latencies and all, into every column it
+    hands out)."""
     lim = prep["settings"]
     P = lim["period_us"] if period_us is None else period_us
     burst = lim["burst_us"] if burst_us is None else burst_us
     G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
     C = lim["cpus"] if cpus is None else cpus
     if C is None:
-        raise MissingDataError(f"{run.path}: meta.json records no ncpu: give what_if(..., cpus=N)")
+        raise MissingDataError(f"{path}: meta.json records no ncpu: give what_if(..., cpus=N)")
     q: float | dict[int, float] | None
     if unlimited:
         q = None
@@ -138,16 +163,17 @@ def what_if(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns,
     )  # fmt: skip
+    attrs, out.attrs = dict(out.attrs), {}
     _add_stw(out, stw)
-    which = out.attrs.pop("request_period", None)
+    which = attrs.pop("request_period", None)
     if d.get("latency_shape") is not None:
-        _closed_loop_spread(out, d["latency_shape"], which)
+        attrs["latency_ms"] = _closed_loop_spread(out, d["latency_shape"], attrs["latency_ms"], which)
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
-        out.attrs["latency_ms"] = np.zeros(0)
-        out.attrs["throughput_rps"] = math.nan
-    out.attrs["model"] = {
+        attrs["latency_ms"] = np.zeros(0)
+        attrs["throughput_rps"] = math.nan
+    attrs["model"] = {
         "demand": d["source"],
         "quota_us": q if not isinstance(q, dict) else "as the run had it, period by period",
         "period_us": P,
@@ -170,7 +196,7 @@ def what_if(
             for x in specs
         ],
     }
-    return out
+    return out, attrs
 
 
 def _check_settings(
@@ -207,14 +233,27 @@ def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
     if stw is None:
         out["stw"] = out["stw_stretched"] = np.nan
         return
-    out["stw"] = stw["per_cpu_s"] * out["usage_us"] / 1e6
+    n = stw["per_cpu_s"] * out["usage_us"].to_numpy() / 1e6
     ex = out["exhausted_at_us"].to_numpy() / 1000
     with np.errstate(invalid="ignore", divide="ignore"):
         risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
-    out["stw_stretched"] = out["stw"] * risk
+    out["stw"], out["stw_stretched"] = n, n * risk
 
 
-def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray, which: np.ndarray | None) -> None:
+@functools.lru_cache(maxsize=64)
+def _spread_quantiles_of(shape: bytes, n: int) -> np.ndarray:
+    return np.quantile(np.frombuffer(shape), (np.arange(n) + 0.5) / n)
+
+
+def _spread_quantiles(shape: np.ndarray, n: int) -> np.ndarray:
+    """The measured spread's quantiles (i + 0.5) / n, i < n: the same for every setting a
+    run is replayed under (its requests do not change), so kept."""
+    return _spread_quantiles_of(np.ascontiguousarray(shape, dtype=np.float64).tobytes(), n)
+
+
+def _closed_loop_spread(
+    out: pd.DataFrame, shape: np.ndarray, latency_ms: np.ndarray, which: np.ndarray | None
+) -> np.ndarray:
     """A closed loop's latencies as the replay predicts them: their mean, which Little's law
     ties to the throughput (clients / requests answered per second) and the replay predicts,
     with the spread the run measured (``shape``: its latencies over their mean, sorted).
@@ -223,19 +262,18 @@ def _closed_loop_spread(out: pd.DataFrame, shape: np.ndarray, which: np.ndarray 
     (netpoll's injections, runnext, the global queue every 61st tick, GC assists parked in a
     queue), and the measured spread was 2-4× the mean at the 99th percentile. Each replayed
     request keeps its rank; the per-period p50 and p99 are taken again from the mapped
-    latencies (``which``: each request's row)."""
-    lat = np.asarray(out.attrs.get("latency_ms", ()), dtype=np.float64)
-    ok = np.isfinite(lat)
-    if ok.sum() < 2 or len(shape) < 2:
-        return
-    rank = np.empty(int(ok.sum()))
-    rank[np.argsort(lat[ok], kind="stable")] = (np.arange(len(rank)) + 0.5) / len(rank)
+    latencies (``which``: each request's row). Returns the mapped latencies."""
+    lat = np.asarray(latency_ms, dtype=np.float64)
+    ok = np.flatnonzero(np.isfinite(lat))
+    if len(ok) < 2 or len(shape) < 2:
+        return lat
     mapped = lat.copy()
-    mapped[ok] = np.quantile(shape, rank) * float(lat[ok].mean())
-    out.attrs["latency_ms"] = mapped
+    # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n
+    mapped[ok[np.argsort(lat[ok], kind="stable")]] = _spread_quantiles(shape, len(ok)) * float(lat[ok].mean())
     if which is not None and len(which) == len(mapped):
         p50, p99 = _group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
+    return mapped
 
 
 # the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs
@@ -303,20 +341,26 @@ def summarize(
     frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms), requests
     answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
     NaN without requests)."""
-    known = per["throttled"].notna().to_numpy()  # a hole in the samples: not a period to count
-    per = per[known]
-    thr = per["throttled"].astype(bool).to_numpy()
-    span_s = float((per["end_ns"].iloc[-1] - per["start_ns"].iloc[0]) / 1e9) if len(per) else math.nan
-    ex = per.loc[thr, "exhausted_at_us"].dropna()
-    cpus = per.loc[thr, "cpus_throttled"].dropna()
+    thr_col = per["throttled"]
+    known = thr_col.notna().to_numpy()  # a hole in the samples: not a period to count
+    thr = thr_col.to_numpy(dtype=bool, na_value=False) & known
+    start, end = per["start_ns"].to_numpy()[known], per["end_ns"].to_numpy()[known]
+    span_s = float((end[-1] - start[0]) / 1e9) if len(start) else math.nan
+
+    def throttled(col: str, missing: float | None = None) -> np.ndarray:
+        """The column over the throttled periods, NaN left out (or as ``missing``)."""
+        v = per[col].to_numpy(dtype=np.float64, na_value=np.nan)[thr]
+        return v[~np.isnan(v)] if missing is None else np.where(np.isnan(v), missing, v)
+
+    ex, cpus = throttled("exhausted_at_us"), throttled("cpus_throttled")
     if latency_ms is None:
         latency_ms = per.attrs.get("latency_ms")
     rps = per.attrs.get("throughput_rps", math.nan) if throughput_rps is None else throughput_rps
     return {
-        "throttled_pct": 100.0 * thr.mean() if len(per) else math.nan,
-        "exhausted_p50_ms": float(ex.median() / 1000) if len(ex) else math.nan,
-        "cpus_frozen_p50": round(float(cpus.median()), 1) if len(cpus) else math.nan,
-        "stall_ms_per_s": float(per.loc[thr, "stall_us"].sum() / 1000 / span_s) if span_s else math.nan,
+        "throttled_pct": 100.0 * thr[known].mean() if known.any() else math.nan,
+        "exhausted_p50_ms": float(np.median(ex) / 1000) if len(ex) else math.nan,
+        "cpus_frozen_p50": round(float(np.median(cpus)), 1) if len(cpus) else math.nan,
+        "stall_ms_per_s": float(throttled("stall_us", 0.0).sum() / 1000 / span_s) if span_s else math.nan,
         "p99_ms": float(np.nanpercentile(latency_ms, 99)) if latency_ms is not None and len(latency_ms) else math.nan,
         "throughput_rps": float(rps),
     }
@@ -360,8 +404,16 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
     evenly over a tick (NaN where none has the figure), since a setting not yet run has no
     known tick phase. :func:`predict`, :func:`gmpanalysis.advise` and the report all use
     it, and the validation (benchmarks/validate_whatif.py) measures its error."""
-    tick = 1_000_000_000 // int(_memo(run, "prep", _prep_built)["settings"]["hz"])
-    each = [summarize(what_if(run, tick_phase_ns=i * tick // phases, **setting)) for i in range(phases)]
+    return _estimate(_memo(run, "prep", _prep_built), run.path, phases, **setting)
+
+
+def _estimate(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
+    """:func:`estimate` on a run's replay inputs (see :func:`_what_if`)."""
+    tick = 1_000_000_000 // int(prep["settings"]["hz"])
+    each = []
+    for i in range(phases):
+        per, attrs = _what_if(prep, path, tick_phase_ns=i * tick // phases, **setting)
+        each.append(summarize(per, attrs["latency_ms"], attrs["throughput_rps"]))
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
