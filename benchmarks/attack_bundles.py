@@ -3,7 +3,9 @@ df_periods -> compare_runs -> df_checks (see tests/bundle_mutants.py for the mut
 
 Every mutant must give a result or a GmpError whose message names the bundle's file, within
 10 s. Prints the outcome counts, then every other exception, hang and anonymous message
-with the mutation that caused it (re-create one with its index and the seed).
+with the mutation that caused it (re-create one with its index and the seed), and how often
+each kind of change was made. tests/test_attack_bundles.py runs one mutant of each kind and
+40 random ones on every test run (250 random ones with GMP_FULL_ATTACK=1).
 
     nice -n 19 .venv/bin/python benchmarks/attack_bundles.py [N=3000] [SEED=1] [--only I]
 
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's gmpanalysis, not an installed one
 
-from bundle_mutants import attack, clean, mutant  # noqa: E402
+from bundle_mutants import KINDS, attack, clean, mutant  # noqa: E402
 
 
 def main() -> int:
@@ -43,10 +45,12 @@ def main() -> int:
     counts: collections.Counter[str] = collections.Counter()
     errors: collections.Counter[str] = collections.Counter()
     failures: list[str] = []
+    made: collections.Counter[str] = collections.Counter()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gmp-attack-") as tmp:
         for i in range(a.n):
             m = mutant(rng)
+            made.update(m.kinds)
             if a.only is not None and i != a.only:
                 continue
             d = m.write(Path(tmp) / f"m{i}")
@@ -76,6 +80,7 @@ def main() -> int:
         f"({counts['gmp_anonymous']} not naming the file), {counts['bad']} other exceptions, {counts['hang']} hangs"
     )
     print("GmpError classes:", dict(errors.most_common()))
+    print("changes:", ", ".join(f"{k} {made[k]}" for k in KINDS))
     return 1 if counts["bad"] or counts["hang"] or counts["gmp_anonymous"] else 0
 
 

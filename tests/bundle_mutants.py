@@ -10,7 +10,8 @@ FIFO, a symlink loop, a symlink to /dev/zero, garbage or nothing; another run's 
 :func:`attack` runs a mutant through load_run -> df_periods -> compare_runs -> df_checks.
 The contract (issue 14): every outcome is a result or a :class:`~gmpanalysis.errors.GmpError`
 whose message names the file; no other exception, no hang. Used by
-tests/test_attack_bundles.py (a few hundred mutants) and benchmarks/attack_bundles.py (many).
+tests/test_attack_bundles.py (one mutant of each of :data:`KINDS` and a few dozen random
+ones) and benchmarks/attack_bundles.py (many).
 """
 
 from __future__ import annotations
@@ -109,11 +110,35 @@ HOSTILE_CELLS: list[bytes] = [
 SPECIALS = ("dir", "fifo", "loop", "devzero", "dangling", "missing", "empty", "garbage")
 
 
+# the changes a mutant is made of (a random choice weighs some more than others)
+META_OPS = ("set", "set", "set", "set", "del", "big", "deep", "cut", "bytes", "clock", "period", "go")
+CSV_OPS = (
+    *("cell", "cell", "cell", "cut", "dupline", "delline", "swap", "dupfile", "append", "noheader"),
+    *("headeronly", "header", "fields", "crlf", "tmax", "jump", "back", "throttle", "requests"),
+)
+FILE_OPS = (*SPECIALS, "foreign")
+TRACE_OPS = ("cut", "bytes")
+# every kind of change, as a Mutant's kinds name them
+KINDS = tuple(
+    f"{family}.{op}"
+    for family, ops in (("meta", META_OPS), ("csv", CSV_OPS), ("file", FILE_OPS), ("trace", TRACE_OPS))
+    for op in dict.fromkeys(ops)
+)
+
+
 @dataclasses.dataclass
 class Mutant:
     base: Path
     files: dict[str, bytes | str]  # name -> bytes, or the name of a special in SPECIALS
     what: list[str]
+    kinds: set[str] = dataclasses.field(default_factory=set)  # of KINDS
+    _said: int = dataclasses.field(default=0, repr=False)
+
+    def did(self, family: str, op: str | None) -> None:
+        """Record the change just tried among the kinds, if it changed something (said what)."""
+        if op is not None and len(self.what) > self._said:
+            self.kinds.add(f"{family}.{op}")
+        self._said = len(self.what)
 
     def write(self, dst: Path) -> Path:
         """Write the mutant bundle into the (new) directory ``dst``."""
@@ -161,17 +186,17 @@ def _set_path(x: Any, path: tuple, value: Any, delete: bool = False) -> None:
         x[path[-1]] = value
 
 
-def _meta_op(rng: random.Random, files: dict[str, bytes | str], what: list[str]) -> None:
+def _meta_op(rng: random.Random, files: dict[str, bytes | str], what: list[str], op: str | None = None) -> str | None:
     raw = files.get("meta.json")
     if not isinstance(raw, bytes):
-        return
+        return None
     try:
         meta = json.loads(raw)
     except (ValueError, RecursionError):  # already broken by an earlier op: break it further
         files["meta.json"] = raw[: rng.randrange(len(raw) + 1)]
         what.append("meta.json cut")
-        return
-    op = rng.choice(("set", "set", "set", "set", "del", "big", "deep", "cut", "bytes", "clock", "period", "go"))
+        return "cut"
+    op = op or rng.choice(META_OPS)
     paths = _json_paths(meta)
     if op == "set" and paths:
         path = rng.choice(paths)
@@ -188,21 +213,21 @@ def _meta_op(rng: random.Random, files: dict[str, bytes | str], what: list[str])
         digits = "9" * rng.choice((20, 40, 400, 5000))
         files["meta.json"] = json.dumps(meta).replace('"__BIG__"', digits).encode()
         what.append(f"meta {'.'.join(map(str, path))} = {len(digits)} digits")
-        return
+        return op
     elif op == "deep":
         n = rng.choice((100, 10_000, 200_000))
         files["meta.json"] = raw.rstrip()[:-1] + b', "deep": ' + b"[" * n + b"]" * n + b"}"
         what.append(f"meta nested {n} deep")
-        return
+        return op
     elif op == "cut":
         files["meta.json"] = raw[: rng.randrange(len(raw) + 1)]
         what.append("meta.json cut")
-        return
+        return op
     elif op == "bytes":
         i = rng.randrange(len(raw))
         files["meta.json"] = raw[:i] + rng.choice((b"\xff", b"\xc3(", b"\x00", b"\xef\xbb\xbf")) + raw[i:]
         what.append(f"meta.json odd bytes at {i}")
-        return
+        return op
     elif op == "clock":
         # the collection's clock moved away from the samples and the trace
         shift = rng.choice((-(10**12), 10**12, 10**15, 2**62))
@@ -217,41 +242,22 @@ def _meta_op(rng: random.Random, files: dict[str, bytes | str], what: list[str])
         meta["go_version"] = rng.choice(("go1.22.0", "go1.21.0", "devel", "go1.30", None))
         what.append(f"meta go_version = {meta['go_version']}")
     files["meta.json"] = json.dumps(meta, indent=1).encode()
+    return op
 
 
 def _lines(raw: bytes) -> list[bytes]:
     return raw.split(b"\n")
 
 
-def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: list[str]) -> None:
+def _csv_op(
+    rng: random.Random, files: dict[str, bytes | str], name: str, what: list[str], op: str | None = None
+) -> str | None:
     raw = files[name]
     assert isinstance(raw, bytes)
     lines = _lines(raw)
     body = [i for i in range(1, len(lines)) if lines[i]]
     header = lines[0].split(b",")
-    op = rng.choice(
-        (
-            "cell",
-            "cell",
-            "cell",
-            "cut",
-            "dupline",
-            "delline",
-            "swap",
-            "dupfile",
-            "append",
-            "noheader",
-            "headeronly",
-            "header",
-            "fields",
-            "crlf",
-            "tmax",
-            "jump",
-            "back",
-            "throttle",
-            "requests",
-        )
-    )
+    op = op or rng.choice(CSV_OPS)
     if op == "cell" and body:
         i = rng.choice(body)
         f = lines[i].split(b",")
@@ -263,7 +269,7 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
         k = rng.randrange(len(raw) + 1)
         files[name] = raw[:k]
         what.append(f"{name} cut at byte {k}")
-        return
+        return op
     elif op == "dupline" and body:
         i = rng.choice(body)
         lines.insert(i, lines[i])
@@ -279,18 +285,18 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
     elif op == "dupfile":
         files[name] = raw + raw
         what.append(f"{name} written twice")
-        return
+        return op
     elif op == "append":
         files[name] = raw + b"\n".join(lines[1:])
         what.append(f"{name} rows appended again")
-        return
+        return op
     elif op == "noheader":
         del lines[0]
         what.append(f"{name} header removed")
     elif op == "headeronly":
         files[name] = lines[0] + b"\n"
         what.append(f"{name} header only")
-        return
+        return op
     elif op == "header":
         j = rng.randrange(len(header))
         header[j] = rng.choice((b"x", header[(j + 1) % len(header)], b"", b"t_ns"))
@@ -303,7 +309,7 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
     elif op == "crlf":
         files[name] = raw.replace(b"\n", b"\r\n")
         what.append(f"{name} CRLF")
-        return
+        return op
     elif op in ("tmax", "jump", "back", "throttle") and body and b"t_ns" in header:
         cols = {c.decode(errors="replace"): k for k, c in enumerate(header)}
         rows = [lines[i].split(b",") for i in body]
@@ -343,28 +349,32 @@ def _csv_op(rng: random.Random, files: dict[str, bytes | str], name: str, what: 
         try:
             f[cols["sched_ns"]] = str(int(f[cols["end_ns"]]) + rng.choice((1, 10**9))).encode()
         except (ValueError, KeyError, IndexError):
-            return
+            return op
         lines[i] = b",".join(f)
         what.append(f"{name} line {i + 1} sched after end")
     else:
-        return
+        return op
     files[name] = b"\n".join(lines)
+    return op
 
 
-def _file_op(rng: random.Random, files: dict[str, bytes | str], what: list[str], others: list[Path]) -> None:
-    name = rng.choice(["meta.json", *CSVS, "trace.out", "trace.out"])
-    op = rng.choice(SPECIALS + ("foreign",))
+def _file_op(
+    rng: random.Random, files: dict[str, bytes | str], what: list[str], others: list[Path], op: str | None = None
+) -> str | None:
+    names = ["meta.json", *CSVS, "trace.out", "trace.out"]
+    name = rng.choice(names if op is None else [n for n in names if n in files])
+    op = op or rng.choice(FILE_OPS)
     if op == "foreign":
         if name == "trace.out" or rng.random() < 0.5:
             name = rng.choice(("trace.out", "requests.csv", "cpu_stat.csv"))
         src = rng.choice(others) / name
         if not src.exists():
-            return
+            return op
         files[name] = src.read_bytes()
         what.append(f"{name} from {src.parent.name}")
-        return
+        return op
     if op == "missing" and name not in files:
-        return
+        return op
     if op == "empty":
         files[name] = b""
     elif op == "garbage":
@@ -372,14 +382,16 @@ def _file_op(rng: random.Random, files: dict[str, bytes | str], what: list[str],
     else:
         files[name] = op
     what.append(f"{name} -> {op}")
+    return op
 
 
-def _trace_op(rng: random.Random, files: dict[str, bytes | str], what: list[str]) -> None:
+def _trace_op(rng: random.Random, files: dict[str, bytes | str], what: list[str], op: str | None = None) -> str | None:
     raw = files.get("trace.out")
     if not isinstance(raw, bytes) or not raw:
-        return
+        return None
     b = bytearray(raw)
-    if rng.random() < 0.5:
+    op = op or ("cut" if rng.random() < 0.5 else "bytes")
+    if op == "cut":
         k = rng.randrange(len(b))
         b = b[:k]
         what.append(f"trace.out cut at {k}")
@@ -389,27 +401,42 @@ def _trace_op(rng: random.Random, files: dict[str, bytes | str], what: list[str]
             b[i] = rng.randrange(256)
         what.append("trace.out bytes changed")
     files["trace.out"] = bytes(b)
+    return op
 
 
-def mutant(rng: random.Random, bases: list[Path] | None = None) -> Mutant:
-    """One random mutant of a random shipped run (of ``bases``, default all)."""
+def mutant(rng: random.Random, bases: list[Path] | None = None, kind: str | None = None) -> Mutant:
+    """One random mutant of a random shipped run (of ``bases``, default all): one to three
+    random changes, or with ``kind`` (one of :data:`KINDS`) one change of that kind."""
     base = rng.choice(bases or RUNS)
     files: dict[str, bytes | str] = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
     others = [r for r in RUNS if r != base]
-    what: list[str] = []
+    m = Mutant(base, files, [])
+    if kind is not None:
+        family, op = kind.split(".")
+        if family == "meta":
+            m.did(family, _meta_op(rng, files, m.what, op))
+        elif family == "csv":
+            m.did(family, _csv_op(rng, files, "requests.csv" if op == "requests" else "cpu_stat.csv", m.what, op))
+        elif family == "file":
+            m.did(family, _file_op(rng, files, m.what, others, op))
+        else:
+            m.did(family, _trace_op(rng, files, m.what, op))
+        return m
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
-        kind = rng.random()
-        if kind < 0.3:
-            _meta_op(rng, files, what)
-        elif kind < 0.75:
+        r = rng.random()
+        if r < 0.3:
+            m.did("meta", _meta_op(rng, files, m.what))
+        elif r < 0.75:
             names = [n for n in CSVS if isinstance(files.get(n), bytes)]
             if names:
-                _csv_op(rng, files, rng.choice(names), what)
-        elif kind < 0.93:
-            _file_op(rng, files, what, others)
+                m.did("csv", _csv_op(rng, files, rng.choice(names), m.what))
+        elif r < 0.93:
+            m.did("file", _file_op(rng, files, m.what, others))
         else:
-            _trace_op(rng, files, what)
-    return Mutant(base, files, what or ["unchanged"])
+            m.did("trace", _trace_op(rng, files, m.what))
+    if not m.what:
+        m.what.append("unchanged")
+    return m
 
 
 class Hang(BaseException):

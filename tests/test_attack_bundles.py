@@ -2,7 +2,8 @@
 exception, never a hang, never a silent wrong result (issue 14).
 
 The named cases are the ones an attack on the shipped runs found; the seeded fuzz at the end
-keeps the rest held (benchmarks/attack_bundles.py runs thousands of the same mutants).
+keeps the rest held: one mutant of each kind of change and 40 random ones (250 with
+GMP_FULL_ATTACK=1; benchmarks/attack_bundles.py runs thousands of the same mutants).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import random
 import resource
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from bundle_mutants import RUNS, attack, mutant
+from bundle_mutants import KINDS, RUNS, Mutant, attack, mutant
+from conftest import FULL_ATTACK
 
 import gmpanalysis as gmp
 from gmpanalysis import bundle
@@ -338,22 +341,37 @@ def test_the_shipped_runs_raise_no_doubt(tmp_path):
 # ---- the fuzz --------------------------------------------------------------------------------
 
 
+N_RANDOM = 250 if FULL_ATTACK else 40
+
+
+def _mutants(rng: random.Random, bases: list[Path]) -> Iterator[Mutant]:
+    """N_RANDOM random mutants (one to three changes each), then one of each kind of change."""
+    for _ in range(N_RANDOM):
+        yield mutant(rng, bases)
+    for kind in KINDS:
+        yield mutant(rng, bases, kind=kind)
+
+
 def test_mutants_of_the_shipped_runs(tmp_path):
     """Seeded mutants of the shipped runs (the big trace of the alloc run left out, for
-    speed): each gives a result or a GmpError naming the file, within 10 s."""
+    speed), 40 random ones (250 with GMP_FULL_ATTACK=1) and one of each kind of change: each
+    gives a result or a GmpError naming the file, within 10 s."""
     rng = random.Random(14)
     bases = [p for p in RUNS if not p.name.startswith("alloc")]
-    kinds: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    made: set[str] = set()
     failures = []
     t0 = time.monotonic()
-    for i in range(250):
-        m = mutant(rng, bases)
+    for i, m in enumerate(_mutants(rng, bases)):
+        made |= m.kinds
         d = m.write(tmp_path / f"m{i}")
         out = attack(d)
-        kinds[out.kind] = kinds.get(out.kind, 0) + 1
+        outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
         if out.kind in ("bad", "hang") or not out.names_file:
             failures.append(f"{m.base.name}: {'; '.join(m.what)}: {out.kind} {out.error}: {out.message}\n{out.tb}")
         shutil.rmtree(d)
     assert not failures, "\n".join(failures)
-    assert kinds.get("ok", 0) > 40 and kinds.get("gmp", 0) > 100, kinds  # both outcomes exercised
+    assert made == set(KINDS), f"never made: {sorted(set(KINDS) - made)}"
+    n = N_RANDOM + len(KINDS)
+    assert outcomes.get("ok", 0) > n // 6 and outcomes.get("gmp", 0) > n * 2 // 5, outcomes  # both exercised
     assert time.monotonic() - t0 < 60
