@@ -17,6 +17,8 @@ source still reads well where it is shown unrendered):
 - ``<!-- gmp:whatif-errors -->``: the what-if model's held-out errors per regime, from
   ``gmpanalysis/whatif-validation.json`` (written by ``benchmarks/validate_whatif.py``;
   the error bars the advice prints).
+- ``<!-- gmp:include PATH -->``: a markdown file of the repository (``PATH`` from its root),
+  headings one level down.
 - ``<!-- gmp:cli -->``: ``gmpanalysis --help`` and the help of every subcommand, from the
   argument parser itself.
 
@@ -60,11 +62,29 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
                 return whatif_errors(json.loads(VALIDATION_FILE.read_text()))
             if what == "cli" and not args:
                 return cli_help()
+            if what == "include" and len(args) == 1:
+                return include(ROOT / args[0])
         except (OSError, ValueError, KeyError) as e:
             raise PluginError(f"{where}: {e}") from e
         raise PluginError(f"{where}: unknown marker (see docs/hooks/gmpdocs.py)")
 
     return MARKER.sub(render, markdown)
+
+
+def include(path: Path) -> str:
+    """A markdown file of the repository (a folder's README), its headings one level down
+    and its first heading left out: the page that includes it gives the title."""
+    if ROOT not in path.resolve().parents:
+        raise ValueError(f"{path} is not inside the repository")
+    lines = path.read_text().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    out, fence = [], False
+    for line in lines:
+        if line.startswith("```"):
+            fence = not fence
+        out.append("#" + line if not fence and line.startswith("#") else line)
+    return "\n".join(out).strip("\n")
 
 
 def on_post_page(output: str, page: Any, config: Any) -> str:
