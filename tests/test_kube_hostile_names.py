@@ -84,7 +84,8 @@ class _FakeApi(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_api(tmp_path):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeApi)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's end
+    th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     th.start()
     kc = tmp_path / "kubeconfig"
     kc.write_text(

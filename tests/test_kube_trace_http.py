@@ -58,7 +58,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's end
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     t.start()
     Handler.allowed_host, Handler.cut_after, Handler.seen = None, None, []
     yield srv.server_address[1]
