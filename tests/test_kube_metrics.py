@@ -112,6 +112,19 @@ def cpu_stat(path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (ln.split() for ln in (path / "cpu.stat").read_text().splitlines())}
 
 
+def started_pod(core):
+    """The demo pod once its container has an ID (a pod can list as Running a moment
+    before its container status carries one)."""
+    deadline = time.monotonic() + 90
+    while True:
+        pods = core.list_namespaced_pod("default", label_selector=f"app={NAME}").items
+        st = pods[0].status.container_statuses if pods else None
+        if st and st[0].container_id:
+            return pods[0]
+        assert time.monotonic() < deadline, f"the demo pod's container has no ID after 90 s: {pods}"
+        time.sleep(1)
+
+
 def cgroup_dirs(pod) -> dict[str, Path]:
     """The demo pod's container and pod cgroups on this node (cgroupfs or systemd driver)."""
     uid, qos = pod.metadata.uid, pod.status.qos_class.lower()
@@ -159,7 +172,7 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
         local.wait_running(core)
         for d in chart_agent(cluster, tmp_path / "spool"):
             utils.create_from_dict(api, d, namespace="gmp-system")
-        pod = next(p for p in core.list_namespaced_pod("default", label_selector=f"app={NAME}").items)
+        pod = started_pod(core)
         name = pod.metadata.name
         dirs = cgroup_dirs(pod)
         # the agent runs, lists the pod (every 2 s) and has read its cgroups
