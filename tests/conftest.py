@@ -72,6 +72,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"{kind}: {reasons[kind]}"))
 
 
+SERIAL_MARKERS = ("lab", "kube", "vm")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Lab, kube and vm tests measure real timings: under pytest-xdist with more than one
+    worker (``-n``), where other tests run beside them, each fails before any of its
+    fixtures starts anything (the fast suite, ``-m "not lab and not kube"``, runs in parallel)."""
+    workers = getattr(item.config, "workerinput", {}).get("workercount", 1)
+    if workers > 1 and any(item.get_closest_marker(m) for m in SERIAL_MARKERS):
+        pytest.fail(
+            f"a lab/kube/vm test measures real timings and must not share the machine with {workers} parallel "
+            'workers: run it without -n (the fast suite, -m "not lab and not kube", may use -n)',
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def bins() -> dict[str, Path]:
     from gmpanalysis.lab import ensure_binaries
