@@ -5,6 +5,7 @@ the clean table's values. Checked against quantities computed here from the raw 
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import pandas as pd
@@ -18,14 +19,24 @@ from gmpanalysis import degrade as D
 from gmpanalysis.levels import level_run
 from gmpanalysis.timeline import df_period_groups
 
-# one cgroup level at a time (the damage below is to one sampler's rows of one cgroup)
-LOADED = {p.name: level_run(gmp.load_run(p)) for p in RUNS}
-CLEAN = {name: gmp.df_periods(run) for name, run in LOADED.items()}
+
+@functools.cache
+def loaded(name: str) -> gmp.Run:
+    """One cgroup level at a time (the damage below is to one sampler's rows of one cgroup);
+    read when first asked, not when the tests are collected."""
+    return level_run(gmp.load_run(next(p for p in RUNS if p.name == name)))
+
+
+@functools.cache
+def clean_periods(name: str) -> pd.DataFrame:
+    return gmp.df_periods(loaded(name))
+
+
 EDGE_NS = 300_000_000  # damage stays this far from both ends, so the table's edges are clean
 
 damage = st.fixed_dictionaries(
     {
-        "run": st.sampled_from(sorted(LOADED)),
+        "run": st.sampled_from(sorted(p.name for p in RUNS)),
         "drop": st.sampled_from([0.0, 0.0, 0.05, 0.1, 0.3, 0.5]),
         "holes": st.lists(
             st.tuples(st.floats(0.0, 1.0), st.sampled_from([3, 10, 34, 80, 150, 230, 350, 700])), max_size=4
@@ -37,7 +48,7 @@ damage = st.fixed_dictionaries(
 
 
 def damaged(d: dict) -> tuple[gmp.Run, pd.DataFrame]:
-    run = copy.copy(LOADED[d["run"]])
+    run = copy.copy(loaded(d["run"]))
     s = run.samples
     t0, t1 = int(s.t_ns.iloc[0]) + EDGE_NS, int(s.t_ns.iloc[-1]) - EDGE_NS
     rng = np.random.default_rng(d["seed"])
@@ -72,7 +83,7 @@ def table_delta(per: pd.DataFrame, s: pd.DataFrame, col: str, seg: int) -> float
 def test_counts_are_conserved_and_brackets_hold_the_truth(d):
     run, s = damaged(d)
     per = gmp.df_periods(run)
-    clean = CLEAN[d["run"]]
+    clean = clean_periods(d["run"])
     groups = df_period_groups(per)
     for seg in sorted(set(per["segment"])):
         rows = per[per["segment"] == seg]
