@@ -50,6 +50,29 @@ def test_mkimage_writes_a_docker_archive_with_checked_layers(tmp_path):
     assert again.stdout.split()[-1] == r.stdout.split()[-1]
 
 
+def test_mkimage_labels_the_image_and_the_cluster_images_say_version_and_source(tmp_path):
+    """--label lands in the config (so in the image ID: a new version is a new image), and
+    the local cluster's collector images carry the package version and the source."""
+    from gmpanalysis import __version__
+    from gmpanalysis.kube.local import image_labels
+
+    prog = tmp_path / "p"
+    prog.write_bytes(b"x")
+    labels = image_labels("gmp-sampler")
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert labels["org.opencontainers.image.source"].startswith("https://github.com/")
+    args = [x for k, v in labels.items() for x in ("--label", f"{k}={v}")]
+    r = _mkimage(*args, str(tmp_path / "a.tar"), "localhost/p:dev", "/p", f"{prog}:/p")
+    assert r.returncode == 0, r.stderr
+    with tarfile.open(tmp_path / "a.tar") as t:
+        m = json.load(t.extractfile("manifest.json"))[0]
+        assert json.load(t.extractfile(m["Config"]))["config"]["Labels"] == labels
+    plain = _mkimage(str(tmp_path / "b.tar"), "localhost/p:dev", "/p", f"{prog}:/p")
+    assert plain.stdout.split()[-1] != r.stdout.split()[-1]
+    bad = _mkimage("--label", "nokey", str(tmp_path / "c.tar"), "localhost/p:dev", "/p", f"{prog}:/p")
+    assert "KEY=VALUE" in bad.stderr
+
+
 def test_mkimage_entrypoint_as_a_path_and_refusals(tmp_path):
     prog = tmp_path / "p"
     prog.write_bytes(b"x")

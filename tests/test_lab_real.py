@@ -167,3 +167,13 @@ def test_go124_module_line_ignores_the_limit(bins, tmp_path):
     assert m["gomaxprocs_env"] is None and m["gomaxprocs_effective"] == m["ncpu"] == os.cpu_count()
     g = gmp.df_gomaxprocs(run)
     assert g.attrs["rule"] == "NumCPU"
+
+
+def test_collector_binaries_are_static_and_carry_no_build_path(bins):
+    """The collectors are built static (CGO off) with -trimpath: no path of this checkout or
+    of the build cache inside, so the same sources give the same bytes on any machine."""
+    repo = str(Path(__file__).resolve().parents[1]).encode()
+    for name, path in bins.items():
+        data = Path(path).read_bytes()
+        assert repo not in data, f"{name}: holds the checkout's path {repo!r} (built without -trimpath?)"
+        assert b"/lib64/ld-linux" not in data and b"/lib/ld-linux" not in data, f"{name}: dynamically linked"

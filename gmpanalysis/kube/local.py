@@ -109,6 +109,24 @@ def wait_running(core: Any, timeout: float = 120) -> Any:
     )
 
 
+def image_labels(prog: str) -> dict[str, str]:
+    """The OCI labels of a collector image: what it is, the version it was built at and
+    where its source lives (the collectors' Go module)."""
+    from .. import __version__
+
+    module = next(
+        (ln.split()[1] for ln in (REPO / "collectors" / "go.mod").read_text().splitlines() if ln.startswith("module ")),
+        "",
+    )
+    repo = "/".join(module.split("/")[:3])
+    return {
+        "org.opencontainers.image.title": prog,
+        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.source": f"https://{repo}" if repo else "",
+        "org.opencontainers.image.licenses": "Apache-2.0",
+    }
+
+
 def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
     """Start the node under ``base``, import the images built from ``bins``, apply the
     sampler DaemonSet, RBAC and demo manifests, and wait for the demo pod. Returns
@@ -126,6 +144,7 @@ def start(base: Path, bins: dict[str, Path]) -> dict[str, Any]:
             [
                 sys.executable,
                 str(CLUSTER / "mkimage.py"),
+                *(x for k, v in image_labels(prog).items() for x in ("--label", f"{k}={v}")),
                 str(tar),
                 f"localhost/{prog}:dev",
                 f"/{prog}",

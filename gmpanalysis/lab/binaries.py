@@ -80,9 +80,10 @@ def find_go() -> str | None:
 
 
 # the per-file hashes written beside a build; its name in the cache key below keeps builds
-# made before hashes were kept (and by older versions still in use) apart from checked ones
+# made before hashes were kept (and by older versions still in use) apart from checked ones,
+# and so does the build flags' version (-trimpath since "trimpath")
 SUMS = "SHA256SUMS"
-_LAYOUT = "sha256sums-1"
+_LAYOUT = "sha256sums-1-trimpath"
 
 
 def _cache_base() -> Path:
@@ -179,9 +180,11 @@ def _safe_cache_dirs(root: Path) -> None:
 
 
 def _go_env() -> dict[str, str]:
-    # static binaries; no go.work of the surroundings joins in, and no VCS stamp: the
-    # binaries depend only on what the cache key hashes
-    return dict(os.environ, CGO_ENABLED="0", GOWORK="off", GOFLAGS=(os.environ.get("GOFLAGS", "") + " -buildvcs=false"))
+    # static binaries; no go.work of the surroundings joins in, no VCS stamp and no build
+    # directory in the file paths (-trimpath): the binaries depend only on what the cache
+    # key hashes, and the same sources give the same bytes on any machine
+    flags = os.environ.get("GOFLAGS", "") + " -buildvcs=false -trimpath"
+    return dict(os.environ, CGO_ENABLED="0", GOWORK="off", GOFLAGS=flags)
 
 
 def _go_version(go: str, src: Path) -> str:

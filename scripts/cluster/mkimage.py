@@ -2,12 +2,13 @@
 """Make a container image from local files, as a docker-archive tarball that
 ``ctr -n k8s.io images import`` loads into the node's containerd: no Docker, no registry.
 
-    scripts/cluster/mkimage.py OUT.tar NAME:TAG ENTRYPOINT SRC:DEST[:MODE] ...
+    scripts/cluster/mkimage.py [--label KEY=VALUE ...] OUT.tar NAME:TAG ENTRYPOINT SRC:DEST[:MODE] ...
 
 ENTRYPOINT is a path in the image ("/gmp-sampler") or a JSON list ('["/pause", "-v"]').
 Each SRC:DEST[:MODE] puts the local file SRC at DEST in the image (MODE in octal, default
-755). The image has one layer; the files are owned by root with mtime 0, so the same inputs
-give the same image ID. Standard library only: runs under any python3.
+755). ``--label`` puts a label in the image's config (the OCI annotations, e.g.
+``org.opencontainers.image.version``). The image has one layer; the files are owned by root
+with mtime 0, so the same inputs give the same image ID. Standard library only: runs under any python3.
 
 The archive layout (what ``docker save`` writes): ``manifest.json`` lists, per image, its
 config file and its layer tarballs; the config's ``rootfs.diff_ids`` holds the sha256 of each
@@ -51,9 +52,11 @@ def _layer(files: list[tuple[Path, str, int]]) -> bytes:
     return buf.getvalue()
 
 
-def build_image(out: Path, ref: str, entrypoint: list[str], files: list[tuple[Path, str, int]]) -> str:
-    """Write the image ``ref`` (NAME:TAG) to ``out`` as a docker-archive; returns its image
-    ID (the sha256 of its config)."""
+def build_image(
+    out: Path, ref: str, entrypoint: list[str], files: list[tuple[Path, str, int]], labels: dict[str, str] | None = None
+) -> str:
+    """Write the image ``ref`` (NAME:TAG) to ``out`` as a docker-archive, with ``labels`` in
+    its config; returns its image ID (the sha256 of its config)."""
     if ":" not in ref.rsplit("/", 1)[-1]:
         raise SystemExit(f"mkimage: {ref!r}: give NAME:TAG (an untagged image is not imported by name)")
     layer = _layer(files)
@@ -61,7 +64,12 @@ def build_image(out: Path, ref: str, entrypoint: list[str], files: list[tuple[Pa
         "architecture": ARCH.get(platform.machine(), platform.machine()),
         "os": "linux",
         "created": "1970-01-01T00:00:00Z",
-        "config": {"Entrypoint": entrypoint, "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "WorkingDir": "/"},
+        "config": {
+            "Entrypoint": entrypoint,
+            "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
+            "WorkingDir": "/",
+            **({"Labels": dict(labels)} if labels else {}),
+        },
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
@@ -93,12 +101,19 @@ def _file_spec(spec: str) -> tuple[Path, str, int]:
 
 
 def main(argv: list[str]) -> int:
+    labels: dict[str, str] = {}
+    while len(argv) >= 2 and argv[0] == "--label":
+        key, sep, value = argv[1].partition("=")
+        if not sep or not key:
+            raise SystemExit(f"mkimage: --label {argv[1]!r}: expected KEY=VALUE")
+        labels[key] = value
+        argv = argv[2:]
     if len(argv) < 4 or argv[0] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     out, ref, entry, *specs = argv
     entrypoint = json.loads(entry) if entry.startswith("[") else [entry]
-    image_id = build_image(Path(out), ref, entrypoint, [_file_spec(s) for s in specs])
+    image_id = build_image(Path(out), ref, entrypoint, [_file_spec(s) for s in specs], labels)
     print(f"{out} {ref} {image_id}")
     return 0
 
