@@ -90,6 +90,17 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
+def example_report(tmp_path_factory) -> Path:
+    """The report of the example runs as ``gmpanalysis report`` writes it, made once for the
+    tests that only read it (tests/test_report.py, tests/test_report_layout.py)."""
+    from gmpanalysis.cli import main
+
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert main(["report", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def bins() -> dict[str, Path]:
     from gmpanalysis.lab import ensure_binaries
 

@@ -20,11 +20,9 @@ from gmpanalysis.cli import main  # noqa: E402
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("r") / "report.html"
-    assert main(["report", "-o", str(out)]) == 0
-    return out
+@pytest.fixture
+def report(example_report):
+    return example_report  # gmpanalysis report of the example runs (tests/conftest.py)
 
 
 def test_report_is_self_contained(report):
