@@ -33,7 +33,7 @@ import pandas as pd
 
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
-from gmpanalysis.timeline import df_conservation, df_period_groups
+from gmpanalysis.periods import df_conservation, df_period_groups
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = sorted(p for p in (REPO / "fixtures" / "runs").iterdir() if (p / "meta.json").exists())

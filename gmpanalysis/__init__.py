@@ -43,12 +43,12 @@ from .frames import (
 )
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, iter_generations, read_trace
+from .grid import PeriodGrid, fit_period_grid
 from .mmu import df_mmu
-from .periods import PeriodGrid, fit_period_grid
+from .periods import df_conservation, df_period_groups
 from .plot import plot_advice, plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
 from .report import to_report
 from .sampling import df_lateness, df_sampling_holes, read_lateness, sampling_summary
-from .timeline import df_conservation, df_period_groups
 from .whatif import what_if
 
 __version__ = "0.1.0"

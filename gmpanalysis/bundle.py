@@ -233,7 +233,7 @@ def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[
     one: a read can print nr_periods just before the timer bumps both): a file where it does
     is corrupt, and raises :class:`BundleError` naming the line. A counter that falls is read
     as a recreated cgroup (a restart: every counter starts again, usage included) and the
-    analysis starts a new segment there (:func:`gmpanalysis.periods.split_segments`); one that
+    analysis starts a new segment there (:func:`gmpanalysis.grid.split_segments`); one that
     falls while usage_us does not has no such evidence, and gets a note naming the line.
     """
     notes: list[str] = []

@@ -46,7 +46,7 @@ class Credits:
 
     values: dict[str, np.ndarray]  # per counter, float64 per row; NaN where unknown (unresolved group)
     group: np.ndarray  # int64 per row: group number inside this segment, -1 outside any group
-    groups: pd.DataFrame  # one row per group (columns as timeline.df_period_groups, rows not periods)
+    groups: pd.DataFrame  # one row per group (columns as periods.df_period_groups, rows not periods)
     outside: dict[str, float]  # per counter: credits of boundaries outside the table
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .periods import COUNTERS
+from .grid import COUNTERS
 
 
 def drop_random(s: pd.DataFrame, fraction: float, rng: np.random.Generator) -> pd.DataFrame:

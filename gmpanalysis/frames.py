@@ -1,7 +1,7 @@
 """The public tables of one run (``gmp.df_*``): thin accessors over its memoised
 :class:`~gmpanalysis.analysis.Analysis`, each a copy of what the analysis built once.
 
-The topic modules below (:mod:`~gmpanalysis.timeline`, :mod:`~gmpanalysis.levels`,
+The topic modules below (:mod:`~gmpanalysis.periods`, :mod:`~gmpanalysis.levels`,
 :mod:`~gmpanalysis.checks`, :mod:`~gmpanalysis.compare`, :mod:`~gmpanalysis.gomaxprocs`)
 hold pure builders that take their inputs; :mod:`~gmpanalysis.analysis` calls them and
 keeps the results; this module is the only one above both.
@@ -18,12 +18,12 @@ from .bundle import Run
 from .cgroup import bundle_period_us
 from .compare import compare_table
 from .errors import GmpError, MissingDataError
+from .grid import PeriodGrid
 from .kernelfacts import kernel_table
 from .levels import level_names
 from .offsets import period_offsets
-from .periods import PeriodGrid
+from .periods import build_periods
 from .periodtrace import stw_periods
-from .timeline import build_periods
 
 
 def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = None) -> pd.DataFrame:

@@ -1,371 +1,596 @@
-"""The kernel's CFS period grid, reconstructed from cpu.stat samples.
+"""The per-period table: cpu.stat samples and the Go trace on the kernel's period grid.
 
-The bandwidth timer of a cgroup is an hrtimer on CLOCK_MONOTONIC: its expiries fall at
-``phase + k·period`` for the cgroup's whole life, with a phase drawn at random when the
-cgroup is created (kernels since ~6.4). Each expiry bumps ``nr_periods`` (while the timer
-runs: it stops two periods after the group goes idle and resumes on the same grid). So every
-read where nr_periods rose brackets at least one boundary between the previous read and this
-one; intersecting those brackets modulo the period pins the phase. A sampling interval that
-does not divide the period (997 µs) slides the brackets across the boundary and narrows the
-intersection to tens of µs; one that divides it (1 ms) leaves it about one interval wide.
-
-A boundary is always at or before the read that sees its increment, so every bracket's upper
-end binds; a late timer expiry (14–146 µs seen) can push an increment past the next read,
-and its bracket's lower end past the true boundary: lower ends beyond the consensus are
-dropped as late expiries, and every lower end gives way by the timer's expiry latency
-(TIMER_LATE_NS), since a late expiry can hide below the tightest upper end. A recreated
-cgroup (a restarted container) restarts its counters
-and draws a new phase: the samples are split into segments there, each fitted on its own;
-brackets that contradict all earlier ones by more than 0.5 ms also start a new segment, for a
-new phase whose counters did not visibly fall: two in a row when the boundaries moved earlier
-(no late expiry can do that), five when they moved later (a VM that loses its vCPU for tens
-of ms delays an expiry by as much, now and then, never five periods in a row).
+Built with array operations only: boundaries come from the fitted grid, counters are
+attributed to boundaries with searchsorted, usage is interpolated at boundaries, and trace
+intervals are spread over periods through their cumulative coverage function.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from .errors import MissingDataError, UsageError
+from .bundle import Run
+from .credits import CREDITED, Credits, credit_boundaries
+from .errors import MissingDataError
+from .grid import PeriodGrid
+from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
+from .levels import (
+    add_frozen_columns,
+    freezes_of,
+    level_names,
+    level_run,
+    period_changes,
+    place,
+    quota_per_period,
+    refine,
+    table_level,
+)
+from .periodtrace import add_trace
+from .served import latency_ms, succeeded
 
-COUNTERS = ("usage_us", "nr_periods", "nr_throttled", "throttled_us")
-# A bracket that disagrees with all before it by more than this is a new phase, not a late
-# expiry (late expiries seen here: 14-146 µs).
-JUMP_TOL_NS = 500_000
-# How late a period timer's expiry (and so its nr_periods increment) can run after the
-# nominal boundary: 14-146 µs seen here (NOTES), under load on a VM.
-TIMER_LATE_NS = 150_000
-# ... and in an emulated guest (qemu TCG, meta virtualization "tcg"): its timer interrupts
-# wait for the host to run the vCPU; a 4-vCPU guest on 2 host cores saw nr_periods rise up
-# to 19.5 ms after the boundary (Debian 6.1, lab run --kernel)
-TIMER_LATE_TCG_NS = 25_000_000
+# The group counts as running while its usage rises by at least RUNNING_CPUS over a window
+# of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
+# tick-sized steps, so shorter windows look flat even for a busy CPU; after the quota runs
+# out, threads still trickle leftover slice (36-520 µs steps seen here), far below a quarter
+# CPU per tick.
+RUNNING_CPUS = 0.25
+# A stretch without reads longer than this many sampling intervals is a hole: usage is
+# interpolated across it (and says so); counters stay exact unless several period
+# boundaries fall inside it.
+HOLE_READS = 10
+# The finest sampling the exhaustion brackets assume the truth is defined at (~1 kHz reads).
+RESOLUTION_NS = 1_000_000
+# An exhaustion bracket wider than a scheduler tick plus this (a read either side) leaves the
+# moment open: the row gives the bracket and no point value (6 ms at HZ=250).
+OPEN_BRACKET_SLACK_US = 2_000.0
 
-
-def timer_late_ns(meta: dict) -> int:
-    """How late the bundle's period timers may fire: the guest's tolerance under emulation."""
-    return TIMER_LATE_TCG_NS if meta.get("virtualization") == "tcg" else TIMER_LATE_NS
-
-
-# A phase that moved later must hold for this many brackets (periods) in a row to be a new
-# phase rather than late expiries.
-PERSIST_BRACKETS = 5
-# A hole in the reads is laid on the table period by period (its periods form an ambiguous
-# group, see gmpanalysis.credits), as long as it holds no more boundaries than the file has
-# reads (and at least this many): the table stays the size of the data. A longer one -- a
-# sampler stopped for hours, or a corrupt time that jumps by days -- ends the segment; the
-# reads after it start another, and the hole is listed in PeriodGrid.left_out.
-HOLE_BOUNDARIES_MIN = 10_000
-
-
-@dataclasses.dataclass(frozen=True)
-class GridSegment:
-    """The grid of one cgroup lifetime (between counter resets)."""
-
-    first_row: int  # first sample row of the segment (position in the samples frame)
-    last_row: int  # last sample row (inclusive)
-    start_ns: int  # time of the first sample
-    end_ns: int  # time of the last sample
-    phase_ns: int  # a boundary lies at phase_ns + k·period_ns (phase_ns in [0, period))
-    uncertainty_ns: int  # half-width of the interval the phase is known to lie in
-    boundaries_used: int  # brackets that constrained the phase
-    late_dropped: int  # brackets dropped as late timer expiries
-
-    def boundaries(self, period_ns: int, start_ns: int | None = None, end_ns: int | None = None) -> np.ndarray:
-        """Boundary times (int64 ns) within [start_ns, end_ns] (default: the segment)."""
-        lo = self.start_ns if start_ns is None else start_ns
-        hi = self.end_ns if end_ns is None else end_ns
-        k0 = -((self.phase_ns - lo) // period_ns)  # ceil((lo - phase) / period)
-        k1 = (hi - self.phase_ns) // period_ns
-        return self.phase_ns + np.arange(k0, k1 + 1, dtype=np.int64) * period_ns
-
-
-@dataclasses.dataclass(frozen=True)
-class PeriodGrid:
-    """CFS period boundaries per segment; ``phase_ns``/``uncertainty_ns`` are those of the
-    longest segment."""
-
-    period_ns: int
-    segments: tuple[GridSegment, ...]
-    # holes too long to lay on the table: (last row before, first row after, boundaries inside)
-    left_out: tuple[tuple[int, int, int], ...] = ()
-
-    def __deepcopy__(self, memo: dict) -> PeriodGrid:
-        return self  # immutable all through: pandas deep-copies a table's attrs into every column
-
-    @property
-    def main(self) -> GridSegment:
-        return max(self.segments, key=lambda s: s.end_ns - s.start_ns)
-
-    @property
-    def phase_ns(self) -> int:
-        return self.main.phase_ns
-
-    @property
-    def uncertainty_ns(self) -> int:
-        return self.main.uncertainty_ns
-
-
-def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
-    """(first_row, last_row) ranges between counter resets: any cumulative counter falling
-    means the cgroup was recreated."""
-    if len(samples) == 0:
-        return []
-    fall = np.zeros(len(samples) - 1, dtype=bool)
-    for c in COUNTERS:
-        v = samples[c].to_numpy()
-        fall |= v[1:] < v[:-1]
-    cuts = np.flatnonzero(fall) + 1
-    edges = np.r_[0, cuts, len(samples)]
-    return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]
+PERIOD_COLUMNS = [
+    "period",
+    "segment",
+    "start_ns",
+    "end_ns",
+    "gap",
+    "hole_ms",
+    "group",
+    "reason",
+    "active",
+    "nr_periods",
+    "nr_throttled",
+    "quota_us",
+    "usage_us",
+    "usage_lo_us",
+    "usage_hi_us",
+    "throttled",
+    "throttled_rq_us",
+    "exhausted_at_us",
+    "exhausted_lo_us",
+    "exhausted_hi_us",
+    "stall_us",
+    "cpus_throttled",
+    "frozen_by",
+    "frozen_us",
+    "frozen_other_us",
+    "psi_some_us",
+    "psi_full_us",
+    "local_throttled_us",
+    "gomaxprocs",
+    "stw_us",
+    "stw_max_us",
+    "stw_count",
+    "stw_spans_boundary",
+    "gc_mark_us",
+    "gc_worker_us",
+    "assist_us",
+    "go_running_us",
+    "requests",
+    "requests_ok",
+    "requests_failed",
+    "latency_p50_ms",
+    "latency_p99_ms",
+]
 
 
-def _usable(d: np.ndarray, width: np.ndarray, period_ns: int) -> np.ndarray:
-    """Brackets that place a boundary: nr_periods rose between reads less than half a
-    period apart. Offsets are unwrapped around the narrowest bracket; that is exact only
-    when every bracket is narrower than half a period (a wider one can overlap the truth
-    at two places on the circle and would pin a confident wrong phase). Brackets wider than
-    a quarter period (holes) say little: when narrower ones exist, only they are used."""
-    ok = (d >= 1) & (width < period_ns // 2)
-    narrow = ok & (width <= period_ns // 4)
-    return narrow if narrow.any() else ok
+_BLOCK = 1 << 16
 
 
-def _rises(t: np.ndarray, read: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The read pairs across which nr_periods rose (their first rows), and the earliest and
-    latest times of the boundary between each. Only those pairs can hold one (about one in a
-    hundred at 1 ms sampling), so the rest are dropped before any arithmetic."""
-    rose = np.flatnonzero(periods[1:] > periods[:-1])
-    lo = t[rose] - read[rose] // 2  # the previous read started here at the earliest
-    hi = t[rose + 1] + read[rose + 1] // 2  # this read ended here at the latest
-    return rose, lo, hi
+def _last_true_at(flags: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each index in ``at``, the last index <= it where ``flags`` is true (-1: none)."""
+    where = np.flatnonzero(flags)
+    pos = np.searchsorted(where, at, side="right") - 1
+    return np.where(pos >= 0, where[np.maximum(pos, 0)] if len(where) else -1, -1)
 
 
-def _brackets(
-    t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int
+def _exhaustion(
+    t: np.ndarray,
+    u: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    P: int,
+    unc_ns: int,
+    tick: int,
+    dt: np.ndarray,
+    q10: float,
+    med_dt: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The usable brackets (see :func:`_usable`) of :func:`_rises`: for each, the read
-    pair's first row and the earliest and latest times of the boundary between them."""
-    rose, lo, hi = _rises(t, read, periods)
-    use = _usable(periods[rose + 1] - periods[rose], hi - lo, period_ns)
-    return rose[use], lo[use], hi[use]
+    """Quota exhaustion in each period [start, end): µs from the start to the last read at
+    which usage still rose at a running CPU's pace, with its bracket.
 
-
-def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> tuple[int, int, int, int]:
-    """Phase, uncertainty, brackets used, late brackets dropped, for one segment."""
-    _, lo, hi = _brackets(t, read, periods, period_ns)
-    if len(lo) == 0:
-        raise MissingDataError(
-            "no nr_periods increment between two reads closer than half a period: the cgroup has no CPU "
-            "limit (no period timer) or the samples are too sparse to place the period grid (sample at "
-            "least every 50 ms for 100 ms periods; ~1 ms gives a precise grid)"
-        )
-    # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]; the
-    # narrowest bracket's upper end lies closest to a boundary (a wide first bracket, after
-    # a hole, could put the phase near the wrap point and split the brackets across it)
-    ref = int(hi[np.argmin(hi - lo)])
-    half = period_ns // 2
-    d_hi = (hi - ref + half) % period_ns - half
-    d_lo = d_hi - (hi - lo)
-    upper = int(d_hi.min())
-    # brackets whose lower end lies past every upper end were raised late
-    late = d_lo > upper
-    # The upper ends are always valid (a timer never fires early). Any lower end may belong
-    # to an expiry that ran late -- by up to TIMER_LATE_NS, not only the rare outliers
-    # caught above: two samplers on one busy cgroup disagreed by 130 µs while each claimed
-    # ±33-47 µs when only the outliers were allowed for. So the lower bound gives way by it.
-    ok = d_lo[~late]
-    lower = (int(ok.max()) if len(ok) else upper) - TIMER_LATE_NS
-    mid = (lower + upper) // 2
-    phase = (ref + mid) % period_ns
-    return int(phase), (upper - lower + 1) // 2, int(len(lo)), int(late.sum())
-
-
-def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> int | None:
-    """The first read (row offset) after which the boundaries follow a different phase, or
-    None. A recreated cgroup normally restarts its counters (see split_segments); this
-    catches a new timer phase whose counters did not visibly fall."""
-    use, lo, hi = _brackets(t, read, periods, period_ns)
-    if len(use) < 3:
-        return None
-    half = period_ns // 2
-    d_hi = (hi - int(hi[np.argmin(hi - lo)]) + half) % period_ns - half
-    d_lo = d_hi - (hi - lo)
-    # Upper ends always hold for an unchanged phase (a timer never fires early); a lower end
-    # may be pushed later by a late expiry, and one late bracket must not raise the consensus
-    # for every bracket after it: lower ends past the upper consensus are left out of it.
-    upper = np.minimum.accumulate(d_hi)
-    late = d_lo > upper
-    lower = np.maximum.accumulate(np.where(late, np.iinfo(np.int64).min, d_lo))
-    # bracket k+1 against brackets 0..k. A phase moved earlier cannot be a late expiry: two
-    # such brackets in a row make a new phase. A phase moved later looks like late expiries
-    # (a VM that loses its vCPU for tens of ms delays them by as much), which are isolated:
-    # it must persist for PERSIST_BRACKETS brackets in a row (or to the end of the samples).
-    earlier = d_hi[1:] < lower[:-1] - JUMP_TOL_NS
-    bad = earlier | (d_lo[1:] > upper[:-1] + JUMP_TOL_NS)
-    n = len(bad)
-    idx = np.arange(n)
-    # length of the run of conflicting brackets starting at each one
-    next_ok = np.minimum.accumulate(np.where(bad, n, idx)[::-1])[::-1]
-    run = next_ok - idx
-    jump = (earlier[:-1] & earlier[1:]) | ((run[:-1] >= np.minimum(PERSIST_BRACKETS, n - idx[:-1])) & bad[1:])
-    k = np.flatnonzero(jump)
-    return None if len(k) == 0 else int(use[k[0] + 1])  # the read that starts the first conflicting bracket
-
-
-def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> PeriodGrid:
-    """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc).
-
-    ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
-    it, select one first. Raises :class:`MissingDataError` when the samples cannot place
-    the grid (no limit, or reads sparser than a period). A hole holding more boundaries
-    than the file has reads ends a segment (:data:`HOLE_BOUNDARIES_MIN`); such holes are
-    listed in ``left_out``.
+    The group's usage is charged when a task is descheduled, so the freeze shows as the
+    last running-pace step: it happened after the read before that step and at the latest
+    at the read that saw it. The bracket is (previous read, that read], clipped to the
+    period and widened by the grid's uncertainty; when reads are missing after it (a stretch
+    longer than 1.5 sampling intervals, or than 1.5 ms for sparser sampling, across which
+    usage rose by a short read's running-pace step), the group may have run on unseen, and
+    the bracket reaches the read that closes that stretch. ``dt`` is ``np.diff(t)``, with
+    its 10th percentile and median.
     """
-    if "cgroup" in samples and samples["cgroup"].nunique() > 1:
-        raise MissingDataError(
-            f"samples hold {samples['cgroup'].nunique()} cgroups ({', '.join(map(str, samples['cgroup'].unique()))}); "
-            "fit one at a time: samples[samples.cgroup == NAME]"
+    n = len(t)
+    # A stretch between reads longer than the finest resolution (1.5 sampling intervals,
+    # and at most 1.5 ms: sparser sampling hides running too) can hide a running-pace step
+    # that reads there would have seen, if usage rose across it by at least one such step of
+    # a short read (1 ms at most): the bracket reaches the read that closes the last one.
+    short_dt = min(q10, RESOLUTION_NS)
+    gap_ns = 1.5 * min(med_dt, RESOLUTION_NS)
+    running = np.empty(n, dtype=bool)
+    closes = np.zeros(n, dtype=bool)
+    # read by read, in blocks that stay in cache: an hour of 1 ms reads is 3.6 M of them,
+    # and whole-length temporaries cost more in fresh pages than in arithmetic
+    t0 = float(t[0]) if n else 0.0
+    for a in range(0, n, _BLOCK):
+        b = min(a + _BLOCK, n)
+        tf = t[a:b].astype(np.float64)
+        # the rise over the last tick-length of time (usage interpolated there, so missing
+        # reads change the window only a little)
+        back = np.maximum(tf - tick, t0)
+        lo = max(int(np.searchsorted(t, t[a] - tick, side="right")) - 1, 0)
+        rise = u[a:b] - np.interp(back, t[lo:b].astype(np.float64), u[lo:b])
+        win = (tf - back) / 1e3
+        # ... and the read itself carries a running-pace step (a window ending at a read can
+        # still hold an older step)
+        p = max(a - 1, 0)
+        step = u[p + 1 : b] - u[p : b - 1]
+        step_win = dt[p : b - 1] / 1e3
+        ok = rise >= RUNNING_CPUS * win
+        if a == 0:  # the first read's step is 0 over 0 µs: a running pace
+            ok[1:] &= step >= RUNNING_CPUS * step_win
+            closes[1:b] = (dt[: b - 1] > gap_ns) & (step >= RUNNING_CPUS * short_dt / 1e3)
+        else:
+            ok &= step >= RUNNING_CPUS * step_win
+            closes[a:b] = (dt[p : b - 1] > gap_ns) & (step >= RUNNING_CPUS * short_dt / 1e3)
+        running[a:b] = ok
+    last_read = np.searchsorted(t, end, side="left") - 1
+    j = _last_true_at(running, np.maximum(last_read, 0))
+    has = j >= 0
+    jj = np.maximum(j, 0)
+    tx = np.where(has, t[jj], start)
+    tprev = np.where(has & (jj > 0), t[np.maximum(jj - 1, 0)], start)
+    last_close = closes  # looked up by index below
+    after = np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)  # the first read after the end
+    r = _last_true_at(last_close, after)
+    # a hole across the end boundary counts only for the part of it before the boundary
+    # (after it, the unthrottled group runs: that rise belongs to the next period)
+    short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= gap_ns)
+    r = np.where(short_tail, _last_true_at(last_close, np.maximum(last_read, 0)), r)
+    late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
+    tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
+    ex = np.clip(tx - start, 0, P) / 1e3
+    # ... and the period's start is known to the grid's uncertainty
+    lo = np.clip(tprev - start - unc_ns, 0, P) / 1e3
+    hi = np.clip(np.minimum(tnext, end) - start + unc_ns, 0, P) / 1e3
+    return ex, np.minimum(lo, ex), np.maximum(hi, ex)
+
+
+def _usage_at_boundaries(
+    t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Usage in each period between the boundaries ``B`` (µs), interpolated between the
+    reads around each boundary, and the bracket those reads allow: cumulative usage is
+    monotone, so the truth at a boundary lies between them (a boundary known to the grid's
+    uncertainty ``unc_ns``)."""
+    u_at = np.interp(B.astype(np.float64), t.astype(np.float64), u)
+    i_after = np.clip(np.searchsorted(t, B + unc_ns, side="left"), 0, len(t) - 1)
+    i_before = np.clip(np.searchsorted(t, B - unc_ns, side="right") - 1, 0, len(t) - 1)
+    u_lo_b, u_hi_b = u[i_before], u[i_after]
+    return np.diff(u_at), np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0), u_hi_b[1:] - u_lo_b[:-1]
+
+
+def _hole_ms(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per period [start, end): the longest hole in the reads (a stretch without reads
+    longer than HOLE_READS nominal intervals) that overlaps it, ms; 0 if none."""
+    hole_ms = np.zeros(len(start))
+    for a in np.flatnonzero(dt > HOLE_READS * nominal).tolist():  # holes are rare: a loop over them
+        hit = (end > t[a]) & (start < t[a + 1])
+        hole_ms[hit] = np.maximum(hole_ms[hit], dt[a] / 1e6)
+    return hole_ms
+
+
+def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
+    seg = grid.segments[seg_no]
+    P = grid.period_ns
+    tick = tick_ns(run.meta)
+    t = s["t_ns"].to_numpy()
+    u = s["usage_us"].to_numpy().astype(np.float64)
+    B = seg.boundaries(P)
+    if len(B) < 2:
+        return pd.DataFrame(columns=PERIOD_COLUMNS), None
+    start, end = B[:-1], B[1:]
+    k = (start - seg.phase_ns) // P
+    margin = max(seg.uncertainty_ns, 50_000)
+    n = len(start)
+
+    usage, usage_lo, usage_hi = _usage_at_boundaries(t, u, B, seg.uncertainty_ns)
+    dt = np.diff(t)
+    # the 10th percentile and the median of the read intervals (exact: int64 ns)
+    q10, med_dt = (float(q) for q in np.percentile(dt, [10, 50])) if len(dt) else (float(P), float(P))
+    hole_ms = _hole_ms(t, dt, max(med_dt, 1.0), start, end)
+    gap = hole_ms > 0
+
+    cr = credit_boundaries(B, t, {c: s[c].to_numpy() for c in CREDITED}, margin, P)
+    d_periods, d_thr, d_thr_us = (cr.values[c] for c in CREDITED)
+    known = ~np.isnan(d_thr)
+    throttled = known & (d_thr > 0)
+
+    exhausted = np.full(n, np.nan)
+    ex_lo = np.full(n, np.nan)
+    ex_hi = np.full(n, np.nan)
+    ti = np.flatnonzero(throttled)
+    if len(ti):
+        exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(
+            t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt
         )
-    missing = [c for c in ("t_ns", "read_ns", *COUNTERS) if c not in samples]
-    if missing:
-        raise MissingDataError(f"samples lack column(s) {', '.join(missing)}; read them with gmp.read_cpu_stat")
-    t_all = samples["t_ns"].to_numpy()
-    back = np.flatnonzero(t_all[1:] < t_all[:-1])
-    if len(back):
-        raise UsageError(
-            f"samples row {int(back[0]) + 1}: t_ns goes backwards ({t_all[back[0]]} -> {t_all[back[0] + 1]}); "
-            "sort the reads by time (samples.sort_values('t_ns'))"
+    # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
+    # the bracket stays, a point value (and the stall and CPU count that follow) would be made up
+    open_ex = throttled & ((ex_hi - ex_lo) > tick / 1e3 + OPEN_BRACKET_SLACK_US)
+    exhausted[open_ex] = np.nan
+    stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
+    # usage moves in tick steps, so a stall shorter than a tick cannot be measured
+    measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
+    cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
+
+    quota, changes = quota_per_period(run, start, end)
+    reason = np.full(n, "", dtype=object)
+    for r, what in changes:
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
+    for r in np.flatnonzero(gap).tolist():
+        what = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
+    for r in np.flatnonzero(open_ex).tolist():
+        what = f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)"
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
+    for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():
+        hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
+        what = (
+            f"{int(g.nr_throttled)} of {g.boundaries} period ends in one {hole:.0f} ms hole were throttled "
+            f"({g.throttled_us / 1e3:.1f} ms throttled time between them; group {g.group})"
         )
-    read_all = samples["read_ns"].to_numpy()
-    per_all = samples["nr_periods"].to_numpy()
-    segs = []
-    pending, left_out = [], []
-    cap = max(len(samples), HOLE_BOUNDARIES_MIN)
-    for a, b in split_segments(samples):
-        # boundaries inside each stretch between reads, at most (the phase is not known yet):
-        # more than cap means a gap of at least cap periods
-        for j in (a + np.flatnonzero(t_all[a + 1 : b + 1] - t_all[a:b] >= cap * period_ns)).tolist():
-            left_out.append((j, j + 1, int((t_all[j + 1] - t_all[j]) // period_ns + 1)))
-            pending.append((a, j))
-            a = j + 1
-        pending.append((a, b))
-    while pending:  # a few segments: resets and phase jumps are rare
-        a, b = pending.pop(0)
-        if b - a < 2:
+        sel = cr.group == g.group
+        reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
+
+    v2 = _v2_signals(s, t, B, margin, P)
+
+    def nullable_bool(v: np.ndarray) -> pd.arrays.BooleanArray:
+        return pd.arrays.BooleanArray(np.nan_to_num(v) > 0, np.isnan(v))
+
+    def nullable_int(v: np.ndarray) -> pd.arrays.IntegerArray:
+        return pd.arrays.IntegerArray(np.nan_to_num(v).astype(np.int64), np.isnan(v))
+
+    df = pd.DataFrame(
+        {
+            "period": k.astype(np.int64),
+            "segment": seg_no,
+            "start_ns": start,
+            "end_ns": end,
+            "gap": gap,
+            "hole_ms": hole_ms,
+            "group": pd.arrays.IntegerArray(np.maximum(cr.group, 0), cr.group < 0),
+            "reason": pd.array(np.where(reason == "", None, reason), dtype="string"),
+            "active": nullable_bool(d_periods),
+            "nr_periods": nullable_int(d_periods),
+            "nr_throttled": nullable_int(d_thr),
+            "quota_us": nullable_int(quota),
+            "usage_us": usage,
+            "usage_lo_us": usage_lo,
+            "usage_hi_us": usage_hi,
+            "throttled": nullable_bool(d_thr),
+            "throttled_rq_us": d_thr_us,
+            "exhausted_at_us": exhausted,
+            "exhausted_lo_us": ex_lo,
+            "exhausted_hi_us": ex_hi,
+            "stall_us": stall,
+            "cpus_throttled": cpus,
+            **v2,
+        }
+    )
+    return df, cr
+
+
+V2_SIGNALS = ("psi_some_us", "psi_full_us", "local_throttled_us")
+# why the v2 columns are NaN for a whole bundle (df.attrs["missing"])
+V2_MISSING = (
+    "the samples have no {col} column: cgroup v1 has neither cpu.pressure nor cpu.stat.local, and a v2 "
+    "kernel before 6.6 no cpu.stat.local (or the bundle was sampled by an older gmp-sampler)"
+)
+V2_EMPTY = "level {level!r} has no {file} ({why}): the sampler left {col} empty"
+V2_FILES = {
+    "psi_some_us": ("cpu.pressure", "PSI turned off: psi=0 on the kernel command line"),
+    "psi_full_us": ("cpu.pressure's full line", "a kernel before {}.{}, or PSI turned off".format(*PSI_CGROUP_FULL)),
+    "local_throttled_us": ("cpu.stat.local", "a kernel before {}.{}".format(*LOCAL_STAT)),
+}
+
+
+def _v2_missing(run: Run, level: str) -> dict[str, str]:
+    """Why each cgroup v2 column of the level's table is NaN throughout (none: it is not)."""
+    s = run.samples
+    if "cgroup" in s:
+        s = s[s["cgroup"] == level]
+    out = {}
+    for c in V2_SIGNALS:
+        if c not in s:
+            out[c] = V2_MISSING.format(col=c)
+        elif s[c].isna().all():
+            file, why = V2_FILES[c]
+            out[c] = V2_EMPTY.format(level=level, file=file, why=why, col=c)
+    return out
+
+
+def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int, P: int) -> dict[str, np.ndarray]:
+    """cgroup v2's own per-period signals (NaN where the samples lack them): the PSI
+    totals, which the kernel keeps current at every read (the stall in progress included),
+    interpolated at the boundaries like usage; cpu.stat.local's throttled time, which the
+    kernel adds when a run queue is unthrottled, like cpu.stat's: credited the same way
+    (:func:`gmpanalysis.credits.credit_boundaries`: at the boundary that ends the freeze, or
+    mid-period where another level's boundary ended it; NaN inside an unresolved hole)."""
+    out = {}
+    n = len(B) - 1
+    for c in V2_SIGNALS:
+        if c not in s or s[c].isna().any():
+            out[c] = np.full(n, np.nan)
             continue
-        j = _phase_jump(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)
-        if j is not None and 1 <= j <= b - a:
-            pending[:0] = [(a, a + j - 1), (a + j, b)]
+        v = s[c].to_numpy(dtype=np.float64)
+        if c.startswith("psi_"):
+            out[c] = np.diff(np.interp(B.astype(np.float64), t.astype(np.float64), v))
+        else:
+            counters = {k: s[k].to_numpy() for k in CREDITED if k != "throttled_us"}
+            out[c] = credit_boundaries(B, t, {**counters, "throttled_us": v}, margin, P).values["throttled_us"]
+    return out
+
+
+def _add_requests(df: pd.DataFrame, run: Run) -> None:
+    n = len(df)
+    df["requests"] = np.zeros(n, dtype=np.int64)
+    df["requests_ok"] = np.zeros(n, dtype=np.int64)
+    df["requests_failed"] = np.zeros(n, dtype=np.int64)
+    df["latency_p50_ms"] = np.nan
+    df["latency_p99_ms"] = np.nan
+    r = run.requests
+    if r is None or not len(r) or not n:
+        return
+    start, end = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    # a request belongs to the period it arrived in (its scheduled time)
+    sched = r["sched_ns"].to_numpy()
+    which = np.searchsorted(start, sched, side="right") - 1
+    inside = (which >= 0) & (sched < end[np.maximum(which, 0)])
+    ok = inside & succeeded(r)
+    df["requests"] = np.bincount(which[inside], minlength=n)
+    df["requests_ok"] = np.bincount(which[ok], minlength=n)
+    df["requests_failed"] = df["requests"] - df["requests_ok"]
+    if not ok.any():  # an overloaded window where nothing succeeded: no latency to show
+        return
+    # latency of the requests that succeeded, from the scheduled start (a timeout's
+    # "latency" is the client's timeout, not the service's)
+    q = pd.Series(latency_ms(r)[ok]).groupby(which[ok]).quantile([0.5, 0.99]).unstack()
+    df.loc[q.index, "latency_p50_ms"] = q[0.5].to_numpy()
+    df.loc[q.index, "latency_p99_ms"] = q[0.99].to_numpy()
+
+
+def build_periods(
+    run: Run, grid: PeriodGrid, level: str | None = None, *, level_table: Callable[[str], pd.DataFrame]
+) -> pd.DataFrame:
+    """The per-period table on a given grid, for one level (the process's own by default),
+    with the freezes of every level laid on it (see :func:`gmpanalysis.df_periods`).
+    ``level_table(name)``: another level's own table on its own grid
+    (:meth:`gmpanalysis.Analysis.level_table_of`, memoised)."""
+    names = level_names(run)
+    ref = table_level(run) if level is None else level
+    single = len(names) == 1 and "cgroup" not in run.samples
+    out = build_level(run if single else level_run(run, ref), grid)
+    fz = [freezes_of(out, ref)]
+    spans: dict[str, tuple[int, int]] = {}
+    for name in names:
+        if name == ref:
             continue
         try:
-            phase, unc, used, late = _fit_phase(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)
-        except MissingDataError:
+            other = level_table(name)
+        except MissingDataError as e:  # a level without a quota, or too short to fit a grid
+            note = f"level {name!r} is not laid on the table: {e}"
+            if note not in run.notes:
+                run.notes.append(note)
             continue
-        segs.append(GridSegment(a, b, int(t_all[a]), int(t_all[b]), phase, unc, used, late))
-    if not segs:
+        fz.append(freezes_of(other, name))
+        spans[name] = (int(other["start_ns"].iloc[0]), int(other["end_ns"].iloc[-1]))
+    freezes = pd.concat(fz, ignore_index=True)
+    if len(spans):
+        freezes = refine(freezes, {name: level_run(run, name).samples for name in [ref, *spans]})
+    add_frozen_columns(out, freezes, ref, spans)
+    out = out[PERIOD_COLUMNS]
+    out.attrs["grid"] = grid
+    out.attrs["level"] = ref
+    out.attrs["missing"] = _v2_missing(run, ref)
+    out.attrs["ledger"] = dataclasses.replace(out.attrs["ledger"], freezes=place(freezes, out))
+    return out
+
+
+def build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
+    """The table of a single-level run: counters, exhaustion and the trace on ``grid``."""
+    s = run.samples
+    if run.meta.get("quota_us") is None:
+        raise MissingDataError(f"{run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to")
+    pc = period_changes(run)
+    if len(pc):
+        r = pc.iloc[0]
         raise MissingDataError(
-            f"{samples.attrs.get('source', 'samples')}: cannot place the CFS period grid: no segment of the "
-            "samples has nr_periods rising between reads closer than half a period (is there a CPU limit? "
-            "was the group busy? were the reads at least every 50 ms for 100 ms periods?)"
+            f"{run.path}: the CFS period of level {r['cgroup']!r} changed to {r['period_us']} µs at t_ns "
+            f"{r['t_ns']} (limits.csv): the kernel's timer takes the new length from its next expiry, so one grid "
+            "does not hold across it; analyse the parts before and after separately (filter run.samples by t_ns)"
         )
-    return PeriodGrid(period_ns, tuple(segs), tuple(left_out))
+    parts, groups, cons = [], [], []
+    next_group = 0
+    _note_left_out(run, grid)
+    for i, seg in enumerate(grid.segments):
+        ss = s.iloc[seg.first_row : seg.last_row + 1]
+        t = ss["t_ns"].to_numpy()
+        twice = t[1:] == t[:-1]
+        if twice.any():  # a row written twice: one read, not two
+            ss = ss[np.r_[True, ~twice]]
+        part, cr = _segment_table(run, grid, i, ss)
+        if not len(part):
+            continue
+        if len(cr.groups):
+            part["group"] = part["group"] + next_group
+            groups.append(
+                cr.groups.assign(
+                    group=cr.groups["group"] + next_group,
+                    segment=i,
+                    first_period=part["period"].to_numpy()[cr.groups["first_row"].to_numpy()],
+                    last_period=part["period"].to_numpy()[cr.groups["last_row"].to_numpy()],
+                )
+            )
+            next_group += len(cr.groups)
+        cons += _conservation(i, ss, part, cr)
+        parts.append(part)
+    if not parts:
+        raise MissingDataError(
+            f"{run.path}: the samples hold no complete CFS period (no two period boundaries inside the "
+            f"sampled span {(s['t_ns'].iloc[-1] - s['t_ns'].iloc[0]) / 1e6:.0f} ms); collect for longer"
+        )
+    out = pd.concat(parts, ignore_index=True)
+    add_trace(out, run)
+    _add_requests(out, run)
+    out.attrs["grid"] = grid
+    out.attrs["ledger"] = Ledger(
+        groups=pd.concat(groups, ignore_index=True)[GROUP_COLUMNS] if groups else pd.DataFrame(columns=GROUP_COLUMNS),
+        conservation=pd.DataFrame(cons),
+    )
+    return out
 
 
-def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LATE_NS) -> tuple[str, str] | None:
-    """Do the samples of ONE cgroup agree with a CFS period of ``period_ns``? Returns None
-    when they do (or hold too few increments to tell), else ``("error", why)`` when the
-    period cannot be the timer's, or ``("note", why)`` when its boundaries drift against
-    the increments by more than the grid tolerates.
+def _note_left_out(run: Run, grid: PeriodGrid) -> None:
+    """A note for every hole too long to lay on the table (:data:`gmpanalysis.grid.HOLE_BOUNDARIES_MIN`):
+    where it is, and what the counters say happened across it, so that no count vanishes
+    unsaid."""
+    s = run.samples
+    src = s.attrs.get("source", "cpu_stat.csv")
+    t = s["t_ns"].to_numpy()
+    for before, after, boundaries in grid.left_out:
+        rose = ", ".join(f"{c} {float(s[c].iloc[after] - s[c].iloc[before]):+g}" for c in CREDITED)
+        note = (
+            f"{src}: a {(t[after] - t[before]) / 1e9:.6g} s hole in the samples (t_ns {t[before]} to {t[after]}) "
+            f"holds up to {boundaries} period boundaries, more than the file has reads: its periods are not in the "
+            f"table, the reads after it start a new segment (across it: {rose}). A sampler stopped for that long, "
+            "or a corrupt t_ns?"
+        )
+        if note not in run.notes:
+            run.notes.append(note)
 
-    The timer fires once every period while it runs, and keeps running two periods after
-    the group goes idle, so nr_periods rises at most once per period and in runs of
-    consecutive periods: the increments lie a whole number of periods apart, never closer
-    than one, and many exactly one apart. Summed over a chain of increments, the misfit of
-    the right period stays within the reads' precision; a wrong one grows with every period.
+
+@dataclasses.dataclass(eq=False, frozen=True)  # compared by identity: pandas compares attrs when merging
+class Ledger:
+    """Where the counters of a period table went: see :func:`df_period_groups` and
+    :func:`df_conservation`. Read-only, and shared by the tables derived from one (a
+    column, a filter): pandas deep-copies ``attrs`` into every derived frame, and copying
+    these tables each time cost a third of a bundle's analysis. What it holds is handed
+    out as copies (:func:`df_period_groups`, :func:`df_conservation`, df_freezes)."""
+
+    groups: pd.DataFrame
+    conservation: pd.DataFrame
+    freezes: pd.DataFrame | None = None  # every level's freezes on this table's grid (levels.place)
+
+    def __deepcopy__(self, memo: dict) -> Ledger:
+        return self
+
+
+def _ledger(per: pd.DataFrame) -> Ledger:
+    led = per.attrs.get("ledger")
+    if led is None:
+        raise MissingDataError(
+            "this period table carries no ledger (df.attrs['ledger']): pass the table df_periods returned, "
+            "or one filtered from it (merges and concats drop the attrs)"
+        )
+    return led
+
+
+def df_period_groups(per: pd.DataFrame) -> pd.DataFrame:
+    """The ambiguous groups of a :func:`df_periods` table: periods whose ends fell inside
+    one hole in the samples, so that the cumulative counters give only their sums.
+
+    Columns: ``group`` (the rows' ``group`` value); ``segment``; ``first_period``,
+    ``last_period``; ``boundaries`` period ends inside the hole (ones outside the table
+    included); ``hole_start_ns``, ``hole_end_ns`` the reads around the hole; ``nr_periods``,
+    ``nr_throttled`` counts and ``throttled_us`` µs (a sum over CPUs) credited in the hole;
+    ``nr_periods_resolved``, ``nr_throttled_resolved``, ``throttled_us_resolved`` bool, the
+    sum decided every period (0, or a count equal to ``boundaries``), so the rows hold it.
     """
-    t_all = samples["t_ns"].to_numpy(np.int64)
-    read_all = samples["read_ns"].to_numpy(np.int64)
-    per_all = samples["nr_periods"].to_numpy()
-    P = int(period_ns)
-    segments = split_segments(samples)
-    spacing = []  # time per increment between reads that saw one (consecutive periods: ~P)
-    rises = 0
-    for a, b in segments:
-        t, per = t_all[a : b + 1], per_all[a : b + 1]
-        rose = np.flatnonzero(per[1:] > per[:-1]) + 1
-        rises += len(rose)
-        if len(rose) >= 2:
-            spacing.append(np.diff(t[rose]) / (per[rose[1:]] - per[rose[:-1]]))
-        span = int(t[-1] - t[0]) + int(read_all[a] + read_all[b])
-        if per[-1] - per[0] > span // P + 2:
-            return "error", (
-                f"nr_periods rose {int(per[-1] - per[0])} times in {span / 1e9:.3g} s, more than once per "
-                f"period{_estimate(spacing)}"
-            )
-    if rises < 8:
-        return None
-    est = _estimate(spacing)
-    low = np.concatenate(spacing) if spacing else np.zeros(0)
-    if len(low) >= 8 and float(np.percentile(low, 10)) > 1.5 * P:
-        return "error", f"nr_periods never rose in two consecutive periods ({rises} increments){est}"
-
-    # increments placed between the reads around them, where the reads are fine enough
-    gaps, tol, close, chains = [], [], 0, []
-    for a, b in segments:
-        t, read, per = t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1]
-        _, lo, hi = _rises(t, read, per)
-        use = hi - lo <= P // 4
-        mid = ((lo + hi) // 2)[use]
-        half = ((hi - lo) // 2)[use]
-        if len(mid) < 2:
-            continue
-        dm = np.diff(mid).astype(np.float64)
-        h = (half[:-1] + half[1:] + late_ns).astype(np.float64)
-        # two increments closer than a period, beyond what the reads leave open
-        close += int(np.sum(dm < P - h))
-        n = np.rint(dm / P)
-        ok = (n >= 1) & (n <= 20)  # a longer idle stretch could round to the wrong count
-        gaps.append(n[ok])
-        tol.append(h[ok])
-        chains.append((np.cumsum(n[ok]), np.cumsum((dm - n * P)[ok]), float(np.median(h[ok])) if ok.any() else 0.0))
-    n = np.concatenate(gaps) if gaps else np.zeros(0)
-    if len(n) < 8:
-        return None
-    h = np.concatenate(tol)
-    if close >= max(3, (len(n) + close) // 10):
-        return "error", f"{close} of {len(n) + close} nr_periods increments came less than one period apart{est}"
-    if not (n == 1).any():
-        return "error", f"nr_periods never rose in two consecutive periods ({len(n)} increments){est}"
-    e = np.concatenate([np.diff(np.r_[0.0, r]) for _, r, _ in chains])
-    misfit = int(np.sum(np.abs(e) > h))
-    if misfit >= max(3, len(n) // 4):
-        return "error", f"{misfit} of {len(n)} intervals between increments are no whole number of periods{est}"
-    # drift: the chained misfit against the number of periods (a line through the origin);
-    # a phase that jumped once leaves a step, not a line, and is the fit's business
-    for k, r, hw in chains:
-        if len(k) < 8:
-            continue
-        # sums of products, not np.dot: a dot product this long is a threaded BLAS call,
-        # which would wake numpy's OpenBLAS pool (one thread per CPU) for a few µs of work
-        slope = float((k * r).sum() / (k * k).sum())
-        drift = slope * k[-1]
-        rest = float(np.sqrt(np.mean((r - slope * k) ** 2)))
-        if abs(drift) > max(2 * hw, 1_000_000) and rest <= 2 * hw and abs(slope) >= 1000:
-            return "note", (
-                f"the boundaries drift {drift / 1e6:+.1f} ms over {int(k[-1])} periods against it: the timer's "
-                f"period is about {(P + slope) / 1e3:.0f} µs"
-            )
-    return None
+    return _ledger(per).groups.copy()  # the ledger is shared, read-only
 
 
-def _estimate(spacing: list[np.ndarray]) -> str:
-    """ "; the increments say about N µs": the median time per increment over the lowest
-    tenth of those times (the timer running through consecutive periods), for a message."""
-    x = np.concatenate(spacing) if spacing else np.zeros(0)
-    if len(x) < 4:
-        return ""
-    low = x[x <= 1.5 * np.percentile(x, 10)]
-    return f"; the increments say about {float(np.median(low)) / 1e6:.1f} ms"
+def df_conservation(per: pd.DataFrame) -> pd.DataFrame:
+    """Where every counter increment of a :func:`df_periods` table went, per segment.
+
+    Columns: ``segment``; ``counter`` (nr_periods, nr_throttled, throttled_us, usage_us);
+    ``delta`` last read - first read of the segment; ``rows`` Σ over the rows that know
+    their value; ``groups`` Σ of the unresolved ambiguous groups' sums; ``outside`` credits
+    of the periods before and after the table (for usage: before the first and after the
+    last boundary). ``rows + groups + outside == delta`` on every input, up to float
+    rounding (the throttled time is a float sum of µs).
+    """
+    return _ledger(per).conservation.copy()  # the ledger is shared, read-only
+
+
+GROUP_COLUMNS = [
+    "group",
+    "segment",
+    "first_period",
+    "last_period",
+    "boundaries",
+    "hole_start_ns",
+    "hole_end_ns",
+    *CREDITED,
+    *(f"{c}_resolved" for c in CREDITED),
+]
+
+
+def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits) -> list[dict[str, object]]:
+    """Where every counter increment of a segment went: rows, groups, or periods outside."""
+    out: list[dict[str, object]] = []
+    has_groups = len(cr.groups) > 0
+    for c in CREDITED:
+        v = ss[c].to_numpy()
+        unresolved = ~cr.groups[f"{c}_resolved"].to_numpy(dtype=bool) if has_groups else None
+        out.append(
+            {
+                "segment": seg_no,
+                "counter": c,
+                "delta": float(v[-1] - v[0]),
+                "rows": float(np.nansum(cr.values[c])),
+                "groups": float(cr.groups[c].to_numpy()[unresolved].sum()) if has_groups else 0.0,
+                "outside": cr.outside[c],
+            }
+        )
+    u = ss["usage_us"].to_numpy().astype(np.float64)
+    t = ss["t_ns"].to_numpy().astype(np.float64)
+    inside = np.interp([part["start_ns"].iloc[0], part["end_ns"].iloc[-1]], t, u)
+    out.append(
+        {
+            "segment": seg_no,
+            "counter": "usage_us",
+            "delta": float(u[-1] - u[0]),
+            "rows": float(part["usage_us"].sum()),
+            "groups": 0.0,
+            "outside": float((inside[0] - u[0]) + (u[-1] - inside[1])),
+        }
+    )
+    return out

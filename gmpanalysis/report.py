@@ -26,8 +26,8 @@ from .goversion import go_version_of
 from .levels import describe as describe_levels
 from .levels import quota_words
 from .offsets import cpus_available
+from .periods import df_period_groups
 from .sampling import sampling_summary
-from .timeline import df_period_groups
 
 SUMMARY_COLUMNS = {
     "name": "run",

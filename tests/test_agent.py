@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import gmpanalysis as gmp
-from gmpanalysis.timeline import df_conservation
+from gmpanalysis.periods import df_conservation
 
 pytestmark = pytest.mark.lab
 

@@ -27,7 +27,7 @@ from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bun
 from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, read_summary, summarize_bundle
 from gmpanalysis.fleet.store import BUNDLES, newest_first
 from gmpanalysis.location import fetch_bundle
-from gmpanalysis.timeline import df_conservation
+from gmpanalysis.periods import df_conservation
 
 RUNS = Path("fixtures/runs")
 SOME = ("cpu-0.5cpu-gmp1", "cpu-0.5cpu-gmp2", "alloc-0.5cpu-gmp8")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.levels import level_run
-from gmpanalysis.timeline import df_period_groups
+from gmpanalysis.periods import df_period_groups
 
 
 @functools.cache
