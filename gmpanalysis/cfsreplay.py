@@ -85,10 +85,11 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
 MAX_ROOM = 1 << 20
 
 
-def _room(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int) -> int:
+def _room(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int, conc: int | None = None) -> int:
     """Periods of the own level the replay likely spans: the arrivals' span plus the work
-    at the slowest rate any level allows (its least quota), with some to spare."""
-    rate = float(min(G, C))
+    at the slowest rate any level allows (its least quota; a closed loop's clients), with
+    some to spare."""
+    rate = float(min(G, C) if conc is None else max(min(G, C, conc), 1))
     for lv in levels:
         finite = [q for q in lv["qv"] if not math.isinf(q)]
         if finite:
@@ -139,7 +140,7 @@ def _run(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The loop over every event (cfskernel.replay_events), with room for the periods it
     spans (more and again where the first guess fell short). Returns (end, sent, rows)."""
-    room = _room(arr, cost, levels, G, C)
+    room = _room(arr, cost, levels, G, C, conc)
     scalars = (
         -1 if conc is None else int(conc),
         int(G),

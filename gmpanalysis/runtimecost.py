@@ -22,6 +22,12 @@ from __future__ import annotations
 
 import math
 
+# The growth the fit saw at most (1.70 at 16 Ps, 250m): a request's CPU at any number of
+# Ps is taken as at most this many times its CPU at one P, and the Ps beyond MAX_FIT_PS
+# add nothing more (outside what the sweeps measured, the growth is not extrapolated)
+MAX_GROWTH = 1.7
+MAX_FIT_PS = 16
+
 # The fraction of a request's CPU added per P beyond the first, per GC stop-the-world pause
 # per CPU-second: fitted on the 16-CPU sweeps of the allocation-heavy handler (GOMAXPROCS 1
 # against 16, from GOMAXPROCS 1's rate): 0.00128 at a 1.5-CPU limit (23.8 pauses per CPU-s,
@@ -37,18 +43,31 @@ def ps(gomaxprocs: int, cpus: int) -> int:
 
 def growth(stw_per_cpu_s: float, p: int) -> float:
     """A request's CPU at ``p`` Ps over its CPU at one P, for a service whose GC stops the
-    world ``stw_per_cpu_s`` times per CPU-second at one P."""
-    return 1.0 + PER_P_PER_STW * stw_per_cpu_s * (p - 1)
+    world ``stw_per_cpu_s`` times per CPU-second at one P: linear in the Ps up to the ones
+    the fit saw (:data:`MAX_FIT_PS`), and at most :data:`MAX_GROWTH`."""
+    return min(1.0 + PER_P_PER_STW * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1), MAX_GROWTH)
+
+
+def extrapolated(stw_per_cpu_s: float | None, p: int) -> bool:
+    """Whether :func:`growth` at ``p`` Ps leaves what the fit measured (more Ps, or a
+    growth past :data:`MAX_GROWTH`, held there)."""
+    if stw_per_cpu_s is None or not math.isfinite(stw_per_cpu_s) or stw_per_cpu_s <= 0:
+        return False
+    return p > MAX_FIT_PS or 1.0 + PER_P_PER_STW * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1) > MAX_GROWTH
 
 
 def scale(stw_per_cpu_s: float | None, source_ps: int, target_ps: int) -> float:
     """A request's CPU at ``target_ps`` Ps over its CPU at ``source_ps``, given the
     stop-the-world rate measured at the source (None or NaN: unknown, 1.0). The rate
     measured at ``source_ps`` Ps is per CPU-second of that run, whose CPU already carries
-    the growth: its rate at one P is solved from ``r1 = r × growth(r1, source_ps)``."""
+    the growth: its rate at one P is solved from ``r1 = r × growth(r1, source_ps)`` (exact
+    while the growth is linear; where the source's own growth would pass MAX_GROWTH, it is
+    held there). So the result lies within [1 / MAX_GROWTH, MAX_GROWTH]."""
     if stw_per_cpu_s is None or not math.isfinite(stw_per_cpu_s) or stw_per_cpu_s <= 0 or source_ps == target_ps:
         return 1.0
-    # exact wherever the source's CPU per request is under 10× its one-P figure (a rate the
-    # runs behind the fit never came near); beyond, the growth is capped there
-    r1 = stw_per_cpu_s / max(1.0 - PER_P_PER_STW * stw_per_cpu_s * (source_ps - 1), 0.1)
+    k = PER_P_PER_STW * (min(source_ps, MAX_FIT_PS) - 1)
+    # r1 = r / (1 - k r) while the source's growth 1 + k r1 = 1 / (1 - k r) stays below the
+    # cap; past it the source's growth is the cap, r1 = r × MAX_GROWTH
+    linear = k * stw_per_cpu_s < 1.0 - 1.0 / MAX_GROWTH
+    r1 = stw_per_cpu_s / (1.0 - k * stw_per_cpu_s) if linear else stw_per_cpu_s * MAX_GROWTH
     return growth(r1, target_ps) / growth(r1, source_ps)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import functools
 import math
 import numbers
 from typing import Any
@@ -156,8 +155,9 @@ def _what_if(
     specs = [] if unlimited else _outer_specs(prep, outer, q, P * 1000, phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     stw = prep["stw"]
-    src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C)
-    grow = runtimecost.scale(stw and stw["per_cpu_s"], src_ps, runtimecost.ps(G, C))
+    rate = stw["per_cpu_s"] if stw and lim["gomaxprocs"] and (lim["cpus"] or C) else None
+    src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C) if rate else 1
+    grow = runtimecost.scale(rate, src_ps, runtimecost.ps(G, C))
     cost = np.asarray(d["cost_ns"]) * grow
     out = _replay(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
@@ -167,7 +167,8 @@ def _what_if(
     _add_stw(out, stw)
     which = attrs.pop("request_period", None)
     if d.get("latency_shape") is not None:
-        attrs["latency_ms"] = _closed_loop_spread(out, d["latency_shape"], attrs["latency_ms"], which)
+        kept = prep.setdefault("spread_quantiles", {})
+        attrs["latency_ms"] = _closed_loop_spread(out, d["latency_shape"], attrs["latency_ms"], which, kept)
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         out["requests"] = 0
         out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
@@ -182,6 +183,7 @@ def _what_if(
         "cpus": C,
         "cost_ms": float(np.mean(d["cost_ns"])) * grow / 1e6,
         "runtime_cpu_growth": grow,
+        "runtime_cpu_growth_extrapolated": runtimecost.extrapolated(rate, max(src_ps, runtimecost.ps(G, C))),
         "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
@@ -240,19 +242,16 @@ def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
     out["stw"], out["stw_stretched"] = n, n * risk
 
 
-@functools.lru_cache(maxsize=64)
-def _spread_quantiles_of(shape: bytes, n: int) -> np.ndarray:
-    return np.quantile(np.frombuffer(shape), (np.arange(n) + 0.5) / n)
-
-
-def _spread_quantiles(shape: np.ndarray, n: int) -> np.ndarray:
+def _spread_quantiles(shape: np.ndarray, n: int, kept: dict[int, np.ndarray]) -> np.ndarray:
     """The measured spread's quantiles (i + 0.5) / n, i < n: the same for every setting a
-    run is replayed under (its requests do not change), so kept."""
-    return _spread_quantiles_of(np.ascontiguousarray(shape, dtype=np.float64).tobytes(), n)
+    run is replayed under (its requests do not change), so kept with the run (``kept``)."""
+    if n not in kept:
+        kept[n] = np.quantile(shape, (np.arange(n) + 0.5) / n)
+    return kept[n]
 
 
 def _closed_loop_spread(
-    out: pd.DataFrame, shape: np.ndarray, latency_ms: np.ndarray, which: np.ndarray | None
+    out: pd.DataFrame, shape: np.ndarray, latency_ms: np.ndarray, which: np.ndarray | None, kept: dict
 ) -> np.ndarray:
     """A closed loop's latencies as the replay predicts them: their mean, which Little's law
     ties to the throughput (clients / requests answered per second) and the replay predicts,
@@ -269,7 +268,7 @@ def _closed_loop_spread(
         return lat
     mapped = lat.copy()
     # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n
-    mapped[ok[np.argsort(lat[ok], kind="stable")]] = _spread_quantiles(shape, len(ok)) * float(lat[ok].mean())
+    mapped[ok[np.argsort(lat[ok], kind="stable")]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
     if which is not None and len(which) == len(mapped):
         p50, p99 = _group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99

@@ -27,24 +27,46 @@ def _load(name: str):
 
 
 @given(
-    rate=st.floats(0.5, 60),
-    src=st.integers(1, 64),
-    dst=st.integers(1, 64),
+    rate=st.floats(0.5, 200),
+    src=st.integers(1, 128),
+    dst=st.integers(1, 128),
 )
-def test_growth_round_trips_and_grows_with_the_ps(rate, src, dst):
-    """From a run at ``src`` Ps to ``dst`` and back is the run itself; more Ps, more CPU per
-    request; without a measured rate, nothing changes."""
+def test_growth_round_trips_stays_in_what_was_fitted_and_grows_with_the_ps(rate, src, dst):
+    """From a run at ``src`` Ps to ``dst`` and back is the run itself; more Ps, no less CPU
+    per request; never more than the growth the fit saw, nor its inverse; without a
+    measured rate, nothing changes."""
     there = RC.scale(rate, src, dst)
-    # the rate the target would measure: the same pauses per request over its larger CPU
-    denom = 1 - RC.PER_P_PER_STW * rate * (src - 1)
-    # exact while the CPU per request stays under 10x its one-P figure at either end
-    if denom >= 0.1 and RC.growth(rate / denom, max(src, dst)) < 9.99:
-        r1 = rate / denom
-        back = RC.scale(r1 / RC.growth(r1, dst), dst, src)
-        assert there * back == pytest.approx(1.0, rel=1e-9)
-    assert (there > 1) == (dst > src) and (there < 1) == (dst < src)
+    # the rate the target would measure: the same pauses per request over its other CPU
+    k = RC.PER_P_PER_STW * (min(src, RC.MAX_FIT_PS) - 1)
+    r1 = rate / (1 - k * rate) if k * rate < 1 - 1 / RC.MAX_GROWTH else rate * RC.MAX_GROWTH
+    back = RC.scale(r1 / RC.growth(r1, dst), dst, src)
+    assert there * back == pytest.approx(1.0, rel=1e-9)
+    assert 1 / RC.MAX_GROWTH - 1e-12 <= there <= RC.MAX_GROWTH + 1e-12
+    assert (there >= 1) == (dst >= src) or there == 1.0
     assert RC.scale(None, src, dst) == RC.scale(float("nan"), src, dst) == 1.0
     assert RC.ps(dst, src) == max(min(dst, src), 1)
+    assert RC.extrapolated(rate, 64) and not RC.extrapolated(None, 64) and not RC.extrapolated(1.0, 4)
+
+
+def test_a_run_that_records_neither_gomaxprocs_nor_cpus_replays_with_them_given(tmp_path):
+    """A bundle without GOMAXPROCS, CPUs or a trace: what_if with both given replays it,
+    its CPU per request as measured."""
+    import json
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cpu-0.5cpu-gmp2"
+    dst = tmp_path / "bare"
+    shutil.copytree(src, dst)
+    (dst / "trace.out").unlink(missing_ok=True)
+    meta = json.loads((dst / "meta.json").read_text())
+    for k in ("ncpu", "gomaxprocs"):
+        meta.pop(k, None)
+    (dst / "meta.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run(dst)
+        per = W.what_if(run, gomaxprocs=4, cpus=8)
+    assert per.attrs["model"]["runtime_cpu_growth"] == 1.0 and len(per)
 
 
 def test_cpu_per_request_grows_with_gomaxprocs_where_the_gc_runs():
