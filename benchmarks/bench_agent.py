@@ -11,7 +11,7 @@ measured: utime + stime of the agent's process from /proc/PID/stat over the wind
 
 The peer, measured in the same run: gmp-sampler reading one container's two levels at
 997 µs (what continuous sampling of one container costs, the thing the agent avoids). The
-budget in the issue is 1 % of a core for 100 containers. Not a test; numbers move with the
+budget is 1 % of a core for 100 containers. Not a test; numbers move with the
 machine and whatever else runs on it (repeats give the spread).
 """
 

@@ -80,7 +80,7 @@ def _check_v2_bundle(out: Path, series: str, cpus: int) -> gmp.Run:
 
 
 def test_vm_612_done_when(tmp_path):
-    """The issue's own command: 6.12, 4 vCPUs, GOMAXPROCS 4, 6 s."""
+    """The documented VM lab command: 6.12, 4 vCPUs, GOMAXPROCS 4, 6 s."""
     out = tmp_path / "b612"
     t0 = time.monotonic()
     r = _lab(out, "--kernel", "6.12", "--cpus", "4", "--gomaxprocs", "4", "--duration", "6")
