@@ -4,7 +4,7 @@ read_trace and the summaries; counts what is not a GmpError, hangs and broken in
     .venv/bin/python benchmarks/attack_traces.py [N] [SEED] [--budget S] [--one K]
 
 N mutants (default 25 000) of run SEED (default 1), each under a budget of S CPU seconds
-(default 10: the issue's bound for one small input; CPU time, so a busy machine does not
+(default 10: the bound for one small input; CPU time, so a busy machine does not
 turn slow mutants into hangs). ``--one K`` redoes mutant K and prints
 what was done to it. The mutations are in tests/trace_mutants.py; tests/test_attack_traces.py
 runs 600 of them, every kind of mutation among them, on every test run (3,000 with

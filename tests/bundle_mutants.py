@@ -8,7 +8,7 @@ removed; a time jump or a counter going backwards; a whole file replaced by a di
 FIFO, a symlink loop, a symlink to /dev/zero, garbage or nothing; another run's trace.
 
 :func:`attack` runs a mutant through load_run -> df_periods -> compare_runs -> df_checks.
-The contract (issue 14): every outcome is a result or a :class:`~gmpanalysis.errors.GmpError`
+The contract: every outcome is a result or a :class:`~gmpanalysis.errors.GmpError`
 whose message names the file; no other exception, no hang. Used by
 tests/test_attack_bundles.py (one mutant of each of :data:`KINDS` and a few dozen random
 ones) and benchmarks/attack_bundles.py (many).

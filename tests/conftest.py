@@ -75,6 +75,14 @@ def pytest_collection_modifyitems(config, items):
 SERIAL_MARKERS = ("lab", "kube", "vm")
 
 
+def pytest_configure(config):
+    """With pytest-xdist's -n, each test file runs whole on one worker (its module fixtures
+    built once): --dist loadfile where -n left the default. Set here, not in addopts, so
+    pytest runs without xdist installed too."""
+    if getattr(config.option, "dist", "no") == "load" and getattr(config.option, "numprocesses", None):
+        config.option.dist = "loadfile"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Lab, kube and vm tests measure real timings: under pytest-xdist with more than one

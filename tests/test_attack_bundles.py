@@ -1,5 +1,5 @@
 """Hostile bundles: every input gives a result or a GmpError naming the file, never another
-exception, never a hang, never a silent wrong result (issue 14).
+exception, never a hang, never a silent wrong result.
 
 The named cases are the ones an attack on the shipped runs found; the seeded fuzz at the end
 keeps the rest held: one mutant of each kind of change and 40 random ones (250 with

@@ -38,7 +38,7 @@ def models() -> list[tm.Model]:
 
 
 def test_mutants_give_gmp_errors_or_sound_tables(models):
-    """Each mutant under a budget of 10 CPU seconds (the issue's bound for one small input)."""
+    """Each mutant under a budget of 10 CPU seconds (the bound for one small input)."""
     bad, outcomes, kinds = [], {}, set()
     for k, outcome, detail, what, kind in tm.run(models, seed=14, n=N_MUTANTS, budget_s=10.0):
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
