@@ -461,6 +461,72 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
                 p.wait()
 
 
+def test_fleet_stops_waiting_when_no_worker_is_left(tmp_path, monkeypatch):
+    """A scheduler and one worker without a nanny; at the first result the worker is killed
+    with SIGKILL, so none is left. Dask alone would wait for a worker forever; the fleet
+    waits NO_WORKER_S (here 3 s), cancels what is pending and fails naming why, within a
+    minute, with the bundle that finished kept."""
+    import threading
+
+    from gmpanalysis.errors import GmpError
+    from gmpanalysis.fleet import compute
+
+    monkeypatch.setitem(compute.NO_WORKER_S, "scheduler", 3.0)
+    monkeypatch.setattr(compute, "WATCH_EVERY_S", 0.5)
+    store = tmp_path / "store"
+    for n in SOME:
+        for k in range(4):
+            src = tmp_path / "relabel" / f"{n}-{k}"
+            shutil.copytree(RUNS / n, src)
+            meta = json.loads((src / "meta.json").read_text())
+            meta.update(capture=f"k{k}")
+            (src / "meta.json").write_text(json.dumps(meta))
+            put_bundle(src, store)
+    dask = str(Path(sys.executable).with_name("dask"))
+    sched_file = tmp_path / "scheduler.json"
+    cmd = [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+           "--scheduler-file", str(sched_file)]  # fmt: skip
+    procs = [_start(cmd, tmp_path / "scheduler.log")]
+    try:
+        addr = _scheduler_address(sched_file)
+        cmd = [dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
+               "--no-dashboard", "--name", "w0", "--host", "127.0.0.1"]  # fmt: skip
+        procs.append(_start(cmd, tmp_path / "worker0.log"))
+        from distributed import Client
+
+        with Client(addr, timeout=30) as c:
+            c.wait_for_workers(1, timeout=60)
+
+        def kill(_row: dict) -> None:
+            if procs[1].poll() is None:
+                procs[1].send_signal(signal.SIGKILL)
+
+        got: dict = {}
+
+        def go() -> None:
+            try:
+                got["summary"] = fleet(store, scheduler=addr, progress=False, on_result=kill)
+            except Exception as e:  # noqa: BLE001 - the test reads it
+                got["error"] = e
+
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        t.join(timeout=90)
+        assert not t.is_alive(), "the fleet still waits for a worker 90 s after the only one was killed"
+        assert isinstance(got.get("error"), GmpError), got
+        assert "no Dask worker was left for 3 s" in str(got["error"]) and "run fleet again" in str(got["error"])
+        assert procs[1].wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def _scheduler_address(f: Path) -> str:
     """The address in the scheduler's file, once it is there whole (it is not written atomically)."""
     deadline = time.monotonic() + 60

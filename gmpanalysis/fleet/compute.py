@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -414,6 +415,13 @@ class _Pool:
 
 
 WORKLOAD = ["cluster", "namespace", "workload"]
+# With tasks still pending and no worker at all for this long, the fleet stops waiting: the
+# tasks are cancelled and named as failed (a worker's nanny restarts a dead worker; with
+# none left, Dask would wait for workers forever). A cluster at a scheduler address may be
+# scaling up from zero, so it gets longer.
+NO_WORKER_S = {"local": 120.0, "scheduler": 600.0}
+WATCH_EVERY_S = 5.0
+
 # Dask runs higher priorities first: an advisor run (a second or more of replays) starts as
 # soon as its workload's bundles are analysed, ahead of the queued bundles, so the long
 # tasks overlap the short ones instead of trailing them all
@@ -450,6 +458,7 @@ class _Schedule:
         self.failed: list[tuple[str, str]] = []
         self.unadvised: list[tuple[str, str]] = []
         self.done: Any = None  # the futures as they complete (made with the first task: no task, no cluster)
+        self.no_workers_s: float | None = None  # set when the watch gave up waiting for a worker
 
     def run(self, todo: pd.DataFrame) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         from tqdm.auto import tqdm
@@ -465,12 +474,52 @@ class _Schedule:
         for w in self.rows:
             if not self.left.get(w):  # nothing of it to analyse: it may still want an answer
                 self._advise(w)
+        stop = threading.Event()
+        watch = threading.Thread(target=self._watch_workers, args=(stop,), name="gmp-fleet-watch", daemon=True)
+        if self.done is not None:
+            watch.start()
+        try:
+            self._collect()
+        finally:
+            stop.set()
+        self.bar.close()
+        return self.failed, self.unadvised
+
+    def _watch_workers(self, stop: threading.Event) -> None:
+        """While tasks are pending: with no worker at all for NO_WORKER_S, cancel them (the
+        result loop then names each as failed, saying why)."""
+        limit = NO_WORKER_S["local" if self.pool.scheduler is None else "scheduler"]
+        client = self.pool.client()
+        since: float | None = None
+        while not stop.wait(WATCH_EVERY_S):
+            try:
+                workers = len(client.scheduler_info().get("workers", {}))
+            except Exception:  # the scheduler itself unreachable: Dask's own errors say so
+                continue
+            if workers:
+                since = None
+                continue
+            since = time.monotonic() if since is None else since
+            if time.monotonic() - since >= limit:
+                self.no_workers_s = limit
+                client.cancel(list(self.tasks.copy()))  # (a copy: the result loop changes it)
+                return
+
+    def _collect(self) -> None:
+        """Each task's result as it completes; a workload's advice asked for once none of its
+        bundles is left."""
         for fut in self.done if self.done is not None else ():
             kind, key, w = self.tasks.pop(fut)
             try:
                 row = fut.result()
             except Exception as e:  # failed after Dask's retries (or its worker kept dying)
-                (self.failed if kind == "bundle" else self.unadvised).append((key, f"{type(e).__name__}: {e}"))
+                why = f"{type(e).__name__}: {e}"
+                if self.no_workers_s is not None and fut.cancelled():
+                    why = (
+                        f"cancelled: no Dask worker was left for {self.no_workers_s:.0f} s (killed, out of memory, "
+                        "or never started); start workers and run fleet again"
+                    )
+                (self.failed if kind == "bundle" else self.unadvised).append((key, why))
                 row = None
             if kind == "bundle":
                 self.bar.update(1)
@@ -485,8 +534,6 @@ class _Schedule:
                     self.advice[key] = row
             if not self.left.get(w):
                 self._advise(w)
-        self.bar.close()
-        return self.failed, self.unadvised
 
     def summary(self) -> pd.DataFrame:
         """Every summary row with its advice, as :func:`read_summary` reads them back."""
@@ -494,6 +541,9 @@ class _Schedule:
         return _with_advice(_summary_frame(rows), _advice_frame(list(self.advice.values())))
 
     def _submit(self, task: Callable[..., dict[str, Any]], kind: str, key: str, path: Any, r: dict, prio: int) -> None:
+        if self.no_workers_s is not None:  # given up on the workers: not asked of the cluster
+            self.unadvised.append((key, f"not run: no Dask worker was left for {self.no_workers_s:.0f} s"))
+            return
         fut = self.pool.client().submit(
             task,
             path,
