@@ -32,6 +32,7 @@ import pandas as pd
 
 from ..errors import BundleError, GmpError, UsageError
 from ..location import fs_of
+from .pool import Pool
 from .store import BUNDLES, DERIVED, PARTS, list_bundles, newest_first, partition_path
 
 PERIODS_DIR = "periods"
@@ -347,7 +348,7 @@ def fleet(
     bundles = list_bundles(srcs)
     done = processed(out_s)
     todo = bundles[~bundles["key"].isin(done)]
-    pool = _Pool(distributed, scheduler, workers)
+    pool = Pool(distributed, scheduler, workers)
     sched = _Schedule(pool, out_s, bundles, progress, on_result)
     try:
         failed, unadvised = sched.run(todo)
@@ -372,48 +373,6 @@ def fleet(
     return summary
 
 
-class _Pool:
-    """The Dask client of a fleet run, made at the first task: a LocalCluster of ``workers``
-    processes, or the running cluster at ``scheduler``."""
-
-    def __init__(self, distributed: Any, scheduler: str | None, workers: int | None) -> None:
-        self.distributed, self.scheduler, self.workers = distributed, scheduler, workers
-        self.cluster: Any = None
-        self._client: Any = None
-
-    def client(self) -> Any:
-        if self._client is not None:
-            return self._client
-        import dask
-
-        if self.scheduler is None:
-            n = self.workers or os.cpu_count() or 1
-            # Dask's statistical profiler keeps every cycle's call-stack profile in the worker:
-            # over a fleet of bundles it grew a worker by ~1.2 MiB per bundle (VmRSS 260 -> 416
-            # MiB over 128 bundles; flat at 260 without it). Workers of a running scheduler are
-            # started by their owner: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False there.
-            with dask.config.set({"distributed.worker.profile.enabled": False}):
-                self.cluster = self.distributed.LocalCluster(
-                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
-                )
-        try:
-            target = self.cluster if self.cluster is not None else self.scheduler
-            self._client = self.distributed.Client(target, timeout=30)
-        except OSError as e:
-            raise GmpError(
-                f"fleet: cannot reach the Dask scheduler at {self.scheduler} ({e}); is it running?"
-            ) from None
-        return self._client
-
-    def close(self) -> None:
-        try:
-            if self._client is not None:
-                self._client.close()
-        finally:
-            if self.cluster is not None:
-                self.cluster.close()
-
-
 WORKLOAD = ["cluster", "namespace", "workload"]
 # With tasks still pending and no worker at all for this long, the fleet stops waiting: the
 # tasks are cancelled and named as failed (a worker's nanny restarts a dead worker; with
@@ -436,7 +395,7 @@ class _Schedule:
 
     def __init__(
         self,
-        pool: _Pool,
+        pool: Pool,
         out: str,
         bundles: pd.DataFrame,
         progress: bool,
