@@ -207,7 +207,7 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     monkeypatch.setattr(lab, "run_lab", started)
     monkeypatch.setattr(lab, "sweep", started)
-    monkeypatch.setattr(kube_collect, "_stream_sampler", started)
+    monkeypatch.setattr(kube_collect, "stream_sampler", started)
     return tmp_path
 
 

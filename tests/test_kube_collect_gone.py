@@ -78,12 +78,12 @@ def run_collect(monkeypatch, tmp_path):
     """collect_pod with the sampler's exec replaced by ``exec_fn(csv)``."""
 
     def go(core, exec_fn, **cfg):
-        monkeypatch.setattr(kcollect, "_sampler_pod", lambda core, cfg, node: "gmp-sampler-abcde")
+        monkeypatch.setattr(kcollect, "sampler_pod", lambda core, cfg, node: "gmp-sampler-abcde")
 
         def fake_stream(core, cfg, sampler, targets, seconds, csv, log, on_start=None, until=None):
             return exec_fn(csv)
 
-        monkeypatch.setattr(kcollect, "_stream_sampler", fake_stream)
+        monkeypatch.setattr(kcollect, "stream_sampler", fake_stream)
         c = CollectConfig(namespace="default", pod=NAME, duration_s=5, pprof_port=None, out=tmp_path, **cfg)
         logged: list[str] = []
         with pytest.raises(CollectError) as ei:
@@ -184,7 +184,7 @@ def test_a_listed_pod_deleted_before_its_collection_started(monkeypatch, tmp_pat
 
 def test_selector_leaves_out_pods_being_deleted(monkeypatch, tmp_path):
     core = FakeCore(_pod(deleting=True))
-    monkeypatch.setattr(kcollect, "_client", lambda cfg: core)
+    monkeypatch.setattr(kcollect, "kube_client", lambda cfg: core)
     cfg = CollectConfig(namespace="default", selector="app=gmp-demoapp", pprof_port=None, out=tmp_path)
     logged: list[str] = []
     with pytest.raises(CollectError, match=f"no running pod matches .*being deleted: {NAME}"):

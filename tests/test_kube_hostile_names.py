@@ -128,7 +128,7 @@ def test_collect_from_a_hostile_api_server_writes_inside_out(fake_api, tmp_path,
         assert sampler == "gmp-sampler-abcde"
         return 0, "", None
 
-    monkeypatch.setattr(kcollect, "_stream_sampler", fake_exec)
+    monkeypatch.setattr(kcollect, "stream_sampler", fake_exec)
     logs: list[str] = []
     cfg = CollectConfig(
         namespace="default", selector="app=x", out=out, kubeconfig=str(fake_api), pprof_port=None, duration_s=1
@@ -157,7 +157,7 @@ def test_bundle_dir_guard(tmp_path, monkeypatch):
 def test_a_pod_named_dotdot_is_refused_and_writes_nothing(fake_api, tmp_path, monkeypatch):
     # the client sends GET .../pods/.. which HTTP normalises away: the read finds no pod
     _FakeApi.target = _pod("..", "default", "app")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
+    monkeypatch.setattr(kcollect, "stream_sampler", lambda *a, **k: (0, "", None))
     out = tmp_path / "out"
     cfg = CollectConfig(
         namespace="default", selector="app=x", out=out, kubeconfig=str(fake_api), pprof_port=None, duration_s=1
@@ -169,7 +169,7 @@ def test_a_pod_named_dotdot_is_refused_and_writes_nothing(fake_api, tmp_path, mo
 
 def test_a_hostile_node_name_does_not_reach_the_field_selector(fake_api, tmp_path, monkeypatch):
     _FakeApi.target = _pod("demo", "default", "app", node="node0,metadata.name!=x")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
+    monkeypatch.setattr(kcollect, "stream_sampler", lambda *a, **k: (0, "", None))
     cfg = CollectConfig(
         namespace="default", pod="demo", out=tmp_path / "out", kubeconfig=str(fake_api), pprof_port=None, duration_s=1
     )
@@ -182,7 +182,7 @@ def test_the_command_line_prints_a_hostile_name_escaped(fake_api, tmp_path, monk
     from gmpanalysis import cli
 
     _FakeApi.target = _pod("../x\x1b[2J\nforged line", "default", "app")
-    monkeypatch.setattr(kcollect, "_stream_sampler", lambda *a, **k: (0, "", None))
+    monkeypatch.setattr(kcollect, "stream_sampler", lambda *a, **k: (0, "", None))
     out = tmp_path / "out"
     out.mkdir()
     argv = ["collect", "--kubeconfig", str(fake_api), "-n", "default", "-l", "app=x", "--out", str(out)]

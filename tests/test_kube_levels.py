@@ -14,7 +14,7 @@ import gmpanalysis as gmp
 from gmpanalysis.bundle import read_limits
 from gmpanalysis.goversion import facts_from_trace, go_version_from_header
 from gmpanalysis.kube.config import CollectConfig
-from gmpanalysis.kube.sampler import _record_start, _record_summary, _SamplerStderr, sampler_argv
+from gmpanalysis.kube.sampler import SamplerStderr, record_start, record_summary, sampler_argv
 
 FIXTURE_TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cpu-0.5cpu-gmp2" / "trace.out"
 UID = "0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b"
@@ -58,7 +58,7 @@ def _limits(t, prev, name, quota):
 def test_limits_lines_become_limits_csv_rows_at_once_and_a_new_exec_continues_the_file(tmp_path):
     lim = tmp_path / "limits.csv"
     started = []
-    err = _SamplerStderr(tmp_path / "host_stat.csv", print, lim, started.append)
+    err = SamplerStderr(tmp_path / "host_stat.csv", print, lim, started.append)
     err.feed(json.dumps({"start": {"cgroups": _cgroups()}}) + "\n" + _limits(1_000, None, "container", 50_000) + "\n")
     assert started and lim.read_text().splitlines() == [
         "t_ns,prev_ns,cgroup,period_us,quota_us,burst_us",
@@ -69,7 +69,7 @@ def test_limits_lines_become_limits_csv_rows_at_once_and_a_new_exec_continues_th
     err.feed(_limits(9_000, 8_000, "pod", 200_000)[20:] + "\n")
     err.close()
     # a second exec after a container restart: no second header, its first reads have no prev
-    err2 = _SamplerStderr(tmp_path / "host_stat.csv", print, lim)
+    err2 = SamplerStderr(tmp_path / "host_stat.csv", print, lim)
     err2.feed(_limits(20_000, None, "container", 200_000) + "\n" + _limits(20_100, None, "pod", 200_000) + "\n")
     df = read_limits(lim)
     assert df["cgroup"].tolist() == ["container", "pod", "pod", "container", "pod"]
@@ -80,7 +80,7 @@ def test_limits_lines_become_limits_csv_rows_at_once_and_a_new_exec_continues_th
 
 def test_levels_come_from_the_first_exec_container_first():
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "levels": [], "kernel": None, "ncpu": None}
-    _record_start(meta, {"cgroups": _cgroups(), "kernel": "6.18.1", "ncpu": 2})
+    record_start(meta, {"cgroups": _cgroups(), "kernel": "6.18.1", "ncpu": 2})
     assert [x["level"] for x in meta["levels"]] == ["container", "pod"]
     assert meta["levels"][1] == {
         "level": "pod",
@@ -94,10 +94,10 @@ def test_levels_come_from_the_first_exec_container_first():
     assert (meta["kernel"], meta["ncpu"]) == ("6.18.1", 2)
     # the same exec's summary, then a restart's exec (a new container, limits resized since):
     # the levels and the bundle's limits stay those at the start; every exec is kept
-    _record_summary(meta, {"cgroups": _cgroups(), "policy": "SCHED_OTHER"})
+    record_summary(meta, {"cgroups": _cgroups(), "policy": "SCHED_OTHER"})
     new = _cgroups(200_000, 200_000)
     new[0]["path"] = f"kubepods/burstable/pod{UID}/{'cd' * 32}"
-    _record_summary(meta, {"cgroups": new, "policy": "SCHED_OTHER"})
+    record_summary(meta, {"cgroups": new, "policy": "SCHED_OTHER"})
     assert meta["levels"][0]["quota_us"] == 50_000 and meta["quota_us"] == 50_000
     assert len(meta["sampler"]["execs"]) == 2 and len(meta["cgroup_paths"]) == 3
     assert meta["sampler"]["execs"][1]["cgroups"][0]["limits"]["quota_us"] == 200_000
@@ -206,7 +206,7 @@ def test_the_sampler_is_told_to_stop_through_its_stdin_once_until_says_so(tmp_pa
 
     csv = tmp_path / "cpu_stat.csv"
     targets = [("container", f"kube-container:{UID}:Burstable:{CID}")]
-    rc, _, summary = ksampler._stream_sampler(
+    rc, _, summary = ksampler.stream_sampler(
         None, CollectConfig(namespace="ns", pod="p"), "s", targets, 70.0, csv, lambda m: None, until=until
     )
     argv = calls[0]["command"]
@@ -220,5 +220,5 @@ def test_the_sampler_is_told_to_stop_through_its_stdin_once_until_says_so(tmp_pa
     fake2 = _FakeExec()
     monkeypatch.setattr("kubernetes.stream.stream", lambda fn, name, ns, **kw: calls.append(kw) or fake2)
     fake2.update = lambda timeout=0: fake2._end("duration")  # type: ignore[method-assign]
-    ksampler._stream_sampler(None, CollectConfig(namespace="ns", pod="p"), "s", targets, 10.0, csv, lambda m: None)
+    ksampler.stream_sampler(None, CollectConfig(namespace="ns", pod="p"), "s", targets, 10.0, csv, lambda m: None)
     assert calls[0]["stdin"] is False and "--stop-on-stdin" not in calls[0]["command"] and fake2.writes == []

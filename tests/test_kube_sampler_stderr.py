@@ -7,7 +7,7 @@ import json
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import HOST_STAT_COLUMNS, read_host_stat
-from gmpanalysis.kube.collect import _record_summary, _SamplerStderr
+from gmpanalysis.kube.collect import SamplerStderr, record_summary
 
 
 def _host(t: int, steal: int) -> str:
@@ -18,7 +18,7 @@ def _host(t: int, steal: int) -> str:
 
 def test_json_lines_split_across_chunks_become_host_rows_and_summary(tmp_path):
     logged: list[str] = []
-    err = _SamplerStderr(tmp_path / "host_stat.csv", logged.append)
+    err = SamplerStderr(tmp_path / "host_stat.csv", logged.append)
     text = (
         "gmp-sampler: sampling c at kubepods/x (cgroup v1)\n"
         + json.dumps({"start": {"policy": "SCHED_OTHER", "mono_start_ns": 990}})
@@ -44,16 +44,16 @@ def test_json_lines_split_across_chunks_become_host_rows_and_summary(tmp_path):
     assert err.summary["mono_start_ns"] == 990 and err.start["mono_start_ns"] == 990
 
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {"interval_ns": 997_000}}
-    _record_summary(meta, err.summary)
+    record_summary(meta, err.summary)
     assert meta["cgroup_paths"] == ["p"] and meta["cgroup_version"] == 1
     assert meta["sampler"]["policy"] == "SCHED_OTHER" and meta["sampler"]["mono_start_ns"] == 990
-    _record_summary(meta, {**err.summary, "mono_start_ns": 5_000})  # a second exec after a restart
+    record_summary(meta, {**err.summary, "mono_start_ns": 5_000})  # a second exec after a restart
     assert meta["sampler"]["mono_start_ns"] == 990 and len(meta["sampler"]["execs"]) == 2
 
 
 def test_a_cut_json_line_is_logged_not_lost_silently(tmp_path):
     logged: list[str] = []
-    err = _SamplerStderr(tmp_path / "host_stat.csv", logged.append)
+    err = SamplerStderr(tmp_path / "host_stat.csv", logged.append)
     err.feed('{"host_stat":{"t_ns":1')
     err.close()
     assert logged == ['{"host_stat":{"t_ns":1'] and not (tmp_path / "host_stat.csv").exists()
@@ -65,17 +65,17 @@ def test_the_kernels_limits_replace_the_pod_specs():
     those (a kubelet may run another CFS period; a limit may have changed in place)."""
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "period_us": 100_000, "quota_us": 50_000}
     lim = {"period_us": 50_000, "quota_us": 30_000, "burst_us": 0}
-    _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": lim}, {"path": "pod", "version": 2}]})
+    record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": lim}, {"path": "pod", "version": 2}]})
     assert (meta["period_us"], meta["quota_us"], meta["burst_us"]) == (50_000, 30_000, 0)
     # a restart's exec (a new container) keeps its own limits in execs; the bundle's are the first's
-    _record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": {**lim, "quota_us": None}}]})
+    record_summary(meta, {"cgroups": [{"path": "p", "version": 2, "limits": {**lim, "quota_us": None}}]})
     assert meta["quota_us"] == 30_000
     assert meta["sampler"]["execs"][1]["cgroups"][0]["limits"]["quota_us"] is None
 
 
 def test_the_nodes_kernel_and_cpus_come_from_the_sampler():
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "kernel": None, "ncpu": None}
-    _record_summary(meta, {"cgroups": [], "kernel": "6.18.44", "ncpu": 2})
+    record_summary(meta, {"cgroups": [], "kernel": "6.18.44", "ncpu": 2})
     assert (meta["kernel"], meta["ncpu"]) == ("6.18.44", 2)
 
 
@@ -85,7 +85,7 @@ def test_error_line_is_kept_as_facts(tmp_path):
     from gmpanalysis.cgroup import sampler_error
 
     logged: list[str] = []
-    err = _SamplerStderr(tmp_path / "host_stat.csv", logged.append)
+    err = SamplerStderr(tmp_path / "host_stat.csv", logged.append)
     facts = {"kind": "format", "path": "/c/cpu.max", "line": 1, "message": '/c/cpu.max line 1: x, got "max 1"'}
     err.feed('gmp-sampler: /c/cpu.max line 1: x, got "max 1"\n' + json.dumps({"error": facts}) + "\n")
     err.close()

@@ -55,7 +55,7 @@ def _check_kubeconfig(path: str, given: bool) -> None:
             raise CollectError(f"{path}: not a kubeconfig ({k} must be a list of mappings)")
 
 
-def _client(cfg: CollectConfig) -> Any:
+def kube_client(cfg: CollectConfig) -> Any:
     try:
         from kubernetes import client, config
     except ImportError:
@@ -109,14 +109,14 @@ def _forbidden(e: Any, verb: str, resource: str, namespace: str) -> CollectError
     )
 
 
-def _call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: Any, **kw: Any) -> Any:
+def api_call(fn: Callable[..., Any], verb: str, resource: str, namespace: str, *a: Any, **kw: Any) -> Any:
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
         return fn(*a, **kw)
     except ApiException as e:
-        raise _api_error(e, verb, resource, namespace) from None
+        raise api_error(e, verb, resource, namespace) from None
     except HTTPError as e:
         raise unreachable(e, verb, resource, namespace) from None
 
@@ -133,7 +133,7 @@ def unreachable(e: Exception, verb: str, resource: str, namespace: str) -> Colle
     )
 
 
-def _api_error(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
+def api_error(e: Any, verb: str, resource: str, namespace: str) -> CollectError:
     """The CollectError for an ApiException of ``verb`` on ``resource``."""
     # a refused websocket upgrade (exec, port-forward) comes back as status 0 with the
     # apiserver's 403 answer in the text

@@ -28,19 +28,19 @@ from ..cgroup import sampler_error
 from ..errors import CgroupFormatError, CollectError, GmpError
 from ..goversion import facts_from_trace
 from ..schema import new_meta
-from .api import _api_error, _call, _client, unreachable
+from .api import api_call, api_error, kube_client, unreachable
 from .config import CollectConfig, validate
 from .paths import bundle_dir, safe_component
 from .sampler import (
-    _first_t,
-    _last_t,
-    _record_start,
-    _record_summary,
-    _SamplerStderr,  # noqa: F401
-    _stream_sampler,
+    SamplerStderr,  # noqa: F401
+    first_t,
+    last_t,
+    record_start,
+    record_summary,
+    stream_sampler,
 )
-from .target import _gone_reason, _pod_gone, _sampler_pod, _wait_for_container, describe
-from .trace import _fetch_trace
+from .target import describe, gone_reason, pod_gone, sampler_pod, wait_for_container
+from .trace import fetch_trace
 
 # how long past the window the samples wait for a trace still arriving
 TRACE_LATE_S = 60.0
@@ -65,7 +65,7 @@ def _read_target(core: Any, cfg: CollectConfig, pod_name: str, listed: bool) -> 
                 f"target pod {pod_name} disappeared before its collection started ({e.status} {e.reason}); "
                 f"it matched {cfg.selector!r} a moment before"
             ) from None
-        raise _api_error(e, "get", "pods", cfg.namespace) from None
+        raise api_error(e, "get", "pods", cfg.namespace) from None
 
 
 def _broken_stream(e: Exception) -> bool:
@@ -84,14 +84,14 @@ def collect_pod(
     whatever moment, the message names the pod and says it is being deleted or disappeared.
     ``listed``: the name came from a selector listing an instant before."""
     info = _describe_target(core, cfg, pod_name, log, listed)
-    sampler = _sampler_pod(core, cfg, info["node"])
+    sampler = sampler_pod(core, cfg, info["node"])
     out, meta = _new_bundle(cfg, info, sampler, log)
     csv = out / "cpu_stat.csv"
 
     trace_res: dict[str, Any] = {}
     traced = cfg.pprof_port is not None
     th = threading.Thread(
-        target=_fetch_trace,
+        target=fetch_trace,
         args=(core, cfg, info["pod"], cfg.duration_s, out / "trace.out", trace_res),
         daemon=True,
     )
@@ -99,7 +99,7 @@ def collect_pod(
     def on_start(facts: dict[str, Any]) -> None:
         # the levels and their limits as soon as the sampler has opened them: a collector
         # killed mid-window leaves a bundle that names them
-        _record_start(meta, facts)
+        record_start(meta, facts)
         to_meta(out / "meta.json", meta)
         # the trace is asked for once the sampler reads: an exec takes longer to start than
         # a port-forward, and a trace begun first has events before the first sample
@@ -121,7 +121,7 @@ def collect_pod(
     )
     if traced:
         _end_trace(cfg, info, th, trace_res, gone, meta, out, log)
-    meta["mono_end_ns"] = _last_t(csv) if csv.exists() else None
+    meta["mono_end_ns"] = last_t(csv) if csv.exists() else None
     meta["complete"] = gone is None
     if gone:
         meta["error"] = gone
@@ -133,7 +133,7 @@ def collect_pod(
     if traced and not trace_res.get("complete"):
         # a part the user asked for is missing: say so with a failing exit, keep the rest.
         # A pod deleted at the very end of the window cuts only the port-forward: name that.
-        why, _ = _pod_gone(core, cfg, info)
+        why, _ = pod_gone(core, cfg, info)
         raise CollectError(
             f"{why + '; ' if why else ''}the trace is incomplete or absent "
             f"({trace_res.get('error', 'still running')}); the samples are complete in {out}"
@@ -151,7 +151,7 @@ def _describe_target(
         info = describe(pod, cfg.container)
     except CollectError as e:
         # a pod being torn down may have no running container left to describe
-        why = _gone_reason(pod, {"pod": pod_name})
+        why = gone_reason(pod, {"pod": pod_name})
         if why is None:
             raise
         raise CollectError(f"{why}; {e}") from None
@@ -230,11 +230,11 @@ def _sample_window(
         ]
         try:
             longest, until = (left + TRACE_LATE_S, trace_ended) if traced else (left, None)
-            rc, stderr, summary = _stream_sampler(core, cfg, sampler, targets, longest, csv, log, on_start, until=until)
+            rc, stderr, summary = stream_sampler(core, cfg, sampler, targets, longest, csv, log, on_start, until=until)
         except Exception as e:
             # an exec that broke off (its websocket closed without an exit status): if the
             # target went away meanwhile, that is the news; otherwise the error itself
-            why, _ = _pod_gone(core, cfg, info)
+            why, _ = pod_gone(core, cfg, info)
             if why is None and _broken_stream(e):
                 raise CollectError(
                     f"the sampler's exec on {sampler} broke off ({e}); the samples collected so far are in {out}"
@@ -244,9 +244,9 @@ def _sample_window(
             gone = f"{why} (the sampler's exec ended with: {e})"
             break
         if summary is not None:
-            _record_summary(meta, summary)
+            record_summary(meta, summary)
         if meta["mono_start_ns"] is None and csv.exists():
-            meta["mono_start_ns"] = _first_t(csv)
+            meta["mono_start_ns"] = first_t(csv)
         if rc == 0:
             break
         stop = str((summary or {}).get("stop_reason", ""))
@@ -269,7 +269,7 @@ def _sample_window(
             break
         # the container's cgroup went away: a restart (the kubelet starts a new container with
         # a new ID, and cgroup) or a deletion; wait for the one or report the other
-        gone, new_id = _wait_for_container(core, cfg, info, deadline)
+        gone, new_id = wait_for_container(core, cfg, info, deadline)
         if gone or new_id is None:
             if new_id is None and not gone:
                 meta.setdefault("notes", []).append("the container exited and did not come back within the window")
@@ -284,7 +284,7 @@ def _sampler_stopped(core: Any, cfg: CollectConfig, info: dict[str, Any], sample
     # A pod deleted before this exec opened its cgroups makes the sampler exit 2 ("none
     # of the alternatives exists"), not 3: whether a deletion shows as "gone" or as
     # "not found" depends only on when it happened. Ask the API which it was.
-    why, _ = _pod_gone(core, cfg, info)
+    why, _ = pod_gone(core, cfg, info)
     sampler_said = f"sampler stopped (exit {rc}): {stderr.strip()[-300:]}"
     if "flag provided but not defined" in stderr:
         sampler_said += (
@@ -336,11 +336,11 @@ def _end_trace(
 def collect(cfg: CollectConfig, log: Callable[[str], None] = print) -> list[Path]:
     """Collect every target pod (in parallel); returns the bundle directories."""
     validate(cfg)
-    core = _client(cfg)
+    core = kube_client(cfg)
     if cfg.pod:
         names = [cfg.pod]
     else:
-        pods = _call(
+        pods = api_call(
             core.list_namespaced_pod, "list", "pods", cfg.namespace, cfg.namespace, label_selector=cfg.selector
         )
         running = [p for p in pods.items if p.status.phase == "Running"]

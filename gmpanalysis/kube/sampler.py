@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import HOST_STAT_COLUMNS
-from .api import _call, private
+from .api import api_call, private
 from .config import SAMPLER_ROOT, CollectConfig
 
 LIMITS_COLUMNS = ("t_ns", "prev_ns", "cgroup", "period_us", "quota_us", "burst_us")
@@ -28,7 +28,7 @@ def _csv_field(v: Any) -> str:
     return s
 
 
-class _SamplerStderr:
+class SamplerStderr:
     """The sampler's stderr, line by line. Go and Python exchange facts as JSON: a line that
     is a JSON object is a fact (``{"host_stat": {...}}`` a /proc/stat row, appended to
     host_stat.csv at once; ``{"limits": {...}}`` a row of every level's CFS limits (at its
@@ -137,7 +137,7 @@ def sampler_argv(
     ]
 
 
-def _stream_sampler(
+def stream_sampler(
     core: Any,
     cfg: CollectConfig,
     sampler: str,
@@ -158,7 +158,7 @@ def _stream_sampler(
     from kubernetes.stream import stream
     from websocket import WebSocketException
 
-    resp = _call(
+    resp = api_call(
         stream,
         "create",
         "pods/exec",
@@ -175,7 +175,7 @@ def _stream_sampler(
     )
     # every exec writes its header first; a later exec (after a restart) continues the file
     skip_header = csv.exists() and csv.stat().st_size > 0
-    err = _SamplerStderr(csv.with_name("host_stat.csv"), log, csv.with_name("limits.csv"), on_start)
+    err = SamplerStderr(csv.with_name("host_stat.csv"), log, csv.with_name("limits.csv"), on_start)
     pending = ""
     told = False
     with open(csv, "a") as f:
@@ -219,7 +219,7 @@ def _stream_sampler(
     return rc, "\n".join(err.prose), facts
 
 
-def _record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
+def record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
     """The cgroups an exec samples, into meta: their paths and version, and from the first
     exec the levels (each with the bandwidth settings the kernel holds at the start: period,
     quota, burst; the process's own cgroup first) and the own cgroup's as the bundle's
@@ -252,13 +252,13 @@ def _record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
             meta[k] = facts[k]
 
 
-def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
+def record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
     """Put one sampler exec's JSON summary into meta: the cgroups it sampled and their
-    bandwidth settings as the kernel has them (:func:`_record_start`), the scheduling
+    bandwidth settings as the kernel has them (:func:`record_start`), the scheduling
     policy it got (not the one asked for: inside a pod SCHED_FIFO is refused and the
     summary says why), its first deadline and its lateness. Every exec's summary (one more
     per container restart) is kept in ``sampler.execs``; the top-level fields are the first's."""
-    _record_start(meta, summary)
+    record_start(meta, summary)
     s = meta["sampler"]
     execs = s.setdefault("execs", [])
     execs.append(dict(summary))  # each exec's cgroups and their limits (a restart may differ)
@@ -270,14 +270,14 @@ def _record_summary(meta: dict[str, Any], summary: dict[str, Any]) -> None:
         s["policy_error"] = summary["policy_error"]
 
 
-def _first_t(csv: Path) -> int | None:
+def first_t(csv: Path) -> int | None:
     with open(csv) as f:
         f.readline()
         row = f.readline()
     return int(row.split(",", 1)[0]) if row.strip() else None
 
 
-def _last_t(csv: Path) -> int | None:
+def last_t(csv: Path) -> int | None:
     with open(csv, "rb") as f:
         f.seek(0, 2)
         f.seek(max(0, f.tell() - 4096))

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ..errors import CollectError
-from .api import _call
+from .api import api_call
 from .config import _NAME, CollectConfig
 
 
@@ -63,12 +63,12 @@ def describe(pod: Any, container: str | None) -> dict[str, Any]:
     }
 
 
-def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
+def sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
     # the node name comes from the API server and goes into a field selector: a name with
     # ',' or '=' (which no real node has) could add terms to it
     if not isinstance(node, str) or not _NAME.match(node):
         raise CollectError(f"node name {node!r} (the target's spec.nodeName) is not a valid Kubernetes name")
-    pods = _call(
+    pods = api_call(
         core.list_namespaced_pod,
         "list",
         "pods",
@@ -86,7 +86,7 @@ def _sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
     return running[0]
 
 
-def _gone_reason(pod: Any, info: dict[str, Any]) -> str | None:
+def gone_reason(pod: Any, info: dict[str, Any]) -> str | None:
     """Why the pod object ``pod`` (as read now) means the target of ``info`` is going away,
     or None. Deleting a pod sets ``deletion_timestamp`` at once; the kubelet then stops its
     containers (SIGTERM, SIGKILL after the grace period), removes their cgroups, and the API
@@ -101,7 +101,7 @@ def _gone_reason(pod: Any, info: dict[str, Any]) -> str | None:
     return None
 
 
-def _pod_gone(core: Any, cfg: CollectConfig, info: dict[str, Any]) -> tuple[str | None, Any]:
+def pod_gone(core: Any, cfg: CollectConfig, info: dict[str, Any]) -> tuple[str | None, Any]:
     """Read the target pod again: (why it is going away, None), or (None, the pod object)
     while it stands. Every way a collection can end early (the sampler's cgroup vanished,
     the sampler could not find it at the start of an exec, the exec or the port-forward
@@ -115,16 +115,16 @@ def _pod_gone(core: Any, cfg: CollectConfig, info: dict[str, Any]) -> tuple[str 
         if e.status == 404:
             return f"target pod {info['pod']} disappeared mid-collection ({e.status} {e.reason})", None
         return f"target pod {info['pod']} could not be read mid-collection ({e.status} {e.reason})", None
-    return _gone_reason(pod, info), pod
+    return gone_reason(pod, info), pod
 
 
-def _wait_for_container(
+def wait_for_container(
     core: Any, cfg: CollectConfig, info: dict[str, Any], deadline: float
 ) -> tuple[str | None, str | None]:
     """After the container's cgroup vanished: (reason the pod is gone, None), or (None, the
     new container ID), or (None, None) when the window ended first."""
     while time.monotonic() < deadline:
-        gone, pod = _pod_gone(core, cfg, info)
+        gone, pod = pod_gone(core, cfg, info)
         if gone:
             return gone, None
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CollectError
-from .api import _call, private
+from .api import api_call, private
 from .config import CollectConfig
 
 BODY_SHOWN = 300  # bytes of a refusal's body quoted in the error
@@ -56,7 +56,7 @@ def _forward(core: Any, cfg: CollectConfig, pod: str) -> Any:
     from kubernetes.stream import portforward
 
     before = set(threading.enumerate())
-    pf = _call(
+    pf = api_call(
         portforward,
         "create",
         "pods/portforward",
@@ -130,7 +130,7 @@ def get_trace(sock: socket.socket, cfg: CollectConfig, window_s: float, dest: Pa
             raise CollectError(f"connection closed inside the body after {dest.stat().st_size} bytes") from None
 
 
-def _fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: Path, res: dict[str, Any]) -> None:
+def fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: Path, res: dict[str, Any]) -> None:
     """Port-forward to the pprof port and stream the trace body to dest as it arrives."""
     res["mono_request_ns"] = time.monotonic_ns()
     end = time.monotonic() + seconds
