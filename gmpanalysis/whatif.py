@@ -336,7 +336,9 @@ def summarize(
     per: pd.DataFrame, latency_ms: np.ndarray | None = None, throughput_rps: float | None = None
 ) -> dict[str, float]:
     """The figures the validation compares, from a measured df_periods table or a what_if
-    one over the same span: throttled share of the periods (%), exhaustion p50 (ms), CPUs
+    one over the same span: throttled share of the periods (%: :func:`~.compare.period_summary`'s
+    ``throttled_pct_wall`` where the samples tell every period's throttling, taken over the
+    periods they tell otherwise, as a replay has no holes to set against), exhaustion p50 (ms), CPUs
     frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms), requests
     answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
     NaN without requests)."""

@@ -104,3 +104,23 @@ def test_a_closed_loop_keeps_its_measured_spread():
     assert p50.max() / p50.min() > 1.5  # processor sharing alone: one latency for a batch
     assert "request_period" not in per.attrs
     assert W.demand(_load("v2-cpu-gmp1"))["latency_shape"] is None
+
+
+def test_the_validations_throttled_share_is_the_run_summarys_where_no_period_is_unknown():
+    """One throttled share: what the validation compares (whatif.summarize) is
+    period_summary's throttled_pct_wall on every shipped and shared run whose samples tell
+    each period's throttling."""
+    from gmpanalysis.compare import period_summary
+
+    dirs = [Path(__file__).resolve().parents[1] / "fixtures" / "runs", SHARED]
+    seen = 0
+    for p in sorted(x for d in dirs if d.is_dir() for x in d.iterdir() if (x / "meta.json").exists()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            per = gmp.df_periods(gmp.load_run(p))
+        ps = period_summary(per)
+        if ps["unknown_periods"]:
+            continue
+        assert W.summarize(per)["throttled_pct"] == pytest.approx(ps["throttled_pct_wall"]), p.name
+        seen += 1
+    assert seen >= 8
