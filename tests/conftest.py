@@ -154,3 +154,49 @@ def busy_cgroup():
         os.killpg(busy.pid, 9)
         busy.wait()
         cg.remove()
+
+
+def remove_agent(api, deployments=(), prefixes=("gmp-agent",)) -> None:
+    """Remove what a kube test installed for the node agent (its DaemonSet, ServiceAccount
+    and RBAC) and the test's own Deployments (name, namespace), then wait up to 120 s for
+    the pods whose names start with ``prefixes`` to go: the next tests expect the demo pod
+    alone (and the agent's port free)."""
+    import time
+
+    from kubernetes import client
+
+    apps, core, rbac = client.AppsV1Api(api), client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    for delete, args in (
+        *((apps.delete_namespaced_deployment, d) for d in deployments),
+        (apps.delete_namespaced_daemon_set, ("gmp-agent", "gmp-system")),
+        (core.delete_namespaced_service_account, ("gmp-agent", "gmp-system")),
+        (rbac.delete_cluster_role, ("gmp-agent",)),
+        (rbac.delete_cluster_role_binding, ("gmp-agent",)),
+    ):
+        try:
+            delete(*args)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(
+        p.metadata.name.startswith(tuple(prefixes)) for p in core.list_pod_for_all_namespaces().items
+    ):
+        time.sleep(1)
+
+
+def stop_procs(procs) -> None:
+    """End started processes, the last first (workers before their scheduler: a worker told
+    to close by a closing scheduler and by SIGTERM at once hangs in its close), each to its
+    end, killed after 20 s."""
+    import signal
+    import subprocess
+
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

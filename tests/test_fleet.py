@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import stop_procs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -449,16 +450,7 @@ def test_fleet_on_a_dask_scheduler_with_a_worker_killed_mid_run(tmp_path):
         files = [f for f in (store / "derived" / "periods").rglob("*.parquet") if not f.name.startswith(".")]
         assert len(files) == 24
     finally:
-        # the workers first, each to its end, then the scheduler: a worker told to close by
-        # a closing scheduler and by SIGTERM at once hangs in its close (Dask) until killed
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_procs(procs)  # the workers first, then the scheduler
 
 
 def test_fleet_stops_waiting_when_no_worker_is_left(tmp_path, monkeypatch):
@@ -517,14 +509,7 @@ def test_fleet_stops_waiting_when_no_worker_is_left(tmp_path, monkeypatch):
         assert "no Dask worker was left for 3 s" in str(got["error"]) and "run fleet again" in str(got["error"])
         assert procs[1].wait(timeout=10) == -signal.SIGKILL
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_procs(procs)
 
 
 def _scheduler_address(f: Path) -> str:

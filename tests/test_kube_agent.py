@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import remove_agent
 
 import gmpanalysis as gmp
 from gmpanalysis.fleet.compute import REPORT
@@ -75,7 +76,7 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
     from kubernetes import client, utils
 
     core, api = cluster["core"], cluster["api"]
-    apps, rbac = client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    apps = client.AppsV1Api(api)
     spool = tmp_path / "spool"
     loads = []
     try:
@@ -105,23 +106,7 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
             lg.kill()
             lg.wait()
         # what this test made goes again (the next tests expect the demo pod alone)
-        for delete, args in (
-            *((apps.delete_namespaced_deployment, (f"gmp-agent-{n}", "default")) for n in PODS),
-            (apps.delete_namespaced_daemon_set, ("gmp-agent", "gmp-system")),
-            (core.delete_namespaced_service_account, ("gmp-agent", "gmp-system")),
-            (rbac.delete_cluster_role, ("gmp-agent",)),
-            (rbac.delete_cluster_role_binding, ("gmp-agent",)),
-        ):
-            try:
-                delete(*args)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
-        gone_deadline = time.monotonic() + 120
-        while time.monotonic() < gone_deadline and any(
-            p.metadata.name.startswith("gmp-agent") for p in core.list_pod_for_all_namespaces().items
-        ):
-            time.sleep(1)
+        remove_agent(api, deployments=[(f"gmp-agent-{n}", "default") for n in PODS])
     watched = {e["pod"] for e in events if e["event"] == "watch"}
     # a listing may fail once on a loaded node (it is retried); nothing else may
     assert [e for e in errors(events) if "list pods" not in e["error"]] == []

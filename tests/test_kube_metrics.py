@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import remove_agent
 
 from gmpanalysis.kube import local
 
@@ -165,7 +166,7 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
     from kubernetes import client, utils
 
     core, api = cluster["core"], cluster["api"]
-    apps, rbac = client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    apps = client.AppsV1Api(api)
     load = None
     try:
         apps.create_namespaced_deployment("default", demo())
@@ -228,21 +229,4 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
         if load is not None:
             load.kill()
             load.wait()
-        for delete, args in (
-            (apps.delete_namespaced_deployment, (NAME, "default")),
-            (apps.delete_namespaced_daemon_set, ("gmp-agent", "gmp-system")),
-            (core.delete_namespaced_service_account, ("gmp-agent", "gmp-system")),
-            (rbac.delete_cluster_role, ("gmp-agent",)),
-            (rbac.delete_cluster_role_binding, ("gmp-agent",)),
-        ):
-            try:
-                delete(*args)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
-        # the next tests expect the demo pod alone (and the agent's port free)
-        gone_deadline = time.monotonic() + 120
-        while time.monotonic() < gone_deadline and any(
-            p.metadata.name.startswith((NAME, "gmp-agent")) for p in core.list_pod_for_all_namespaces().items
-        ):
-            time.sleep(1)
+        remove_agent(api, deployments=[(NAME, "default")], prefixes=(NAME, "gmp-agent"))
