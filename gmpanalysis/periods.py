@@ -184,6 +184,22 @@ def _exhaustion(
     return ex, np.minimum(lo, ex), np.maximum(hi, ex)
 
 
+def _percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
+    """``np.percentile(x, qs)`` (its linear method, the same floats) from one sort: numpy
+    sorts int64 with SIMD several times faster than it selects (an hour of read intervals:
+    ~14 ms against ~35)."""
+    v = np.sort(x)
+    out = []
+    for q in qs:
+        pos = q / 100 * (len(v) - 1)
+        k = int(np.floor(pos))
+        a, b = float(v[k]), float(v[min(k + 1, len(v) - 1)])
+        g = pos - k
+        # numpy's lerp: from the nearer end, so that the ends are exact
+        out.append(b - (b - a) * (1 - g) if g >= 0.5 else a + (b - a) * g)
+    return tuple(out)
+
+
 def _usage_at_boundaries(
     t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,12 +215,16 @@ def _usage_at_boundaries(
 
 
 def _hole_ms(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per period [start, end): the longest hole in the reads (a stretch without reads
-    longer than HOLE_READS nominal intervals) that overlaps it, ms; 0 if none."""
+    """Per period [start, end) (sorted): the longest hole in the reads (a stretch without
+    reads longer than HOLE_READS nominal intervals) that overlaps it, ms; 0 if none."""
     hole_ms = np.zeros(len(start))
-    for a in np.flatnonzero(dt > HOLE_READS * nominal).tolist():  # holes are rare: a loop over them
-        hit = (end > t[a]) & (start < t[a + 1])
-        hole_ms[hit] = np.maximum(hole_ms[hit], dt[a] / 1e6)
+    a = np.flatnonzero(dt > HOLE_READS * nominal)
+    # each hole (t[a], t[a + 1]) overlaps the run of periods from the first that ends after
+    # it starts to the last that starts before it ends
+    lo = np.searchsorted(end, t[a], side="right")
+    cnt = np.maximum(np.searchsorted(start, t[a + 1], side="left") - lo, 0)
+    first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+    np.maximum.at(hole_ms, np.repeat(lo, cnt) + np.arange(len(first)) - first, np.repeat(dt[a] / 1e6, cnt))
     return hole_ms
 
 
@@ -224,8 +244,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
 
     usage, usage_lo, usage_hi = _usage_at_boundaries(t, u, B, seg.uncertainty_ns)
     dt = np.diff(t)
-    # the 10th percentile and the median of the read intervals (exact: int64 ns)
-    q10, med_dt = (float(q) for q in np.percentile(dt, [10, 50])) if len(dt) else (float(P), float(P))
+    q10, med_dt = _percentiles(dt, (10, 50)) if len(dt) else (float(P), float(P))
     hole_ms = _hole_ms(t, dt, max(med_dt, 1.0), start, end)
     gap = hole_ms > 0
 
