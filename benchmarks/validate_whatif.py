@@ -41,6 +41,7 @@ import pandas as pd
 
 import gmpanalysis as gmp
 from gmpanalysis import modelerror as ME
+from gmpanalysis import runtimecost as RC
 from gmpanalysis import whatif as W
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,44 @@ GOAL_FIGURES = {
     "p99 ±30 %": "p99_pct",
     "throughput ±15 %": "throughput_pct",
 }
+
+
+def growth_point(run: gmp.Run) -> tuple[int, float, float]:
+    """The run as :func:`gmpanalysis.runtimecost.fit` takes it: (Ps, CPU per request in ms,
+    GC stop-the-world pauses per CPU-second; 0 without a trace)."""
+    m = W.what_if(run).attrs["model"]  # under its own settings: the CPU per request as measured
+    st = W.settings(run)
+    return RC.ps(st["gomaxprocs"] or 1, st["cpus"] or 1), m["cost_ms"], (m["stw"] or {}).get("per_cpu_s", 0.0)
+
+
+def predictions(where: str, w: str, runs: list[gmp.Run]) -> list[dict]:
+    """Each run of one workload predicted from every run of its other configurations."""
+    rows = []
+    conf = {id(r): (W.settings(r)["quota_us"], W.settings(r)["gomaxprocs"]) for r in runs}
+    for tgt in runs:
+        sources = [s for s in runs if conf[id(s)] != conf[id(tgt)]]
+        # a run whose limit changed mid-run has no one setting to predict it under
+        quotas = gmp.df_periods(tgt)["quota_us"].dropna()
+        resized = quotas.nunique() > 1
+        if not sources or resized:
+            continue
+        truth = W.measured(tgt)
+        st = W.target_setting(tgt)
+        cpus = float(st["cpus"])
+        limit = None if st["quota_us"] is None else st["quota_us"] / st["period_us"]
+        reg = ME.regime(cpus, limit, float(st["gomaxprocs"]))
+        for src in sources:
+            pred = W.predict(src, tgt)
+            e = ME.errors_of(pred, truth)
+            bound = min(cpus, float(st["gomaxprocs"]))
+            rows.append(
+                {"dir": where, "workload": w, "target": tgt.meta.get("name"), "source": src.meta.get("name"),
+                 "regime": reg, "cpus": cpus, **{f"pred_{k}": v for k, v in pred.items()},
+                 **{f"meas_{k}": v for k, v in truth.items()}, **e,
+                 **goals(e, pred, truth, cpus),
+                 "frozen within CPUs": math.isnan(pred["cpus_frozen_p50"]) or pred["cpus_frozen_p50"] <= bound}
+            )  # fmt: skip
+    return rows
 
 
 def markdown(df: pd.DataFrame, summary: dict) -> str:
@@ -145,31 +184,14 @@ def main() -> int:
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        points = {key: [growth_point(r) for r in runs] for key, runs in groups.items()}
+        held = {}
         for (where, w), runs in sorted(groups.items()):
-            conf = {id(r): (W.settings(r)["quota_us"], W.settings(r)["gomaxprocs"]) for r in runs}
-            for tgt in runs:
-                sources = [s for s in runs if conf[id(s)] != conf[id(tgt)]]
-                # a run whose limit changed mid-run has no one setting to predict it under
-                quotas = gmp.df_periods(tgt)["quota_us"].dropna()
-                resized = quotas.nunique() > 1
-                if not sources or resized:
-                    continue
-                truth = W.measured(tgt)
-                st = W.target_setting(tgt)
-                cpus = float(st["cpus"])
-                limit = None if st["quota_us"] is None else st["quota_us"] / st["period_us"]
-                reg = ME.regime(cpus, limit, float(st["gomaxprocs"]))
-                for src in sources:
-                    pred = W.predict(src, tgt)
-                    e = ME.errors_of(pred, truth)
-                    bound = min(cpus, float(st["gomaxprocs"]))
-                    rows.append(
-                        {"dir": where, "workload": w, "target": tgt.meta.get("name"), "source": src.meta.get("name"),
-                         "regime": reg, "cpus": cpus, **{f"pred_{k}": v for k, v in pred.items()},
-                         **{f"meas_{k}": v for k, v in truth.items()}, **e,
-                         **goals(e, pred, truth, cpus),
-                         "frozen within CPUs": math.isnan(pred["cpus_frozen_p50"]) or pred["cpus_frozen_p50"] <= bound}
-                    )  # fmt: skip
+            # the runtime's growth per P, fitted without this workload: held out like the rest
+            k = RC.fit(p for key, p in points.items() if key != (where, w))
+            held[f"{where}/{w}"] = k
+            with RC.held_out(RC.PER_P_PER_STW if k is None else k):
+                rows += predictions(where, w, runs)
     if not rows:
         print("no workload with two configurations among the bundles given", file=sys.stderr)
         return 2
@@ -178,7 +200,12 @@ def main() -> int:
         df.to_csv(a.csv, index=False)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
-    print(f"{df['target'].nunique()} runs in {len(groups)} workloads; {len(df)} held-out predictions\n")
+    print(f"{df['target'].nunique()} runs in {len(groups)} workloads; {len(df)} held-out predictions")
+    print(
+        "the runtime's growth per P, fitted without each workload: "
+        + ", ".join(f"{w} {k:.5f}" for w, k in held.items() if k is not None and k != RC.fit(points.values()))
+        + f" (the others: all {RC.fit(points.values()) or 0:.5f}; shipped {RC.PER_P_PER_STW})\n"
+    )
     show = ["target", "source", "regime"] + [
         c for k in ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "p99_ms", "throughput_rps")
         for c in (f"meas_{k}", f"pred_{k}")
@@ -199,7 +226,8 @@ def main() -> int:
         out = {
             "date": datetime.date.today().isoformat(),
             "estimator": f"whatif.estimate, {W.TICK_PHASES} tick phases",
-            "method": "each run predicted from every run of the other configurations of its workload"
+            "method": "each run predicted from every run of the other configurations of its workload, the "
+            "runtime's growth per P (runtimecost.fit) fitted without that workload"
             + ("" if a.with_tcg else "; runs in TCG guests left out"),
             "runs": sorted(f"{where}/{r.meta.get('name')}" for (where, _), rs in groups.items() for r in rs),
             "predictions": len(df),

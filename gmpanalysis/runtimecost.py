@@ -20,20 +20,56 @@ CPU per request is kept as measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterable, Iterator
 
 # The growth the fit saw at most (1.70 at 16 Ps, 250m): a request's CPU at any number of
 # Ps is taken as at most this many times its CPU at one P, and the Ps beyond MAX_FIT_PS
 # add nothing more (outside what the sweeps measured, the growth is not extrapolated)
 MAX_GROWTH = 1.7
 MAX_FIT_PS = 16
+# the fewest Ps a workload's widest run must have to fit the growth on (fit)
+MIN_FIT_PS = 8
 
 # The fraction of a request's CPU added per P beyond the first, per GC stop-the-world pause
 # per CPU-second: fitted on the 16-CPU sweeps of the allocation-heavy handler (GOMAXPROCS 1
-# against 16, from GOMAXPROCS 1's rate): 0.00128 at a 1.5-CPU limit (23.8 pauses per CPU-s,
-# +46 % at 16 Ps), 0.00161 at 250m (28.8 per CPU-s, +70 %). Their mean; their spread is
-# the estimate's (±11 %).
+# against 16, from GOMAXPROCS 1's rate): 0.00129 at a 1.5-CPU limit (23.8 pauses per CPU-s,
+# +46 % at 16 Ps), 0.00161 at 250m (28.8 per CPU-s, +70 %). Their mean (:func:`fit`); their
+# spread is the estimate's (±11 %).
 PER_P_PER_STW = 0.00145
+# the constant the functions below use: PER_P_PER_STW, or a refit while held_out() is open
+_k = PER_P_PER_STW
+
+
+def fit(workloads: Iterable[Iterable[tuple[int, float, float]]]) -> float | None:
+    """:data:`PER_P_PER_STW` from measured runs: for each workload, its runs as (Ps, CPU per
+    request, stop-the-world pauses per CPU-second); the one-P run and the run with the most
+    Ps give ``(cpu_P / cpu_1 - 1) / (r_1 × (P - 1))``, and the workloads' values are
+    averaged. A workload without both, with fewer than :data:`MIN_FIT_PS` Ps at most (the
+    growth over a P or two is within a run's noise), or whose one-P run does not stop the
+    world, adds nothing; None where none does."""
+    ks = []
+    for runs in workloads:
+        pts = sorted(runs)
+        one = [x for x in pts if x[0] == 1]
+        if not one or pts[-1][0] < MIN_FIT_PS or not one[0][2] > 0:
+            continue
+        (_, c1, r1), (p, cp, _) = one[0], pts[-1]
+        ks.append((cp / c1 - 1) / (r1 * (min(p, MAX_FIT_PS) - 1)))
+    return sum(ks) / len(ks) if ks else None
+
+
+@contextlib.contextmanager
+def held_out(k: float) -> Iterator[None]:
+    """Use ``k`` instead of :data:`PER_P_PER_STW` inside the block: the validation predicts
+    each workload with the constant fitted without it (one thread at a time)."""
+    global _k
+    before, _k = _k, k
+    try:
+        yield
+    finally:
+        _k = before
 
 
 def ps(gomaxprocs: int, cpus: int) -> int:
@@ -45,7 +81,7 @@ def growth(stw_per_cpu_s: float, p: int) -> float:
     """A request's CPU at ``p`` Ps over its CPU at one P, for a service whose GC stops the
     world ``stw_per_cpu_s`` times per CPU-second at one P: linear in the Ps up to the ones
     the fit saw (:data:`MAX_FIT_PS`), and at most :data:`MAX_GROWTH`."""
-    return min(1.0 + PER_P_PER_STW * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1), MAX_GROWTH)
+    return min(1.0 + _k * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1), MAX_GROWTH)
 
 
 def extrapolated(stw_per_cpu_s: float | None, p: int) -> bool:
@@ -53,7 +89,7 @@ def extrapolated(stw_per_cpu_s: float | None, p: int) -> bool:
     growth past :data:`MAX_GROWTH`, held there)."""
     if stw_per_cpu_s is None or not math.isfinite(stw_per_cpu_s) or stw_per_cpu_s <= 0:
         return False
-    return p > MAX_FIT_PS or 1.0 + PER_P_PER_STW * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1) > MAX_GROWTH
+    return p > MAX_FIT_PS or 1.0 + _k * stw_per_cpu_s * (min(p, MAX_FIT_PS) - 1) > MAX_GROWTH
 
 
 def scale(stw_per_cpu_s: float | None, source_ps: int, target_ps: int) -> float:
@@ -65,7 +101,7 @@ def scale(stw_per_cpu_s: float | None, source_ps: int, target_ps: int) -> float:
     held there). So the result lies within [1 / MAX_GROWTH, MAX_GROWTH]."""
     if stw_per_cpu_s is None or not math.isfinite(stw_per_cpu_s) or stw_per_cpu_s <= 0 or source_ps == target_ps:
         return 1.0
-    k = PER_P_PER_STW * (min(source_ps, MAX_FIT_PS) - 1)
+    k = _k * (min(source_ps, MAX_FIT_PS) - 1)
     # r1 = r / (1 - k r) while the source's growth 1 + k r1 = 1 / (1 - k r) stays below the
     # cap; past it the source's growth is the cap, r1 = r × MAX_GROWTH
     linear = k * stw_per_cpu_s < 1.0 - 1.0 / MAX_GROWTH

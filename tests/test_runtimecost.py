@@ -124,3 +124,25 @@ def test_the_validations_throttled_share_is_the_run_summarys_where_no_period_is_
         assert W.summarize(per)["throttled_pct"] == pytest.approx(ps["throttled_pct_wall"]), p.name
         seen += 1
     assert seen >= 8
+
+
+def _growth_point(run) -> tuple[int, float, float]:
+    m = W.what_if(run).attrs["model"]
+    st = W.settings(run)
+    return RC.ps(st["gomaxprocs"], st["cpus"]), m["cost_ms"], (m["stw"] or {}).get("per_cpu_s", 0.0)
+
+
+def test_the_growth_constant_is_fitted_on_the_runs_it_names_and_held_out_on_request():
+    """runtimecost.fit on the 250m pair gives the 0.00161 its comment names (the 1.5-CPU pair
+    is not in the repository); a workload without a one-P run, or without one of at least
+    MIN_FIT_PS Ps, or whose one-P run never stops the world, fits nothing; held_out changes
+    the growth inside its block only."""
+    pts = [_growth_point(_load(n)) for n in ("light-250m-gmp1", "light-250m-numcpu")]
+    assert RC.fit([pts]) == pytest.approx(0.00161, rel=0.01)
+    assert RC.fit([pts[1:]]) is None and RC.fit([[(1, 8.0, 20.0), (4, 9.0, 18.0)]]) is None
+    assert RC.fit([[(1, 8.0, 0.0), (16, 12.0, 10.0)]]) is None
+    assert RC.fit([pts, [(1, 8.0, 20.0), (16, 8.0, 20.0)]]) == pytest.approx(RC.fit([pts]) / 2)
+    before = RC.scale(20.0, 1, 16)
+    with RC.held_out(0.0):
+        assert RC.scale(20.0, 1, 16) == 1.0
+    assert RC.scale(20.0, 1, 16) == before > 1.0
