@@ -10,6 +10,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
+from .levels import quota_at_end
 from .served import latency_ms, succeeded
 
 
@@ -149,15 +150,6 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     return out
 
 
-def last_quota(per: pd.DataFrame, meta: dict) -> int | None:
-    """The quota in force in the table's last period (µs; None: no limit, a limit removed
-    in place too); meta.json's for a table without the column."""
-    if "quota_us" not in per or not len(per):
-        return meta.get("quota_us")
-    q = per["quota_us"].iloc[-1]
-    return None if pd.isna(q) else int(q)
-
-
 def compare_table(
     runs: Sequence[Run], periods: Sequence[pd.DataFrame], gomaxprocs: Sequence[int | None]
 ) -> pd.DataFrame:
@@ -171,7 +163,7 @@ def compare_table(
             "  ", " "
         )
         # a limit resized in place (limits.csv): the quota of the table's last period too
-        last = last_quota(per, m)
+        last = quota_at_end(run)
         limit = m.get("cpu_limit")
         if m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
             first = limit or f"{m['quota_us'] / m['period_us']:g}"

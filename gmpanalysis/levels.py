@@ -128,6 +128,17 @@ def level_run(run: Run, name: str | None = None) -> Run:
     return r
 
 
+def quota_at_end(run: Run, level: str | None = None) -> int | None:
+    """A level's quota at the end of the run (µs; None: no limit, or a limit removed in
+    place): the last row of limits.csv where the limit was resized in place, meta.json's
+    otherwise. The table's level by default."""
+    lr = level_run(run, table_level(run) if level is None else level)
+    if lr.limits is not None and len(lr.limits) > 1:
+        q = lr.limits["quota_us"].iloc[-1]
+        return None if pd.isna(q) else int(q)
+    return lr.meta.get("quota_us")
+
+
 def _quota_text(v: float) -> str:
     return "no limit" if np.isnan(v) else f"{v:.0f} µs"
 
@@ -366,7 +377,6 @@ def levels_table(a: Any) -> pd.DataFrame:
             "cgroup": paths.get(name),
             "period_us": m.get("period_us"),
             "quota_us": m.get("quota_us"),
-            "quota_last_us": m.get("quota_us"),
             "burst_us": m.get("burst_us"),
             "quota_changes": 0,
             "phase_ms": np.nan,
@@ -376,10 +386,10 @@ def levels_table(a: Any) -> pd.DataFrame:
             "throttled": 0,
             "frozen_s": 0.0,
         }
+        row["quota_last_us"] = quota_at_end(run, name)
         if lr.limits is not None and len(lr.limits) > 1:
             q = lr.limits["quota_us"]
             row["quota_changes"] = int((q.ne(q.shift()) & lr.limits["prev_ns"].notna()).sum())
-            row["quota_last_us"] = None if pd.isna(q.iloc[-1]) else int(q.iloc[-1])  # resized in place
         if m.get("quota_us") is not None and len(lr.samples):
             try:
                 g = la.grid

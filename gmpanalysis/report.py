@@ -18,13 +18,12 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
-from .compare import last_quota
 from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .goversion import go_version_of
 from .levels import describe as describe_levels
-from .levels import quota_words
+from .levels import quota_at_end, quota_words
 from .offsets import cpus_available
 from .periods import df_period_groups
 from .sampling import sampling_summary
@@ -353,7 +352,7 @@ def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> 
     parts = [
         f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
         f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
-        f"{html.escape(quota_words(m.get('quota_us'), last_quota(per, m), m.get('period_us')))}, "
+        f"{html.escape(quota_words(m.get('quota_us'), quota_at_end(run), m.get('period_us')))}, "
         f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
         f"{html.escape(str(m.get('kernel')))}; period grid phase "
         f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>",

@@ -4,6 +4,7 @@ limit (after a resize in place too) and how often its quota froze the process.""
 from __future__ import annotations
 
 import re
+import shutil
 import warnings
 from pathlib import Path
 
@@ -75,8 +76,6 @@ def test_the_ledger_is_handed_out_as_copies():
 def test_a_limit_removed_in_place_is_told_as_no_limit(tmp_path):
     # the real resize run, its last limits.csv row rewritten to no quota (a limit removed in
     # place: cpu.max "max"), as a resize to no limit would record it
-    import shutil
-
     b = tmp_path / "removed"
     shutil.copytree(ROOT / "fixtures/runs/resize-0.5to2cpu-default", b)
     lines = (b / "limits.csv").read_text().splitlines()
@@ -90,3 +89,18 @@ def test_a_limit_removed_in_place_is_told_as_no_limit(tmp_path):
     assert row["cpu_limit"] == "500m → no limit" and row["quota_last_us"] is None
     assert gmp.df_levels(run).iloc[0]["quota_last_us"] is pd.NA
     assert "quota 50 ms per 100 ms, then no limit" in gmp.to_report(run, tmp_path / "r.html").read_text()
+
+
+def test_the_quota_at_the_end_has_one_source(tmp_path):
+    """A resize that limits.csv records after the last whole period: the sweep's table, the
+    levels' table and the report give the one quota at the end (levels.quota_at_end)."""
+    b = tmp_path / "late"
+    shutil.copytree(ROOT / "fixtures/runs/resize-0.5to2cpu-default", b)
+    t_last = int((b / "cpu_stat.csv").read_text().splitlines()[-1].split(",")[0])
+    with (b / "limits.csv").open("a") as f:
+        f.write(f"{t_last - 1000},{t_last - 2000},container,100000,300000,0\n")
+    run = _load(b)
+    assert gmp.df_periods(run)["quota_us"].iloc[-1] != 300000  # no whole period under it
+    assert gmp.compare_runs([run]).iloc[0]["quota_last_us"] == 300000
+    assert gmp.df_levels(run).iloc[0]["quota_last_us"] == 300000
+    assert "then 300 ms" in gmp.to_report(run, tmp_path / "r.html").read_text()
