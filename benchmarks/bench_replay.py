@@ -13,7 +13,7 @@ Times, each with the plain-Python loop and the compiled one and their ratio:
   with the share of it spent in the replay itself;
 * one hour of demand: a shipped run's requests tiled to an hour (open loop, its own quota,
   GOMAXPROCS and CPUs), and, where present, a 16-CPU closed-loop run's the same way,
-  replayed by ``_replay`` directly.
+  replayed by ``cfsreplay.replay`` directly.
 
 The warm figures are the best of a few repeats after a first call (the run's inputs built
 once, as advise builds them). ``--quick``: one repeat, the first 16-CPU bundle only. Not a
@@ -40,7 +40,7 @@ import gmpanalysis as gmp
 from gmpanalysis import cfskernel
 from gmpanalysis import whatif as W
 from gmpanalysis.examples import CHECKOUT_RUNS, DEFAULT
-from gmpanalysis.replayinputs import _memo, _prep_built
+from gmpanalysis.replayinputs import memo, prep_built
 
 ROOT = Path(__file__).resolve().parents[1]
 SIXTEEN = ROOT / "benchmarks" / "data" / "16cpu-v2-1500m"
@@ -49,9 +49,9 @@ FIRST_CALL = """
 import time, warnings
 warnings.simplefilter("ignore")
 import numpy as np
-from gmpanalysis.cfsreplay import _replay
+from gmpanalysis.cfsreplay import replay
 args = (np.arange(0, 10**9, 10**7), 3e6, None, 50_000, 100_000_000, 0, 0, 4, 4)
-t0 = time.perf_counter(); _replay(*args); t1 = time.perf_counter(); _replay(*args); t2 = time.perf_counter()
+t0 = time.perf_counter(); replay(*args); t1 = time.perf_counter(); replay(*args); t2 = time.perf_counter()
 print((t1 - t0) - (t2 - t1))
 """
 
@@ -60,7 +60,7 @@ def _load(path: Path) -> gmp.Run:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run = gmp.load_run(path)
-        _memo(run, "prep", _prep_built)  # the run's inputs, built once as advise builds them
+        memo(run, "prep", prep_built)  # the run's inputs, built once as advise builds them
     return run
 
 
@@ -107,9 +107,9 @@ def first_call() -> None:
 
 @contextlib.contextmanager
 def _replay_share() -> Iterator[Callable[[Callable[[], Any]], Callable[[], float]]]:
-    """``wrap(fn)``: fn timed, answering the share of its time spent in _replay (the
+    """``wrap(fn)``: fn timed, answering the share of its time spent in replay (the
     replay itself; the rest is what_if's and advise's own work around it)."""
-    inner = W._replay
+    inner = W.replay
     spent = [0.0]
 
     def timed(*a: Any, **k: Any) -> Any:
@@ -128,11 +128,11 @@ def _replay_share() -> Iterator[Callable[[Callable[[], Any]], Callable[[], float
 
         return one
 
-    W._replay = timed
+    W.replay = timed
     try:
         yield wrap
     finally:
-        W._replay = inner
+        W.replay = inner
 
 
 def _share(wrap: Callable, fn: Callable[[], Any], repeats: int, py_repeats: int | None = None) -> tuple:
@@ -140,11 +140,11 @@ def _share(wrap: Callable, fn: Callable[[], Any], repeats: int, py_repeats: int 
     shares: list[float] = []
     one = wrap(fn)
     py, fast = _both(lambda: shares.append(one()), repeats, py_repeats)
-    return py, fast, f"   (in _replay {shares[1]:.0%} -> {shares[-1]:.0%})"
+    return py, fast, f"   (in replay {shares[1]:.0%} -> {shares[-1]:.0%})"
 
 
 def what_ifs(repeats: int) -> None:
-    print("what_if under the run's own settings (shipped examples; the share of it in _replay in brackets):")
+    print("what_if under the run's own settings (shipped examples; the share of it in replay in brackets):")
     tot = [0.0, 0.0]
     with _replay_share() as wrap:
         for path in sorted(p for p in CHECKOUT_RUNS.iterdir() if (p / "meta.json").is_file()):
@@ -157,7 +157,7 @@ def what_ifs(repeats: int) -> None:
 
 
 def advises(dirs: list[Path], repeats: int) -> None:
-    print("advise (one plain-Python run; the share of it in _replay in brackets):")
+    print("advise (one plain-Python run; the share of it in replay in brackets):")
     with _replay_share() as wrap:
         for label, path, r in [(f"example {DEFAULT}", CHECKOUT_RUNS / DEFAULT, repeats)] + [
             (f"{p.parent.name}/{p.name}", p, max(1, repeats // 3)) for p in dirs
@@ -167,10 +167,10 @@ def advises(dirs: list[Path], repeats: int) -> None:
 
 
 def _hour_args(path: Path) -> tuple[tuple, int]:
-    """_replay's arguments for the run's demand tiled to one hour, under its own settings
+    """replay's arguments for the run's demand tiled to one hour, under its own settings
     (the levels above left out); and the number of requests."""
     run = _load(path)
-    prep = _memo(run, "prep", _prep_built)
+    prep = memo(run, "prep", prep_built)
     d, s = prep["demand"], prep["settings"]
     P = int(s["period_us"]) * 1000
     sched = np.asarray(d["sched_ns"], dtype=np.int64)
@@ -189,11 +189,11 @@ def _hour_args(path: Path) -> tuple[tuple, int]:
 
 
 def hours(dirs: list[Path]) -> None:
-    print("one hour of demand, replayed by _replay (one plain-Python run, the best of two compiled):")
+    print("one hour of demand, replayed by cfsreplay.replay (one plain-Python run, the best of two compiled):")
     for path in [CHECKOUT_RUNS / DEFAULT] + dirs[:1]:
         args, n = _hour_args(path)
-        per = W._replay(*args)
-        py, fast = _both(lambda args=args: W._replay(*args), 2, py_repeats=1)
+        per = W.replay(*args)
+        py, fast = _both(lambda args=args: W.replay(*args), 2, py_repeats=1)
         mode = "open loop" if args[2] is None else f"closed loop of {args[2]}"
         _line(f"{path.name}: {n:,} requests, {len(per):,} periods", py, fast, f"   ({mode})")
 

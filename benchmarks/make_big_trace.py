@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from gmpanalysis.lab import ensure_binaries
-from gmpanalysis.lab.procs import _stop, _wait_listening
+from gmpanalysis.lab.procs import stop_proc, wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def main() -> int:
     )
     load = None
     try:
-        addr = _wait_listening(app)
+        addr = wait_listening(app)
         load = subprocess.Popen(
             [
                 str(bins["gmp-loadgen"]),
@@ -60,8 +60,8 @@ def main() -> int:
             shutil.copyfileobj(r, f, 1 << 20)
         print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     finally:
-        _stop(load)
-        _stop(app)
+        stop_proc(load)
+        stop_proc(app)
     return 0
 
 

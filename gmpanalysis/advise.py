@@ -28,8 +28,8 @@ from .errors import UsageError
 from .gomaxprocs import rules
 from .modelerror import load as load_validation
 from .modelerror import measured_range, model_error, regime
-from .replayinputs import _memo, _prep_built
-from .whatif import _estimate, demand, settings
+from .replayinputs import memo, prep_built
+from .whatif import demand, estimate_from_prep, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
 # GOMAXPROCS tried by default (with the CPUs and the run's own; what each rule gives at the
@@ -104,7 +104,7 @@ def advise(
     burst_set = sorted(set(bursts))
 
     # each run's replay inputs looked up once for every setting (a lookup checks the run's contents)
-    inputs = [(_memo(r, "prep", _prep_built), r.path) for r in runs]
+    inputs = [(memo(r, "prep", prep_built), r.path) for r in runs]
 
     def at(lims: list[float]) -> list[dict[str, float]]:
         return [_predict(inputs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
@@ -138,7 +138,9 @@ def _predict(
     inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int
 ) -> dict[str, float]:
     figs = [
-        _estimate(prep, path, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu)
+        estimate_from_prep(
+            prep, path, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu
+        )
         for prep, path in inputs
     ]
     out: dict[str, float] = {

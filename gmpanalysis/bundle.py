@@ -24,8 +24,8 @@ import pandas as pd
 
 from .bundlefiles import (
     CPU_STAT_COLUMNS,
-    _read_bytes,
     check_regular,
+    read_bytes,
     read_cpu_stat,
     read_host_stat,
     read_limits,
@@ -158,7 +158,7 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     (:mod:`gmpanalysis.schema`); an older version is returned upgraded."""
     p = Path(path)
     try:
-        raw = _read_bytes(p, limit=META_MAX_BYTES)
+        raw = read_bytes(p, limit=META_MAX_BYTES)
     except NotFoundError:
         raise BundleError(f"{p}: missing; every bundle needs meta.json (is this a bundle directory?)") from None
     try:

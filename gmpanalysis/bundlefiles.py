@@ -113,7 +113,7 @@ LIMITS_RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-def _parse_csv(
+def parse_csv(
     data: bytes,
     source: str,
     columns: dict[str, Any],
@@ -294,7 +294,7 @@ def check_regular(path: str | os.PathLike[str]) -> int:
     return st.st_size
 
 
-def _read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+def read_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """The bytes of one bundle file: a regular file only (checked before opening, and again
     on the open descriptor, which is opened non-blocking so a FIFO put there in between
     cannot hang the reader), read up to the size it had when opened -- a collector still
@@ -340,7 +340,7 @@ def _parse_table(
 ) -> pd.DataFrame:
     """A house CSV from bytes, its values in range, its time order checked, a dropped last
     line announced."""
-    df, truncated = _parse_csv(data, source, columns, optional, ranges)
+    df, truncated = parse_csv(data, source, columns, optional, ranges)
     if group is not None and group in df and df[group].isna().any():
         line = int(np.flatnonzero(df[group].isna().to_numpy())[0]) + 2
         raise BundleError(f"{source} line {line}: empty {group} field; every row names its {group}: fix that line")
@@ -391,7 +391,7 @@ def read_cpu_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
     ``df.attrs["truncated_last_line"] = True``; other malformed lines raise
     :class:`BundleError`.
     """
-    return parse_cpu_stat(_read_bytes(path), source=str(path))
+    return parse_cpu_stat(read_bytes(path), source=str(path))
 
 
 def parse_requests(data: bytes, *, source: str = "requests.csv") -> pd.DataFrame:
@@ -409,7 +409,7 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
     it) the CPU ns the service reported for the request (its handler's own thread CPU), NA
     where it reported none.
     """
-    return parse_requests(_read_bytes(path), source=str(path))
+    return parse_requests(read_bytes(path), source=str(path))
 
 
 def parse_host_stat(data: bytes, *, source: str = "host_stat.csv") -> pd.DataFrame:
@@ -431,7 +431,7 @@ def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:
     A last line without its newline is dropped with a :class:`TruncatedLineWarning`; other
     malformed lines raise :class:`BundleError` naming the file and line.
     """
-    return parse_host_stat(_read_bytes(path), source=str(path))
+    return parse_host_stat(read_bytes(path), source=str(path))
 
 
 def parse_limits(data: bytes, *, source: str = "limits.csv") -> pd.DataFrame:
@@ -469,4 +469,4 @@ def read_limits(path: str | os.PathLike[str]) -> pd.DataFrame:
     cpu_stat.csv); ``period_us`` int64 µs; ``quota_us`` Int64 µs per period (NA: no limit);
     ``burst_us`` int64 µs.
     """
-    return parse_limits(_read_bytes(path), source=str(path))
+    return parse_limits(read_bytes(path), source=str(path))

@@ -16,7 +16,7 @@ can be in Python) and the compiled one on numpy arrays. A 2-D state (level × CP
 is strictly smaller (larger); :func:`_min` and :func:`_max` do the same, so both paths
 take the same steps bit for bit.
 
-The state, as :func:`gmpanalysis.cfsreplay._replay` lays it out:
+The state, as :func:`gmpanalysis.cfsreplay.replay` lays it out:
 
 * per level ``lvl`` (0: the table's own, then the levels above): ``lv[lvl]`` = (period, next
   boundary, period start, quota in force, pool, burst), columns PERIOD ... BURST (ns; a

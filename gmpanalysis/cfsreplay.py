@@ -166,7 +166,7 @@ def _run(
     )
 
 
-def _replay(
+def replay(
     sched: np.ndarray,
     cost_ns: float | np.ndarray,
     conc: int | None,
@@ -233,7 +233,7 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
     # a request belongs to the period it entered in (an open loop's scheduled time)
     which = np.searchsorted(start, sent + origin, side="right") - 1
     lat = (end - sent) / 1e6
-    p50, p99 = _group_quantiles(which, lat, len(ks), (0.5, 0.99))
+    p50, p99 = group_quantiles(which, lat, len(ks), (0.5, 0.99))
     per = pd.DataFrame(
         {
             "period": ks,
@@ -259,7 +259,7 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
     return per
 
 
-def _group_quantiles(which: np.ndarray, x: np.ndarray, groups: int, qs: tuple[float, ...]) -> list[np.ndarray]:
+def group_quantiles(which: np.ndarray, x: np.ndarray, groups: int, qs: tuple[float, ...]) -> list[np.ndarray]:
     """Each group's quantiles of x, NaN left out, linear between the two nearest as pandas'
     groupby quantile takes them (``lo + (hi - lo) * frac``, ``lo`` where frac is 0); NaN for
     a group with none."""

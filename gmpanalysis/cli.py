@@ -12,18 +12,18 @@ import warnings
 from pathlib import Path
 
 from .cliargs import (
-    _cgroup_parent,
-    _check_out_dir,
-    _check_out_file,
-    _duration,
-    _existing_dir,
-    _float_in,
-    _gomaxprocs,
-    _gomaxprocs_values,
-    _int_in,
-    _progress,
+    cgroup_parent,
+    check_out_dir,
+    check_out_file,
+    duration,
+    existing_dir,
+    float_in,
+    gomaxprocs_value,
+    gomaxprocs_values,
+    int_in,
+    progress,
 )
-from .clilab import _add_lab_args, cmd_lab_clean, cmd_lab_run, cmd_lab_sweep
+from .clilab import add_lab_args, cmd_lab_clean, cmd_lab_run, cmd_lab_sweep
 from .errors import GmpError, GmpWarning, UsageError
 
 
@@ -218,7 +218,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     from .bundle import load_run
     from .report import recording_notes, to_report
 
-    out = _check_out_file(a.out, "-o")
+    out = check_out_file(a.out, "-o")
     paths = [Path(p) for p in a.bundles] or _default_bundles()
     if not paths:
         print("no bundles given and no example runs found; pass bundle directories", file=sys.stderr)
@@ -233,7 +233,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             with recording_notes([]) as found:
                 runs.append(load_run(p))
             loading_notes.append(found)
-        out = to_report(runs, out, notes=loading_notes, progress=_progress)
+        out = to_report(runs, out, notes=loading_notes, progress=progress)
     for p, run, found in zip(paths, runs, loading_notes, strict=True):
         for n in dict.fromkeys([*run.notes, *found]):
             print(f"{p}: note: {n}", file=sys.stderr)
@@ -245,7 +245,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .bundle import load_run
     from .export import to_chrome_trace
 
-    out = _check_out_file(a.out, "-o")
+    out = check_out_file(a.out, "-o")
     print(to_chrome_trace(load_run(a.bundle), out))
     return 0
 
@@ -253,7 +253,7 @@ def cmd_export(a: argparse.Namespace) -> int:
 def cmd_collect(a: argparse.Namespace) -> int:
     from .kube import CollectConfig, collect
 
-    _check_out_dir(a.out, "--out", empty=False)
+    check_out_dir(a.out, "--out", empty=False)
     cfg = CollectConfig(
         namespace=a.namespace,
         pod=a.pod,
@@ -269,7 +269,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
         sampler_namespace=a.sampler_namespace,
     )
     # progress names pods as the API server sent them: escape what does not print
-    for p in collect(cfg, log=lambda m: _progress(_one_line(m))):
+    for p in collect(cfg, log=lambda m: progress(_one_line(m))):
         print(p)
     return 0
 
@@ -307,9 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("-l", "--selector", help="label selector of target pods")
     cp.add_argument("--container", default=None, help="container (default: the pod's first)")
     cp.add_argument(
-        "--duration", type=_duration(0, 3600, lo_open=True), default=30.0, help="window, e.g. 30s (default: 30s)"
+        "--duration", type=duration(0, 3600, lo_open=True), default=30.0, help="window, e.g. 30s (default: 30s)"
     )
-    cp.add_argument("--pprof-port", type=_int_in(0, 65535), default=6060, help="net/http/pprof port (0: no trace)")
+    cp.add_argument("--pprof-port", type=int_in(0, 65535), default=6060, help="net/http/pprof port (0: no trace)")
     cp.add_argument(
         "--pprof-host", default=None, help="Host header of the trace request (default: 127.0.0.1:PORT, what is dialled)"
     )
@@ -325,19 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     av = sub.add_parser("advise", help="CPU limit, GOMAXPROCS and burst ranked by a replay of the runs' demand")
     av.add_argument("bundles", nargs="+", help="run bundle directories (runs of one service)")
     av.add_argument("--objective", choices=["throttle", "p99", "cost"], default="p99", help="what to rank by")
-    av.add_argument("--cpus", type=_int_in(1, 4096), default=None, help="CPUs the service may use (default: the run's)")
+    av.add_argument("--cpus", type=int_in(1, 4096), default=None, help="CPUs the service may use (default: the run's)")
     av.add_argument(
-        "--max-limit", type=_float_in(0, 4096, lo_open=True), default=None, help="largest limit to consider, CPUs"
+        "--max-limit", type=float_in(0, 4096, lo_open=True), default=None, help="largest limit to consider, CPUs"
     )
-    av.add_argument("--top", type=_int_in(1), default=10, help="rows to print (default: 10)")
+    av.add_argument("--top", type=int_in(1), default=10, help="rows to print (default: 10)")
     av.set_defaults(func=cmd_advise)
 
     fl = sub.add_parser("fleet", help="every bundle of a store or of bundle directories analysed on Dask")
     fl.add_argument("sources", nargs="+", help="a store (local directory or fsspec URL) or bundle directories")
     fl.add_argument("-o", "--out", default=None, help="where the Parquet tables and report go (default: STORE/derived)")
     fl.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (default: a local cluster)")
-    fl.add_argument("--workers", type=_int_in(1, 1024), default=None, help="local cluster workers (default: the CPUs)")
-    fl.add_argument("--top", type=_int_in(1), default=20, help="workloads to print (default: 20)")
+    fl.add_argument("--workers", type=int_in(1, 1024), default=None, help="local cluster workers (default: the CPUs)")
+    fl.add_argument("--top", type=int_in(1), default=20, help="workloads to print (default: 20)")
     fl.add_argument("--no-progress", action="store_true", help="no progress bar")
     fl.set_defaults(func=cmd_fleet)
     st = sub.add_parser("store", help="the bundle store: put bundles in, list them")
@@ -356,28 +356,28 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="experiments under real cgroup quotas (root)")
     labsub = lab.add_subparsers(dest="labcmd", required=True)
     lr = labsub.add_parser("run", help="one run -> one bundle")
-    _add_lab_args(lr)
+    add_lab_args(lr)
     lr.add_argument(
         "--gomaxprocs",
-        type=_gomaxprocs,
+        type=gomaxprocs_value,
         default=None,
         help="GOMAXPROCS env of the app, a positive integer; 'default' or 'unset': not set (the default)",
     )
     lr.add_argument("-o", "--out", default=None, help="bundle directory (default: runs/NAME)")
     lr.set_defaults(func=cmd_lab_run)
     ls = labsub.add_parser("sweep", help="the same run at several GOMAXPROCS values")
-    _add_lab_args(ls)
+    add_lab_args(ls)
     ls.add_argument(
         "--gomaxprocs-values",
-        type=_gomaxprocs_values,
+        type=gomaxprocs_values,
         default="1,2,8",
         help="comma list, 'unset' allowed (default: 1,2,8)",
     )
     ls.add_argument("-o", "--out", default="runs", help="directory for the bundles (default: runs)")
     ls.set_defaults(func=cmd_lab_sweep)
     lc = labsub.add_parser("clean", help="remove the cgroups left by lab runs that were killed")
-    lc.add_argument("--cgroup-root", type=_existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
-    lc.add_argument("--cgroup-parent", type=_cgroup_parent, default="", help="parent cgroup the runs used")
+    lc.add_argument("--cgroup-root", type=existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
+    lc.add_argument("--cgroup-parent", type=cgroup_parent, default="", help="parent cgroup the runs used")
     lc.set_defaults(func=cmd_lab_clean)
     return ap
 

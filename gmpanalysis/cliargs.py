@@ -13,7 +13,8 @@ from pathlib import Path
 from .errors import UsageError
 
 
-def _progress(msg: str) -> None:
+def progress(msg: str) -> None:
+    """A progress line on stderr; one starting with a carriage return only on a terminal."""
     if msg.startswith("\r"):
         if sys.stderr.isatty():
             print(msg, end="", file=sys.stderr, flush=True)
@@ -22,7 +23,7 @@ def _progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def _check_out_file(text: str, opt: str) -> Path:
+def check_out_file(text: str, opt: str) -> Path:
     """The file a command will write, refused before any work when it cannot be one: an
     empty path, a directory, a parent that does not exist or is not a directory. (Writing
     can still fail, /dev/full say: the writer says so, naming the file.)"""
@@ -46,7 +47,7 @@ def _check_parent(p: Path, opt: str) -> None:
         raise UsageError(f"{opt} {p}: {parent} is not a directory")
 
 
-def _check_out_dir(text: str, opt: str, *, empty: bool) -> Path:
+def check_out_dir(text: str, opt: str, *, empty: bool) -> Path:
     """A directory a command will write into (created if missing): refused up front when
     something else is in its place or, with ``empty``, when it holds anything (bundles are
     never overwritten)."""
@@ -70,7 +71,7 @@ def _check_out_dir(text: str, opt: str, *, empty: bool) -> Path:
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")  # ASCII digits: int() would also take "١٢" or "1_000"
 
 
-def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An argparse type: a decimal integer in [lo, hi]."""
 
     def parse(text: str) -> int:
@@ -85,7 +86,7 @@ def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def _float_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+def float_in(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [lo, hi] ((lo, hi] with lo_open)."""
 
     def parse(text: str) -> float:
@@ -106,24 +107,24 @@ def _in_range(text: str, v: float, lo: float, hi: float, lo_open: bool) -> float
     return v
 
 
-def _gomaxprocs(text: str) -> int | None:
+def gomaxprocs_value(text: str) -> int | None:
     """--gomaxprocs: a positive integer, or 'unset'/'default' (the env variable not set)."""
     if text.strip().lower() in ("unset", "default"):
         return None
-    return _int_in(1, 1 << 20)(text)
+    return int_in(1, 1 << 20)(text)
 
 
-def _gomaxprocs_values(text: str) -> list[int | None]:
+def gomaxprocs_values(text: str) -> list[int | None]:
     """--gomaxprocs-values: a comma list of positive integers and 'unset'."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty list: give e.g. 1,2,8 or unset,2")
     try:
-        return [_gomaxprocs(v) for v in text.split(",")]
+        return [gomaxprocs_value(v) for v in text.split(",")]
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e} (give e.g. 1,2,8 or unset,2)") from None
 
 
-def _cgroup_parent(text: str) -> str:
+def cgroup_parent(text: str) -> str:
     """--cgroup-parent: a path below the cgroup mount; it may not climb out of it."""
     from .lab.cgroups import check_cgroup_parent
 
@@ -133,19 +134,21 @@ def _cgroup_parent(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _existing_dir(text: str) -> str:
+def existing_dir(text: str) -> str:
+    """An argparse type: a directory that exists (the cgroup mount)."""
     if not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is not a directory (the cgroup mount, e.g. /sys/fs/cgroup)")
     return text
 
 
-def _name(text: str) -> str:
+def bundle_name(text: str) -> str:
+    """--name: a bundle name, not empty."""
     if not text.strip():
         raise argparse.ArgumentTypeError("the bundle name may not be empty")
     return text
 
 
-def _duration(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+def duration(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a duration in seconds ("30", "30s", "500ms", "2m"), finite, in
     [lo, hi] ((lo, hi] with lo_open)."""
 

@@ -7,14 +7,14 @@ import functools
 from pathlib import Path
 
 from .cliargs import (
-    _cgroup_parent,
-    _check_out_dir,
-    _duration,
-    _existing_dir,
-    _float_in,
-    _int_in,
-    _name,
-    _progress,
+    bundle_name,
+    cgroup_parent,
+    check_out_dir,
+    duration,
+    existing_dir,
+    float_in,
+    int_in,
+    progress,
 )
 from .errors import UsageError
 
@@ -71,18 +71,19 @@ def _vm_spec(a: argparse.Namespace):  # -> VmSpec | None
     return VmSpec(kernel=a.kernel, cpus=a.cpus or 2, memory_mb=a.vm_memory_mb or DEFAULT_MEMORY_MB)
 
 
-def _add_lab_args(p: argparse.ArgumentParser) -> None:
+def add_lab_args(p: argparse.ArgumentParser) -> None:
+    """Add the arguments of ``gmpanalysis lab run`` and ``lab sweep`` (the lab's configuration) to ``p``."""
     from .lab.levels import LAYOUTS
 
-    p.add_argument("--name", type=_name, default="lab", help="bundle name (default: lab)")
+    p.add_argument("--name", type=bundle_name, default="lab", help="bundle name (default: lab)")
     p.add_argument("--cpu-limit", default="500m", help="CPU limit: 500m, 0.5, 2 or none (default: 500m)")
     p.add_argument(
         "--period-us",
-        type=_int_in(1_000, 1_000_000),
+        type=int_in(1_000, 1_000_000),
         default=100_000,
         help="CFS period in µs, 1000..1000000 (default: 100000)",
     )
-    p.add_argument("--burst-us", type=_int_in(0), default=0, help="CFS burst in µs (default: 0)")
+    p.add_argument("--burst-us", type=int_in(0), default=0, help="CFS burst in µs (default: 0)")
     p.add_argument(
         "--workload",
         choices=["cpu", "alloc"],
@@ -90,34 +91,34 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
         help="cpu: pure compute per request; alloc: compute + garbage + a live heap",
     )
     p.add_argument(
-        "--work-ms", type=_float_in(0, 10_000, lo_open=True), default=30.0, help="CPU per request in ms (default: 30)"
+        "--work-ms", type=float_in(0, 10_000, lo_open=True), default=30.0, help="CPU per request in ms (default: 30)"
     )
-    p.add_argument("--alloc-kb", type=_int_in(0), default=4096, help="garbage per request for --workload alloc (KiB)")
-    p.add_argument("--live-mb", type=_int_in(0), default=64, help="live heap for --workload alloc (MiB)")
+    p.add_argument("--alloc-kb", type=int_in(0), default=4096, help="garbage per request for --workload alloc (KiB)")
+    p.add_argument("--live-mb", type=int_in(0), default=64, help="live heap for --workload alloc (MiB)")
     p.add_argument("--mode", choices=["open", "closed"], default="open", help="load loop (default: open)")
     p.add_argument("--arrivals", choices=["poisson", "constant"], default="poisson", help="open-loop arrivals")
     p.add_argument(
         "--rate",
-        type=_float_in(0, 1e6, lo_open=True),
+        type=float_in(0, 1e6, lo_open=True),
         default=None,
         help="open-loop req/s (default: 80%% of the quota's capacity)",
     )
-    p.add_argument("--concurrency", type=_int_in(1, 10_000), default=4, help="closed-loop clients (default: 4)")
+    p.add_argument("--concurrency", type=int_in(1, 10_000), default=4, help="closed-loop clients (default: 4)")
     p.add_argument(
-        "--duration", type=_float_in(0, 3600, lo_open=True), default=6.0, help="load duration in s (default: 6)"
+        "--duration", type=float_in(0, 3600, lo_open=True), default=6.0, help="load duration in s (default: 6)"
     )
-    p.add_argument("--max-requests", type=_int_in(1), default=100_000, help="load bound in requests")
-    p.add_argument("--seed", type=_int_in(-(1 << 63), (1 << 63) - 1), default=1, help="arrival schedule seed")
-    p.add_argument("--trace-start", type=_float_in(0, 3600), default=1.0, help="trace window start after load start, s")
-    p.add_argument("--trace-seconds", type=_float_in(0, 3600), default=4.0, help="trace window length, s (0: none)")
+    p.add_argument("--max-requests", type=int_in(1), default=100_000, help="load bound in requests")
+    p.add_argument("--seed", type=int_in(-(1 << 63), (1 << 63) - 1), default=1, help="arrival schedule seed")
+    p.add_argument("--trace-start", type=float_in(0, 3600), default=1.0, help="trace window start after load start, s")
+    p.add_argument("--trace-seconds", type=float_in(0, 3600), default=4.0, help="trace window length, s (0: none)")
     p.add_argument(
-        "--interval-us", type=_int_in(1, 1_000_000), default=997, help="sampling interval in µs (default: 997)"
+        "--interval-us", type=int_in(1, 1_000_000), default=997, help="sampling interval in µs (default: 997)"
     )
     p.add_argument("--no-fifo", action="store_true", help="sampler under SCHED_OTHER instead of SCHED_FIFO")
-    p.add_argument("--cgroup-root", type=_existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
+    p.add_argument("--cgroup-root", type=existing_dir, default="/sys/fs/cgroup", help="cgroup mount")
     p.add_argument(
         "--cgroup-parent",
-        type=_cgroup_parent,
+        type=cgroup_parent,
         default="",
         help="parent cgroup for the lab's cgroup (v2: delegated subtree)",
     )
@@ -129,7 +130,7 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--resize-at",
-        type=_duration(0, 3600),
+        type=duration(0, 3600),
         default=None,
         help="rewrite the limit in place this long after load start (s)",
     )
@@ -148,9 +149,9 @@ def _add_lab_args(p: argparse.ArgumentParser) -> None:
         help="run inside a VM of Debian's newest kernel of this series (e.g. 6.1, 6.12; cgroup v2; qemu, TCG); "
         "default: this machine's kernel",
     )
-    p.add_argument("--cpus", type=_int_in(1, 64), default=None, help="the VM's vCPUs with --kernel (default: 2)")
+    p.add_argument("--cpus", type=int_in(1, 64), default=None, help="the VM's vCPUs with --kernel (default: 2)")
     p.add_argument(
-        "--vm-memory-mb", type=_int_in(512, 65536), default=None, help="the VM's memory with --kernel (default: 2048)"
+        "--vm-memory-mb", type=int_in(512, 65536), default=None, help="the VM's memory with --kernel (default: 2048)"
     )
     p.add_argument(
         "--layout",
@@ -176,13 +177,13 @@ def cmd_lab_run(a: argparse.Namespace) -> int:
     cfg = _lab_config(a)
     vm = _vm_spec(a)
     out = Path(a.out or f"runs/{cfg.name}")
-    _check_out_dir(str(out), "-o", empty=True)
+    check_out_dir(str(out), "-o", empty=True)
     if vm is not None:
         from .lab.vm import run_vm_lab
 
-        run_vm_lab(cfg, out, vm, progress=_progress)
+        run_vm_lab(cfg, out, vm, progress=progress)
     else:
-        run_lab(cfg, out, progress=_progress)
+        run_lab(cfg, out, progress=progress)
     print(out)
     return 0
 
@@ -192,13 +193,13 @@ def cmd_lab_sweep(a: argparse.Namespace) -> int:
 
     cfg = _lab_config(a)
     vm = _vm_spec(a)
-    _check_out_dir(a.out, "-o", empty=False)
+    check_out_dir(a.out, "-o", empty=False)
     runner = None
     if vm is not None:
         from .lab.vm import run_vm_lab
 
         runner = functools.partial(run_vm_lab, spec=vm)
-    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=_progress, runner=runner):
+    for p in sweep(cfg, a.gomaxprocs_values, a.out, progress=progress, runner=runner):
         print(p)
     return 0
 
@@ -209,5 +210,5 @@ def cmd_lab_clean(a: argparse.Namespace) -> int:
     removed = reap_stale_cgroups(a.cgroup_root, a.cgroup_parent)
     for d in removed:
         print(d)
-    _progress(f"removed {len(removed)} cgroup(s) left by killed lab runs")
+    progress(f"removed {len(removed)} cgroup(s) left by killed lab runs")
     return 0

@@ -30,20 +30,9 @@ from .levels import (
     table_level,
 )
 from .periodtrace import add_trace
+from .reads import exhaustion, hole_ms_per_period, read_percentiles, usage_at_boundaries
 from .served import latency_ms, succeeded
 
-# The group counts as running while its usage rises by at least RUNNING_CPUS over a window
-# of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
-# tick-sized steps, so shorter windows look flat even for a busy CPU; after the quota runs
-# out, threads still trickle leftover slice (36-520 µs steps seen here), far below a quarter
-# CPU per tick.
-RUNNING_CPUS = 0.25
-# A stretch without reads longer than this many sampling intervals is a hole: usage is
-# interpolated across it (and says so); counters stay exact unless several period
-# boundaries fall inside it.
-HOLE_READS = 10
-# The finest sampling the exhaustion brackets assume the truth is defined at (~1 kHz reads).
-RESOLUTION_NS = 1_000_000
 # An exhaustion bracket wider than a scheduler tick plus this (a read either side) leaves the
 # moment open: the row gives the bracket and no point value (6 ms at HZ=250).
 OPEN_BRACKET_SLACK_US = 2_000.0
@@ -94,140 +83,6 @@ PERIOD_COLUMNS = [
 ]
 
 
-_BLOCK = 1 << 16
-
-
-def _last_true_at(flags: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each index in ``at``, the last index <= it where ``flags`` is true (-1: none)."""
-    where = np.flatnonzero(flags)
-    pos = np.searchsorted(where, at, side="right") - 1
-    return np.where(pos >= 0, where[np.maximum(pos, 0)] if len(where) else -1, -1)
-
-
-def _exhaustion(
-    t: np.ndarray,
-    u: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    P: int,
-    unc_ns: int,
-    tick: int,
-    dt: np.ndarray,
-    q10: float,
-    med_dt: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Quota exhaustion in each period [start, end): µs from the start to the last read at
-    which usage still rose at a running CPU's pace, with its bracket.
-
-    The group's usage is charged when a task is descheduled, so the freeze shows as the
-    last running-pace step: it happened after the read before that step and at the latest
-    at the read that saw it. The bracket is (previous read, that read], clipped to the
-    period and widened by the grid's uncertainty; when reads are missing after it (a stretch
-    longer than 1.5 sampling intervals, or than 1.5 ms for sparser sampling, across which
-    usage rose by a short read's running-pace step), the group may have run on unseen, and
-    the bracket reaches the read that closes that stretch. ``dt`` is ``np.diff(t)``, with
-    its 10th percentile and median.
-    """
-    n = len(t)
-    # A stretch between reads longer than the finest resolution (1.5 sampling intervals,
-    # and at most 1.5 ms: sparser sampling hides running too) can hide a running-pace step
-    # that reads there would have seen, if usage rose across it by at least one such step of
-    # a short read (1 ms at most): the bracket reaches the read that closes the last one.
-    short_dt = min(q10, RESOLUTION_NS)
-    gap_ns = 1.5 * min(med_dt, RESOLUTION_NS)
-    running = np.empty(n, dtype=bool)
-    closes = np.zeros(n, dtype=bool)
-    # read by read, in blocks that stay in cache: an hour of 1 ms reads is 3.6 M of them,
-    # and whole-length temporaries cost more in fresh pages than in arithmetic
-    t0 = float(t[0]) if n else 0.0
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
-        tf = t[a:b].astype(np.float64)
-        # the rise over the last tick-length of time (usage interpolated there, so missing
-        # reads change the window only a little)
-        back = np.maximum(tf - tick, t0)
-        lo = max(int(np.searchsorted(t, t[a] - tick, side="right")) - 1, 0)
-        rise = u[a:b] - np.interp(back, t[lo:b].astype(np.float64), u[lo:b])
-        win = (tf - back) / 1e3
-        # ... and the read itself carries a running-pace step (a window ending at a read can
-        # still hold an older step)
-        p = max(a - 1, 0)
-        step = u[p + 1 : b] - u[p : b - 1]
-        step_win = dt[p : b - 1] / 1e3
-        ok = rise >= RUNNING_CPUS * win
-        if a == 0:  # the first read's step is 0 over 0 µs: a running pace
-            ok[1:] &= step >= RUNNING_CPUS * step_win
-            closes[1:b] = (dt[: b - 1] > gap_ns) & (step >= RUNNING_CPUS * short_dt / 1e3)
-        else:
-            ok &= step >= RUNNING_CPUS * step_win
-            closes[a:b] = (dt[p : b - 1] > gap_ns) & (step >= RUNNING_CPUS * short_dt / 1e3)
-        running[a:b] = ok
-    last_read = np.searchsorted(t, end, side="left") - 1
-    j = _last_true_at(running, np.maximum(last_read, 0))
-    has = j >= 0
-    jj = np.maximum(j, 0)
-    tx = np.where(has, t[jj], start)
-    tprev = np.where(has & (jj > 0), t[np.maximum(jj - 1, 0)], start)
-    last_close = closes  # looked up by index below
-    after = np.minimum(np.maximum(last_read + 1, 0), len(t) - 1)  # the first read after the end
-    r = _last_true_at(last_close, after)
-    # a hole across the end boundary counts only for the part of it before the boundary
-    # (after it, the unthrottled group runs: that rise belongs to the next period)
-    short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= gap_ns)
-    r = np.where(short_tail, _last_true_at(last_close, np.maximum(last_read, 0)), r)
-    late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
-    tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
-    ex = np.clip(tx - start, 0, P) / 1e3
-    # ... and the period's start is known to the grid's uncertainty
-    lo = np.clip(tprev - start - unc_ns, 0, P) / 1e3
-    hi = np.clip(np.minimum(tnext, end) - start + unc_ns, 0, P) / 1e3
-    return ex, np.minimum(lo, ex), np.maximum(hi, ex)
-
-
-def _percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
-    """``np.percentile(x, qs)`` (its linear method, the same floats) from one sort: numpy
-    sorts int64 with SIMD several times faster than it selects (an hour of read intervals:
-    ~14 ms against ~35)."""
-    v = np.sort(x)
-    out = []
-    for q in qs:
-        pos = q / 100 * (len(v) - 1)
-        k = int(np.floor(pos))
-        a, b = float(v[k]), float(v[min(k + 1, len(v) - 1)])
-        g = pos - k
-        # numpy's lerp: from the nearer end, so that the ends are exact
-        out.append(b - (b - a) * (1 - g) if g >= 0.5 else a + (b - a) * g)
-    return tuple(out)
-
-
-def _usage_at_boundaries(
-    t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Usage in each period between the boundaries ``B`` (µs), interpolated between the
-    reads around each boundary, and the bracket those reads allow: cumulative usage is
-    monotone, so the truth at a boundary lies between them (a boundary known to the grid's
-    uncertainty ``unc_ns``)."""
-    u_at = np.interp(B.astype(np.float64), t.astype(np.float64), u)
-    i_after = np.clip(np.searchsorted(t, B + unc_ns, side="left"), 0, len(t) - 1)
-    i_before = np.clip(np.searchsorted(t, B - unc_ns, side="right") - 1, 0, len(t) - 1)
-    u_lo_b, u_hi_b = u[i_before], u[i_after]
-    return np.diff(u_at), np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0), u_hi_b[1:] - u_lo_b[:-1]
-
-
-def _hole_ms(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per period [start, end) (sorted): the longest hole in the reads (a stretch without
-    reads longer than HOLE_READS nominal intervals) that overlaps it, ms; 0 if none."""
-    hole_ms = np.zeros(len(start))
-    a = np.flatnonzero(dt > HOLE_READS * nominal)
-    # each hole (t[a], t[a + 1]) overlaps the run of periods from the first that ends after
-    # it starts to the last that starts before it ends
-    lo = np.searchsorted(end, t[a], side="right")
-    cnt = np.maximum(np.searchsorted(start, t[a + 1], side="left") - lo, 0)
-    first = np.repeat(np.cumsum(cnt) - cnt, cnt)
-    np.maximum.at(hole_ms, np.repeat(lo, cnt) + np.arange(len(first)) - first, np.repeat(dt[a] / 1e6, cnt))
-    return hole_ms
-
-
 def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
     seg = grid.segments[seg_no]
     P = grid.period_ns
@@ -242,10 +97,10 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     margin = max(seg.uncertainty_ns, 50_000)
     n = len(start)
 
-    usage, usage_lo, usage_hi = _usage_at_boundaries(t, u, B, seg.uncertainty_ns)
+    usage, usage_lo, usage_hi = usage_at_boundaries(t, u, B, seg.uncertainty_ns)
     dt = np.diff(t)
-    q10, med_dt = _percentiles(dt, (10, 50)) if len(dt) else (float(P), float(P))
-    hole_ms = _hole_ms(t, dt, max(med_dt, 1.0), start, end)
+    q10, med_dt = read_percentiles(dt, (10, 50)) if len(dt) else (float(P), float(P))
+    hole_ms = hole_ms_per_period(t, dt, max(med_dt, 1.0), start, end)
     gap = hole_ms > 0
 
     cr = credit_boundaries(B, t, {c: s[c].to_numpy() for c in CREDITED}, margin, P)
@@ -258,7 +113,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     ex_hi = np.full(n, np.nan)
     ti = np.flatnonzero(throttled)
     if len(ti):
-        exhausted[ti], ex_lo[ti], ex_hi[ti] = _exhaustion(
+        exhausted[ti], ex_lo[ti], ex_hi[ti] = exhaustion(
             t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt
         )
     # the reads leave the moment of exhaustion open wider than a tick (a hole around it):

@@ -101,7 +101,7 @@ def _running_coverage(run: Run, tr: Any, edges: np.ndarray) -> tuple[np.ndarray,
     labels (read first): a goroutine labelled a GC worker anywhere in the trace is one in
     every generation, as :func:`gmpanalysis.gotrace.gcwork.is_gc_worker` has it."""
     from .gotrace import iter_generations
-    from .gotrace.gcwork import WORKER_PREFIX, _intersect_by_g
+    from .gotrace.gcwork import WORKER_PREFIX, intersect_by_g
 
     lab = tr.labels
     workers = np.unique(lab.g.to_numpy()[lab.label.astype(str).str.startswith(WORKER_PREFIX).to_numpy()])
@@ -120,7 +120,7 @@ def _running_coverage(run: Run, tr: Any, edges: np.ndarray) -> tuple[np.ndarray,
         if not len(g):
             continue
         near = (a0 < s1.max()) & (a1 > s0.min())
-        _, _, i0, i1 = _intersect_by_g(ag[near], a0[near], a1[near], g[user], s0[user], s1[user], r.p.to_numpy()[user])
+        _, _, i0, i1 = intersect_by_g(ag[near], a0[near], a1[near], g[user], s0[user], s1[user], r.p.to_numpy()[user])
         c_assist += coverage(i0, i1, edges)
     return c_worker, c_assist, c_run
 

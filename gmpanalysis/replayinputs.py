@@ -21,7 +21,7 @@ from .kernelfacts import tick_ns
 from .served import latency_ms, succeeded
 
 
-def _memo(run: Run, key: str, build: Any) -> Any:
+def memo(run: Run, key: str, build: Any) -> Any:
     """``build(run)`` kept with the run's :class:`~gmpanalysis.analysis.Analysis` (a replay
     of many settings reads the same demand, quotas and levels each time; an edited run gets
     a new Analysis, and so a new memo). Callers must not change what it returns."""
@@ -47,7 +47,7 @@ def _no_quota_built(run: Run) -> bool:
     return lim is None or not len(lim) or bool(lim["quota_us"].isna().all())
 
 
-def _periods(run: Run) -> pd.DataFrame:
+def run_periods(run: Run) -> pd.DataFrame:
     """The run's periods (df_periods), or for a run without a quota the same columns where
     they can be told (start_ns, end_ns, usage_us from the samples; never throttled) on a
     100 ms grid of phase 0 over the samples."""
@@ -81,7 +81,7 @@ def _own_quota_built(run: Run) -> dict[int, float]:
     """The quota in force in each of the run's periods (µs, NaN: none), by period number:
     from limits.csv where the bundle has it (a limit resized in place), at the level the
     per-period table is on (a pod's quota when the container has none)."""
-    per = _periods(run)
+    per = run_periods(run)
     q = per["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     return dict(zip(per["period"].astype(np.int64).tolist(), q.tolist(), strict=True))
 
@@ -152,9 +152,9 @@ def _settings_built(run: Run) -> dict[str, Any]:
 USAGE_ITEM_NS = 10_000_000
 
 
-def _demand_built(run: Run) -> dict[str, Any]:
+def demand_built(run: Run) -> dict[str, Any]:
     """:func:`demand`, built."""
-    per = _periods(run)
+    per = run_periods(run)
     r = run.requests
     if r is None or not len(r):
         u = per.dropna(subset=["usage_us"])
@@ -227,33 +227,33 @@ def request_costs(r: pd.DataFrame, used_ns: float) -> tuple[float | np.ndarray, 
     return used_ns / n, "mean"
 
 
-# the per-run inputs of a replay, each built once per run (``_memo``)
+# the per-run inputs of a replay, each built once per run (``memo``)
 def _grid_phase(run: Run) -> int:
-    return _memo(run, "grid_phase", _grid_phase_built)
+    return memo(run, "grid_phase", _grid_phase_built)
 
 
 def _no_quota(run: Run) -> bool:
-    return _memo(run, "no_quota", _no_quota_built)
+    return memo(run, "no_quota", _no_quota_built)
 
 
 def _own_quota(run: Run) -> dict[int, float]:
-    return _memo(run, "own_quota", _own_quota_built)
+    return memo(run, "own_quota", _own_quota_built)
 
 
 def _outer_levels(run: Run) -> list[dict[str, Any]]:
-    return _memo(run, "outer_levels", _outer_levels_built)
+    return memo(run, "outer_levels", _outer_levels_built)
 
 
 def _stw_model(run: Run) -> dict[str, float] | None:
-    return _memo(run, "stw_model", _stw_model_built)
+    return memo(run, "stw_model", _stw_model_built)
 
 
-def _prep_built(run: Run) -> dict[str, Any]:
+def prep_built(run: Run) -> dict[str, Any]:
     """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
     no_quota = _no_quota(run)
     return {
-        "settings": _memo(run, "settings", _settings_built),
-        "demand": _memo(run, "demand", _demand_built),
+        "settings": memo(run, "settings", _settings_built),
+        "demand": memo(run, "demand", demand_built),
         "phase": _grid_phase(run),
         "no_quota": no_quota,
         "own_quota": _own_quota(run),
@@ -270,7 +270,7 @@ def settings(run: Run) -> dict[str, Any]:
     after a scheduler tick the boundaries came), and ``outer``: the levels above with a quota
     of their own (a pod's), each a dict of ``level``, ``quota_us``, ``period_us``,
     ``burst_us`` and ``offset_ns`` (how long after the table level's boundary its own comes)."""
-    return copy.deepcopy(_memo(run, "settings", _settings_built))
+    return copy.deepcopy(memo(run, "settings", _settings_built))
 
 
 def demand(run: Run) -> dict[str, Any]:
@@ -282,7 +282,7 @@ def demand(run: Run) -> dict[str, Any]:
     or "usage" for a bundle without requests: each period's measured
     CPU as work arriving in it, a lower bound where the run was throttled, since work the
     quota held back shows up later or never; latency is then unknown)."""
-    return copy.deepcopy(_memo(run, "demand", _demand_built))
+    return copy.deepcopy(memo(run, "demand", demand_built))
 
 
 def _stw_model_built(run: Run) -> dict[str, float] | None:

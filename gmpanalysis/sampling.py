@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
-from .bundlefiles import _parse_csv, _read_bytes
+from .bundlefiles import parse_csv, read_bytes
 from .errors import BundleError, MissingDataError
 
 LATENESS_COLUMNS: dict[str, Any] = {
@@ -47,7 +47,7 @@ def read_lateness(path: str | os.PathLike[str]) -> pd.DataFrame:
     ``df.attrs["source"]`` is the path. Malformed lines raise :class:`BundleError` naming
     the file and line; a last line without its newline is dropped.
     """
-    df, _ = _parse_csv(_read_bytes(path), str(path), LATENESS_COLUMNS)
+    df, _ = parse_csv(read_bytes(path), str(path), LATENESS_COLUMNS)
     df = df[list(LATENESS_COLUMNS)]
     tick = df["tick"].to_numpy()
     if len(tick) and (tick[0] < 0 or (np.diff(tick) <= 0).any()):

@@ -55,14 +55,14 @@ import pandas as pd
 
 from . import runtimecost
 from .bundle import Run
-from .cfsreplay import _group_quantiles, _replay
+from .cfsreplay import group_quantiles, replay
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
-    _demand_built,
-    _memo,
-    _periods,
-    _prep_built,
     demand,
+    demand_built,
+    memo,
+    prep_built,
+    run_periods,
     settings,
 )
 from .served import answered, latency_ms, succeeded
@@ -110,7 +110,7 @@ def what_if(
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
     out, attrs = _what_if(
-        _memo(run, "prep", _prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
+        memo(run, "prep", prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
         unlimited=unlimited, outer=outer, tick_phase_ns=tick_phase_ns,
     )  # fmt: skip
     out.attrs = attrs
@@ -130,7 +130,7 @@ def _what_if(
     outer: list[dict[str, Any]] | None = None,
     tick_phase_ns: int | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """:func:`what_if` on a run's replay inputs (``prep``: :func:`~.replayinputs._prep_built`,
+    """:func:`what_if` on a run's replay inputs (``prep``: :func:`~.replayinputs.prep_built`,
     fetched once for many settings; ``path`` names the run in errors): its table, and the
     attrs apart (pandas copies a frame's attrs, latencies and all, into every column it
     hands out)."""
@@ -152,14 +152,14 @@ def _what_if(
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = prep["demand"]
     phase = prep["phase"]
-    specs = [] if unlimited else _outer_specs(prep, outer, q, P * 1000, phase)
+    specs = [] if unlimited else outer_specs(prep, outer, q, P * 1000, phase)
     sched = d["sched_ns"] if d["concurrency"] is None else np.full(len(d["sched_ns"]), d["sched_ns"][0])
     stw = prep["stw"]
     rate = stw["per_cpu_s"] if stw and lim["gomaxprocs"] and (lim["cpus"] or C) else None
     src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C) if rate else 1
     grow = runtimecost.scale(rate, src_ps, runtimecost.ps(G, C))
     cost = np.asarray(d["cost_ns"]) * grow
-    out = _replay(
+    out = replay(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns,
     )  # fmt: skip
@@ -270,7 +270,7 @@ def _closed_loop_spread(
     # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n
     mapped[ok[np.argsort(lat[ok], kind="stable")]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
     if which is not None and len(which) == len(mapped):
-        p50, p99 = _group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
+        p50, p99 = group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
     return mapped
 
@@ -279,7 +279,7 @@ def _closed_loop_spread(
 MIN_QUOTA_US = 1000
 
 
-def _outer_specs(
+def outer_specs(
     prep: dict[str, Any],
     outer: list[dict[str, Any]] | None,
     q: float | dict[int, float] | None,
@@ -369,8 +369,8 @@ def summarize(
 
 def measured(run: Run) -> dict[str, float]:
     """:func:`summarize` of the run itself, over the periods the replay covers."""
-    per = _periods(run)
-    d = _memo(run, "demand", _demand_built)
+    per = run_periods(run)
+    d = memo(run, "demand", demand_built)
     t0, t1 = d["span_ns"]
     span = per[(per["end_ns"] > t0) & (per["start_ns"] < t1)]
     r = run.requests
@@ -405,10 +405,10 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
     evenly over a tick (NaN where none has the figure), since a setting not yet run has no
     known tick phase. :func:`predict`, :func:`gmpanalysis.advise` and the report all use
     it, and the validation (benchmarks/validate_whatif.py) measures its error."""
-    return _estimate(_memo(run, "prep", _prep_built), run.path, phases, **setting)
+    return estimate_from_prep(memo(run, "prep", prep_built), run.path, phases, **setting)
 
 
-def _estimate(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
+def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
     """:func:`estimate` on a run's replay inputs (see :func:`_what_if`)."""
     tick = 1_000_000_000 // int(prep["settings"]["hz"])
     each = []
@@ -425,7 +425,7 @@ def _estimate(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **sett
 def target_setting(target: Run) -> dict[str, Any]:
     """``target``'s settings as :func:`what_if`'s keywords (limit, period, burst,
     GOMAXPROCS, CPUs, the levels above), for replaying another run's demand under them."""
-    lim = _memo(target, "prep", _prep_built)["settings"]
+    lim = memo(target, "prep", prep_built)["settings"]
     return {
         "quota_us": lim["quota_us"],
         "period_us": lim["period_us"],

@@ -9,7 +9,7 @@ import pandas as pd
 
 from gmpanalysis.bundle import Run
 from gmpanalysis.gotrace import GoTrace
-from gmpanalysis.gotrace.columns import SCHEMAS, _frame
+from gmpanalysis.gotrace.columns import SCHEMAS, typed_frame
 
 
 def make_trace(
@@ -48,18 +48,18 @@ def make_trace(
             "open": [False] * len(stw),
         },
     }
-    tables = {k: _frame(v, SCHEMAS[k]) for k, v in cols.items()}
+    tables = {k: typed_frame(v, SCHEMAS[k]) for k, v in cols.items()}
     return GoTrace(
         stw=tables["stw"],
-        gc=_frame({}, SCHEMAS["gc"]),
+        gc=typed_frame({}, SCHEMAS["gc"]),
         gomaxprocs=pd.DataFrame(
             {"t_ns": [t for t, _ in gomaxprocs], "procs": [n for _, n in gomaxprocs]}, dtype="int64"
         ),
         running=tables["running"],
         assist=tables["assist"],
-        sweep=_frame({}, SCHEMAS["sweep"]),
+        sweep=typed_frame({}, SCHEMAS["sweep"]),
         heap=pd.DataFrame({"t_ns": [], "heap_alloc_bytes": [], "heap_goal_bytes": []}),
-        logs=_frame({}, SCHEMAS["logs"]),
+        logs=typed_frame({}, SCHEMAS["logs"]),
         meta={
             "version": 26,
             "frequency": 15_625_000,

@@ -182,10 +182,10 @@ def test_an_unreadable_file(tmp_path, monkeypatch):
 
 def test_reads_are_bounded_by_the_size_at_open(tmp_path):
     d = _copy(tmp_path)
-    data = bundle._read_bytes(d / "cpu_stat.csv")
+    data = bundle.read_bytes(d / "cpu_stat.csv")
     assert data == (d / "cpu_stat.csv").read_bytes()
     with pytest.raises(BundleError, match="more than the 10 such a file"):
-        bundle._read_bytes(d / "cpu_stat.csv", limit=10)
+        bundle.read_bytes(d / "cpu_stat.csv", limit=10)
 
 
 # ---- CSV cells ---------------------------------------------------------------------------------

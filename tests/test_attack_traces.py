@@ -72,7 +72,7 @@ def _with(data: bytes, edit) -> bytes:  # noqa: ANN001
 
 def _first(m: tm.Model, kind: str) -> tuple[tm.Batch, int, int]:
     """The first batch with a field of this kind, and the field's place."""
-    for b in tm._batches(m):
+    for b in tm.batches(m):
         for s, e, k in tm.fields(b):
             if k == kind:
                 return b, s, e
@@ -83,7 +83,7 @@ TABLE_BATCHES = (2, 4, 6, 8, 0x32)  # stacks, strings, CPU samples, frequency, s
 
 
 def _event_batch(m: tm.Model, i: int = 0) -> tm.Batch:
-    return [b for b in tm._batches(m) if b.exp is None and b.payload and b.payload[0] not in TABLE_BATCHES][i]
+    return [b for b in tm.batches(m) if b.exp is None and b.payload and b.payload[0] not in TABLE_BATCHES][i]
 
 
 def _set(kind: str, value: int | bytes):  # noqa: ANN202
@@ -110,7 +110,7 @@ def test_another_plausible_frequency_is_read_with_a_clock_warning():
     """Windows traces tick at cputicks/256: times scale by the frequency."""
     data = (FIXTURES / "traces" / "tiny-go1.26.trace").read_bytes()
     m = tm.parse(data)
-    for b in tm._batches(m):  # every generation: one process has one clock
+    for b in tm.batches(m):  # every generation: one process has one clock
         for s, e, k in tm.fields(b):
             if k == "freq":
                 b.payload[s:e] = tm.enc(2 * 15_625_000)
@@ -156,7 +156,7 @@ def test_many_steps_that_add_up_past_int64_are_refused():
     step = (1 << 62) // 64 // 3
 
     def edit(m: tm.Model) -> None:
-        b = next(b for b in tm._batches(m) if sum(k == "dt" for *_, k in tm.fields(b)) >= 8)
+        b = next(b for b in tm.batches(m) if sum(k == "dt" for *_, k in tm.fields(b)) >= 8)
         for s, e, k in reversed(tm.fields(b)):
             if k == "dt":
                 b.payload[s:e] = tm.enc(step)
@@ -173,7 +173,7 @@ def test_a_thread_clock_going_back_is_held_and_noted():
     data = (FIXTURES / "runs" / "cpu-0.5cpu-gmp2" / "trace.out").read_bytes()
     m = tm.parse(data)
     seen: dict[int, tm.Batch] = {}
-    for b in tm._batches(m):
+    for b in tm.batches(m):
         if not b.payload or b.payload[0] in TABLE_BATCHES:
             continue
         if b.m in seen:
@@ -196,24 +196,24 @@ def test_a_thread_clock_going_back_is_held_and_noted():
 
 def test_generations_out_of_order_or_repeated_are_refused():
     data = (FIXTURES / "traces" / "tiny-go1.22.trace").read_bytes()
-    gens = [b.gen for b in tm._batches(tm.parse(data))]
+    gens = [b.gen for b in tm.batches(tm.parse(data))]
     assert sorted(set(gens)) == [1, 2]
 
     def swap(m: tm.Model) -> None:
-        for b in tm._batches(m):
+        for b in tm.batches(m):
             b.gen = 3 - b.gen
 
     with pytest.raises(gmp.TraceFormatError, match=r"offset \d+: generation 1 after generation 2"):
         read_trace(_with(data, swap))
     with pytest.raises(gmp.TraceFormatError, match=r"offset \d+: generation \d+ does not exist"):
-        read_trace(_with(data, lambda m: setattr(tm._batches(m)[0], "gen", 1 << 40)))
+        read_trace(_with(data, lambda m: setattr(tm.batches(m)[0], "gen", 1 << 40)))
 
 
 def test_gomaxprocs_zero_is_refused():
     data = (FIXTURES / "runs" / "cpu-0.5cpu-gmp2" / "trace.out").read_bytes()
 
     def edit(m: tm.Model) -> None:
-        for b in tm._batches(m):
+        for b in tm.batches(m):
             for s, _, k in tm.fields(b):
                 if k == "type" and b.payload[s] == 9:  # ProcsChange: dt, procs, stack
                     fs = [f for f in tm.fields(b) if f[0] > s]

@@ -100,9 +100,9 @@ def test_more_periods_than_first_made_room_for(monkeypatch):
     again: the same table."""
     sched = np.arange(0, 400_000_000, 7_000_000)
     args = (sched, 9e6, None, 30_000, 100_000_000, 0, 0, 4, 4, 5000, 250, [(60_000.0, 50_000_000, 7_000, 0.0)])
-    want = R._replay(*args)
+    want = R.replay(*args)
     monkeypatch.setattr(R, "_room", lambda *a: 1)
-    _same(R._replay(*args), want)
+    _same(R.replay(*args), want)
 
 
 def _quota(draw, period_us: int, k0: int):
@@ -174,7 +174,7 @@ def test_compiled_and_python_loops_agree_and_hold_the_invariants(d):
     for enabled in (True, False) if cfskernel.AVAILABLE else (False,):
         cfskernel.ENABLED = enabled
         try:
-            outs.append(R._replay(**d))
+            outs.append(R.replay(**d))
         finally:
             cfskernel.ENABLED = True
     for per in outs[1:]:
@@ -195,5 +195,5 @@ def test_latency_quantiles_are_pandas_groupby_quantiles(groups, x, data):
     for i, level in enumerate((0.5, 0.99)):
         want = np.full(groups, np.nan)
         want[q.index] = q[level].to_numpy()
-        got = R._group_quantiles(which, x, groups, (0.5, 0.99))[i]
+        got = R.group_quantiles(which, x, groups, (0.5, 0.99))[i]
         assert np.array_equal(got, want, equal_nan=True)

@@ -180,7 +180,7 @@ def test_the_advisor_is_asked_once_per_workload_newest_first():
 
 
 def test_damaged_summary_and_unwritable_report_are_named(tmp_path):
-    from gmpanalysis.fleet.compute import SUMMARY_DIR, _summary_frame, read_summary
+    from gmpanalysis.fleet.compute import SUMMARY_DIR, read_summary, summary_frame
     from gmpanalysis.fleet.report import to_fleet_report
 
     bad = tmp_path / "out" / SUMMARY_DIR / "cluster=c/namespace=n/workload=w/pod=p/capture=x" / "bundle.parquet"
@@ -190,7 +190,7 @@ def test_damaged_summary_and_unwritable_report_are_named(tmp_path):
         read_summary(str(tmp_path / "out"))
     (tmp_path / "a-file").write_text("")
     with pytest.raises(gmp.GmpError, match="cannot write the fleet report"):
-        to_fleet_report(_summary_frame([]), tmp_path / "a-file" / "report.html")
+        to_fleet_report(summary_frame([]), tmp_path / "a-file" / "report.html")
 
 
 def _check_counts(row: dict, per: pd.DataFrame) -> None:
@@ -548,7 +548,7 @@ def test_put_fills_what_the_trace_tells_into_an_agent_bundle(tmp_path):
 
 
 def test_the_summary_kept_in_memory_has_the_read_back_dtypes_without_advice(tmp_path):
-    from gmpanalysis.fleet.compute import _advice_frame
+    from gmpanalysis.fleet.compute import advice_frame
 
     empty = read_advice(str(tmp_path / "nothing-here"))
-    assert _advice_frame([]).dtypes.to_dict() == empty.dtypes.to_dict()
+    assert advice_frame([]).dtypes.to_dict() == empty.dtypes.to_dict()

@@ -409,7 +409,7 @@ def _clash_builder(chunks):
         )
         group["gen"] = group["gen"].astype(np.int32)
         group["seq"] = group["seq"].astype(np.int32)
-        b._feed_running([group])
+        b.feed_running([group])
         b.flush()
     return b
 

@@ -118,7 +118,7 @@ def test_the_distributions_carry_what_an_install_needs(dists):
     assert not unneeded
     # ... the same files the build cache hashes, so its key covers all the wheel carries
     src = REPO / "collectors"
-    assert sorted(collectors) == sorted(p.relative_to(src).as_posix() for p in binaries._build_inputs(src))
+    assert sorted(collectors) == sorted(p.relative_to(src).as_posix() for p in binaries.build_input_paths(src))
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "fixtures/"))]
 
     with tarfile.open(dists["sdist"]) as tar:
@@ -247,5 +247,5 @@ def test_without_go_the_error_says_what_to_install(monkeypatch):
 
 def test_the_build_cache_is_keyed_by_source_and_go_version():
     src = REPO / "collectors"
-    assert binaries._source_hash(src, "go1.26.8") == binaries._source_hash(src, "go1.26.8")
-    assert binaries._source_hash(src, "go1.26.8") != binaries._source_hash(src, "go1.27.0")
+    assert binaries.source_hash(src, "go1.26.8") == binaries.source_hash(src, "go1.26.8")
+    assert binaries.source_hash(src, "go1.26.8") != binaries.source_hash(src, "go1.27.0")

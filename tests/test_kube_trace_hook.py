@@ -22,8 +22,8 @@ def raise_in_thread(name, exc, ours):
     t.join()
     print("--", name, type(exc).__name__, file=sys.stderr, flush=True)
 
-T._quiet_proxy_threads()
-T._quiet_proxy_threads()  # installed once
+T.quiet_proxy_threads()
+T.quiet_proxy_threads()  # installed once
 proxy = T.PROXY_THREAD + ": 6060"
 raise_in_thread(proxy, ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), True)
 raise_in_thread(proxy, RuntimeError("Unexpected frame data size"), True)

@@ -94,3 +94,72 @@ def test_the_graph_sees_in_function_imports():
     # frames imports analysis at module level, report imports it too; replayinputs' levels import is in a function
     assert "gmpanalysis.analysis" in g["gmpanalysis.frames"]
     assert "gmpanalysis.levels" in g["gmpanalysis.replayinputs"]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(mod: str, is_package: bool, source: str, modules: set[str]) -> set[tuple[str, str]]:
+    """(importer, target.name) for every underscore name ``mod`` takes from another module of
+    the package: ``from .x import _y`` (``import y as _alias`` of a public name is fine), and
+    ``x._y`` where ``x`` names a package module. A package's own private submodules are its
+    own (``from . import _pools`` in gmpanalysis/__init__.py)."""
+    pkg = mod if is_package else mod.rsplit(".", 1)[0]
+    found: set[tuple[str, str]] = set()
+    aliases: dict[str, str] = {}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "gmpanalysis":
+                continue
+            for a in node.names:
+                if f"{target}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{target}.{a.name}"
+                if _private(a.name) and target != mod:
+                    found.add((mod, f"{target}.{a.name}"))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in modules:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
+            target = aliases.get(node.value.id)
+            if target is not None and target != mod:
+                found.add((mod, f"{target}.{node.attr}"))
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    paths = {_module(p): p for p in PKG.rglob("*.py")}
+    found: set[tuple[str, str]] = set()
+    for mod, path in paths.items():
+        found |= _private_imports(mod, path.name == "__init__.py", path.read_text(), set(paths))
+    new = sorted(f"{m} takes {t}" for m, t in found)
+    assert not new, "a name another module needs is its API: name it without the underscore\n" + "\n".join(new)
+
+
+def test_the_check_finds_a_private_import():
+    mods = {"gmpanalysis", "gmpanalysis._pools", "gmpanalysis.whatif", "gmpanalysis.cfsreplay",
+            "gmpanalysis.gotrace", "gmpanalysis.gotrace.tables", "gmpanalysis.gotrace.spec",
+            "gmpanalysis.gotrace.reader", "gmpanalysis.gotrace.wire"}  # fmt: skip
+    src = "from .cfsreplay import _replay, replay\nfrom . import _pools\n"
+    assert _private_imports("gmpanalysis.whatif", False, src, mods) == {
+        ("gmpanalysis.whatif", "gmpanalysis.cfsreplay._replay"),
+        ("gmpanalysis.whatif", "gmpanalysis._pools"),
+    }
+    assert _private_imports("gmpanalysis", True, "from . import _pools, fleet\n", mods) == set()
+    src = "from . import spec as _s, tables as _tables\nfrom .wire import uvarint as _uvarint\nx = _tables._frame\n"
+    assert _private_imports("gmpanalysis.gotrace.reader", False, src, mods) == {
+        ("gmpanalysis.gotrace.reader", "gmpanalysis.gotrace.tables._frame")
+    }
+    src = "import gmpanalysis.gotrace.tables as T\nT._frame()\nfrom gmpanalysis.gotrace.tables import _x\n"
+    assert _private_imports("gmpanalysis.whatif", False, src, mods) == {
+        ("gmpanalysis.whatif", "gmpanalysis.gotrace.tables._frame"),
+        ("gmpanalysis.whatif", "gmpanalysis.gotrace.tables._x"),
+    }

@@ -67,7 +67,7 @@ def test_modules_in_dependency_order_builtins_left_out(tmp_path):
     (tmp_path / "modules.builtin").write_text(
         "kernel/drivers/virtio/virtio_pci.ko\nkernel/drivers/virtio/virtio_ring.ko\n"
     )
-    order = kernels._modules_to_load(tmp_path)
+    order = kernels.modules_to_load(tmp_path)
     assert order == [
         "kernel/net/9p/9pnet.ko.xz",
         "kernel/net/9p/9pnet_virtio.ko.xz",
@@ -80,7 +80,7 @@ def test_a_module_neither_built_nor_built_in_is_named(tmp_path):
     _module(tmp_path / "kernel/fs/9p/9p.ko", "9pnet")
     (tmp_path / "modules.builtin").write_text("")
     with pytest.raises(LabError, match="virtio_pci is neither a module nor built in"):
-        kernels._modules_to_load(tmp_path)
+        kernels.modules_to_load(tmp_path)
 
 
 def test_cpio_newc_unpacks_with_cpio(tmp_path):

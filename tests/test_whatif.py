@@ -12,7 +12,9 @@ import pytest
 
 import gmpanalysis as gmp
 from gmpanalysis import whatif as W
+from gmpanalysis.cfsreplay import replay
 from gmpanalysis.errors import UsageError
+from gmpanalysis.replayinputs import memo, prep_built
 
 RUNS = ("cpu-0.5cpu-gmp1", "cpu-0.5cpu-gmp2", "cpu-0.5cpu-gmp8")
 
@@ -29,7 +31,7 @@ def test_one_request_past_the_quota_by_the_kernel_rules():
     ticks every 4 ms from 0: the tenth slice runs out at 50 ms, the CPU runs on to the tick
     at 52 ms and freezes; the 2 ms overrun is paid from the next period's quota, and the
     last 8 ms run from 100 ms: done at 108 ms."""
-    per = W._replay(np.array([0]), 60e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250)
+    per = replay(np.array([0]), 60e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250)
     assert per["throttled"].tolist()[:2] == [True, False]
     assert per["exhausted_at_us"].iloc[0] == pytest.approx(52_000)
     assert per["stall_us"].iloc[0] == pytest.approx(48_000)
@@ -46,15 +48,15 @@ def test_two_cpus_share_the_quota_and_burst_carries_what_was_left():
     a period that used 10 ms (and handed back the 2 ms its CPU held beyond 1 ms when it went
     idle) leaves 39 ms, of which 20 carry over: the next pool holds 70 ms; the CPU that
     kept 1 ms draws later, and the second freezes at the tick at 40 ms."""
-    per = W._replay(np.array([0, 0]), 40e6, None, 50_000, 100_000_000, 0, 0, 2, 2, 5000, 250)
+    per = replay(np.array([0, 0]), 40e6, None, 50_000, 100_000_000, 0, 0, 2, 2, 5000, 250)
     assert per["exhausted_at_us"].iloc[0] == pytest.approx(32_000)
     assert per["cpus_throttled"].iloc[0] == pytest.approx(2.0)
     assert per["usage_us"].iloc[0] == pytest.approx(56_000)
     sched = np.array([0, 100_000_000, 100_000_000])
-    late = W._replay(sched, 10e6, None, 50_000, 100_000_000, 0, 20_000, 2, 2, 5000, 250)
+    late = replay(sched, 10e6, None, 50_000, 100_000_000, 0, 20_000, 2, 2, 5000, 250)
     assert not late["throttled"].iloc[0]
     cost = np.array([10e6, 40e6, 40e6])  # what the requests need
-    late = W._replay(sched, cost, None, 50_000, 100_000_000, 0, 20_000, 2, 2, 5000, 250)
+    late = replay(sched, cost, None, 50_000, 100_000_000, 0, 20_000, 2, 2, 5000, 250)
     assert late["exhausted_at_us"].iloc[1] == pytest.approx(40_000)
 
 
@@ -65,11 +67,11 @@ def test_a_pod_level_with_its_own_timer():
     and freezes the CPU (the container's cpu.stat does not count it), the pod's refill at 50
     pays its 2 ms overrun, and the CPU runs on until the container's pool is empty at the
     tick at 68: the container's period is exhausted at 68 ms, 50 ms used, 32 ms stalled."""
-    per = W._replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250,
+    per = replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250,
                     [(30_000, 100_000_000, 50_000_000, 0)])  # fmt: skip
     assert per["exhausted_at_us"].iloc[0] == pytest.approx(68_000)
     assert per["usage_us"].iloc[0] == pytest.approx(50_000) and per["stall_us"].iloc[0] == pytest.approx(32_000)
-    alone = W._replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250)
+    alone = replay(np.array([0]), 100e6, None, 50_000, 100_000_000, 0, 0, 1, 1, 5000, 250)
     assert alone["exhausted_at_us"].iloc[0] == pytest.approx(52_000)
 
 
@@ -100,9 +102,9 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
         assert alone + 10 < got <= truth + 3, (name, got, truth, alone)
     # a pod's quota follows its container's in CPUs: raised by 0.5 CPU, the pod's is too
     # (and it stops freezing the work); the same 0.5 CPU in 10 ms periods leaves it alone
-    phase = W._memo(nested, "prep", W._prep_built)["phase"]
+    phase = memo(nested, "prep", prep_built)["phase"]
     for q, period, pod_q in ((100_000, 100_000, 100_000), (5_000, 10_000, 50_000), (50_000, 100_000, 50_000)):
-        ((got_q, *_),) = W._outer_specs(W._memo(nested, "prep", W._prep_built), None, q, period * 1000, phase)
+        ((got_q, *_),) = W.outer_specs(memo(nested, "prep", prep_built), None, q, period * 1000, phase)
         assert set(got_q.values()) == {pod_q}, (q, period, set(got_q.values()))
     more = W.what_if(nested, quota_us=100_000)
     assert more.attrs["model"]["outer"][0]["quota_us"] == "period by period"

@@ -206,13 +206,14 @@ def _fields_into(p: bytearray, out: list[tuple[int, int, str]]) -> None:
 WEIGHTS = {"freq": 12, "dt": 8, "snap_dt": 3, "snap_mono": 3, "arg": 8, "type": 3, "str_len": 3, "str_id": 2}
 
 
-def _batches(model: Model) -> list[Batch]:
+def batches(model: Model) -> list[Batch]:
+    """The model's batches, in file order (the end-of-generation markers left out)."""
     return [it for it in model.items if it is not EOG]
 
 
 def _pick_field(rng: random.Random, model: Model) -> tuple[Batch, tuple[int, int, str]] | None:
     """A batch (the few clock batches weighted up), then a field in it (by ``WEIGHTS``)."""
-    bs = [b for b in _batches(model) if b.exp is None and b.payload]
+    bs = [b for b in batches(model) if b.exp is None and b.payload]
     if not bs:
         return None
     clock = (spec.EV_SYNC, spec.EV_FREQUENCY)
@@ -266,7 +267,7 @@ def m_field_value(rng: random.Random, model: Model, donors: list[Model]) -> str:
 
 
 def m_batch_header(rng: random.Random, model: Model, donors: list[Model]) -> str:
-    bs = _batches(model)
+    bs = batches(model)
     b = rng.choice(bs)
     f = rng.choice(("gen", "m", "ts", "ts", "len", "exp"))
     if f == "len":
@@ -279,7 +280,7 @@ def m_batch_header(rng: random.Random, model: Model, donors: list[Model]) -> str
 
 
 def m_frequency(rng: random.Random, model: Model, donors: list[Model]) -> str:
-    for b in _batches(model):
+    for b in batches(model):
         for s, e, kind in _fields(bytes(b.payload)) if b.exp is None else ():
             if kind == "freq":
                 v = rng.choice((0, 1, 2, 1000, 15_625_001, 62_500_000, 1 << 40, INT64_MAX, 1 << 63, (1 << 64) - 1))

@@ -173,7 +173,7 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     advised = f"{root}/{ADVICE_DIR}/{partition_path(parts)}/advice.parquet"
     if fs.exists(advised):  # an answer about an earlier version of this bundle
         fs.rm(advised)
-    _write_parquet(_summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
+    _write_parquet(summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
     return row
 
 
@@ -193,11 +193,12 @@ def advise_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[
         run = load_run(fetch_bundle(path) if "://" in path else path)
         row["advice"], row["advice_limit_cpus"], row["advice_gomaxprocs"] = _advice(run)
     row["advice_s"] = time.perf_counter() - t0
-    _write_parquet(_advice_frame([row]), out, f"{ADVICE_DIR}/{partition_path(parts)}/advice.parquet")
+    _write_parquet(advice_frame([row]), out, f"{ADVICE_DIR}/{partition_path(parts)}/advice.parquet")
     return row
 
 
-def _advice_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def advice_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Advice rows as a frame of :data:`ADVICE_COLUMNS`, with the dtypes Parquet gives back."""
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=ADVICE_COLUMNS)
     for c in ("key", "advice"):
         df[c] = df[c].astype("string")
@@ -251,7 +252,8 @@ def _text(v: object) -> object:
     return v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Summary rows as a frame of :data:`SUMMARY_COLUMNS`, with the dtypes Parquet gives back."""
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=SUMMARY_COLUMNS)
     for c in ("key", *PARTS, "path", "error", "wall_start"):
         df[c] = df[c].astype("string")
@@ -313,7 +315,7 @@ def read_summary(out: str) -> pd.DataFrame:
 
 def _summary_rows(out: str) -> pd.DataFrame:
     frames = _read_rows(out, SUMMARY_DIR, "bundle.parquet", "summary")
-    return pd.concat(frames, ignore_index=True) if frames else _summary_frame([])
+    return pd.concat(frames, ignore_index=True) if frames else summary_frame([])
 
 
 def _with_advice(rows: pd.DataFrame, advice: pd.DataFrame) -> pd.DataFrame:
@@ -497,7 +499,7 @@ class _Schedule:
     def summary(self) -> pd.DataFrame:
         """Every summary row with its advice, as :func:`read_summary` reads them back."""
         rows = [r for w in self.rows.values() for r in w.values()]
-        return _with_advice(_summary_frame(rows), _advice_frame(list(self.advice.values())))
+        return _with_advice(summary_frame(rows), advice_frame(list(self.advice.values())))
 
     def _submit(self, task: Callable[..., dict[str, Any]], kind: str, key: str, path: Any, r: dict, prio: int) -> None:
         if self.no_workers_s is not None:  # given up on the workers: not asked of the cluster
@@ -523,7 +525,7 @@ class _Schedule:
     def _advise(self, w: tuple) -> None:
         if any(t[0] == "advice" and t[2] == w for t in self.tasks.values()):
             return  # one question per workload at a time
-        rows = _summary_frame(list(self.rows.get(w, {}).values()))
+        rows = summary_frame(list(self.rows.get(w, {}).values()))
         asked = pd.DataFrame(
             {"key": list(self.said), "advice": ["yes" if v else None for v in self.said.values()]}, dtype="string"
         )

@@ -34,13 +34,13 @@ SCHEMAS: dict[str, dict[str, str]] = {
 }
 
 
-def _rows_frame(rows: list[tuple], names: tuple[str, ...], table: str) -> pd.DataFrame:
+def rows_frame(rows: list[tuple], names: tuple[str, ...], table: str) -> pd.DataFrame:
     """A table from row tuples whose fields are ``names`` (in that order)."""
     cols = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {}
-    return _frame(cols, SCHEMAS[table])
+    return typed_frame(cols, SCHEMAS[table])
 
 
-def _frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
+def typed_frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
     """A frame with exactly these columns and dtypes, built from arrays that already have
     them (pandas' astype on many small frames dominated the cost of short traces)."""
     return pd.DataFrame(

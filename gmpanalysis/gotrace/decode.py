@@ -17,23 +17,11 @@ from . import kernels, spec
 from .wire import (
     Batch,
     Generation,
-    _Short,
+    batch_uvarint,
     token_values,
     tokenize,
     walk_events,
 )
-from .wire import uvarint as _uvarint
-
-
-def uvarint(data: bytes, pos: int, end: int, source: str) -> tuple[int, int]:
-    """A varint inside a batch: running out of bytes there means a corrupt batch."""
-    try:
-        return _uvarint(data, pos, end, source)
-    except _Short:
-        raise TraceFormatError(
-            f"{source} offset {pos}: a value runs past the end of its batch; the trace is corrupt"
-        ) from None
-
 
 # the compiled decoder's unit: a chunk's batches are decoded and built a piece of about
 # this many bytes at a time (each thread's batches in file order), so what a piece decodes
@@ -57,15 +45,15 @@ def _strings(data: bytes, b: Batch, out: dict[int, str], source: str) -> None:
     while p < end:
         if data[p] != spec.EV_STRING:
             raise TraceFormatError(f"{source} offset {p}: expected a string entry in the string table")
-        sid, p = uvarint(data, p + 1, end, source)
-        ln, p = uvarint(data, p, end, source)
+        sid, p = batch_uvarint(data, p + 1, end, source)
+        ln, p = batch_uvarint(data, p, end, source)
         if p + ln > end:
             raise TraceFormatError(f"{source} offset {p}: string runs past its batch")
         out[sid] = bytes(data[p : p + ln]).decode("utf-8", "replace")
         p += ln
 
 
-def _sync(data: bytes, b: Batch, source: str) -> tuple[int | None, int, list[tuple[int, int, int, int, int]]]:
+def sync_batch(data: bytes, b: Batch, source: str) -> tuple[int | None, int, list[tuple[int, int, int, int, int]]]:
     """Frequency, its offset, and clock snapshots (ticks, mono ns, wall s, wall ns, offset)
     from a Sync (1.25+) or lone Frequency batch."""
     p, end = b.start, b.end
@@ -77,7 +65,7 @@ def _sync(data: bytes, b: Batch, source: str) -> tuple[int | None, int, list[tup
         t = data[p]
         at = p
         if t == spec.EV_FREQUENCY:
-            freq, p = uvarint(data, p + 1, end, source)
+            freq, p = batch_uvarint(data, p + 1, end, source)
             freq_at = at
             if not FREQ_MIN <= freq <= FREQ_MAX:
                 raise TraceFormatError(
@@ -86,10 +74,10 @@ def _sync(data: bytes, b: Batch, source: str) -> tuple[int | None, int, list[tup
                     f"{FREQ_MIN} and {FREQ_MAX}/s); the trace is corrupt: record or copy it again"
                 )
         elif t == spec.EV_CLOCK_SNAPSHOT:
-            dt, p = uvarint(data, p + 1, end, source)
-            mono, p = uvarint(data, p, end, source)
-            sec, p = uvarint(data, p, end, source)
-            nsec, p = uvarint(data, p, end, source)
+            dt, p = batch_uvarint(data, p + 1, end, source)
+            mono, p = batch_uvarint(data, p, end, source)
+            sec, p = batch_uvarint(data, p, end, source)
+            nsec, p = batch_uvarint(data, p, end, source)
             snaps.append((b.ts + dt, mono, sec, nsec, at))
         else:
             raise TraceFormatError(f"{source} offset {p}: unexpected byte 0x{t:02x} in a sync batch")
@@ -110,7 +98,7 @@ def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], d
         elif first in (spec.EV_STACKS, spec.EV_CPU_SAMPLES):
             continue
         elif first in (spec.EV_SYNC, spec.EV_FREQUENCY):
-            f, f_at, s = _sync(data, b, source)
+            f, f_at, s = sync_batch(data, b, source)
             if f is not None:
                 if freq is not None and f != freq:
                     raise TraceFormatError(
@@ -124,7 +112,7 @@ def _classify(data: bytes, gen: Generation, source: str) -> tuple[list[Batch], d
     return events, strings, freq, freq_at, snaps
 
 
-def _tick_limit(freq: int) -> int:
+def tick_limit(freq: int) -> int:
     """The largest trace time, in ticks of this frequency, that is at most MAX_NS."""
     return MAX_NS * freq // 1_000_000_000
 
@@ -230,7 +218,8 @@ def _check_procs(a0: np.ndarray, typ: np.ndarray, where: tuple[int, np.ndarray, 
         )
 
 
-def _new_info() -> dict[str, Any]:
+def new_info() -> dict[str, Any]:
+    """What the decoder tells of a trace so far (clock, event count, generations), before its first batch."""
     return {
         "frequency": None,
         "clock_snapshots": [],
@@ -245,7 +234,7 @@ def _new_info() -> dict[str, Any]:
     }
 
 
-def _decode_chunk(
+def decode_chunk(
     data: bytes,
     buf: np.ndarray,
     chunk: list[Generation],
@@ -279,7 +268,7 @@ def _decode_chunk(
                 stacklevel=5,
             )
         info["frequency"] = freq
-        lim = _tick_limit(freq)
+        lim = tick_limit(freq)
         for sid, st in strs.items():
             strings[(g.gen, sid)] = st
         for t, mono, sec, nsec, at in snaps:
@@ -303,7 +292,7 @@ def _decode_chunk(
         b_freq.extend([freq] * len(events))
     b_ts = np.array([b.ts for b in ev_batches], dtype=np.uint64)
     freq_b = np.array(b_freq, dtype=np.int64)
-    lim_b = np.array([_tick_limit(f) for f in b_freq], dtype=np.uint64)
+    lim_b = np.array([tick_limit(f) for f in b_freq], dtype=np.uint64)
     big = np.flatnonzero(b_ts > lim_b)
     if big.size:
         bb = ev_batches[int(big[0])]
@@ -358,7 +347,7 @@ def _decode_piece(
     need: np.ndarray,
 ) -> dict[str, np.ndarray] | None:
     """The events of these batches (of whole generations, or consecutive batches of them)
-    as flat columns (see :func:`_decode_chunk`); None when they hold none."""
+    as flat columns (see :func:`decode_chunk`); None when they hold none."""
     decode = _events_compiled if kernels.use() else _events_numpy
     ev = decode(buf, span[0], span[1], ev_batches, b_ts, lim_b, version, keep, need, source)
     counts = ev["counts"]

@@ -1,5 +1,5 @@
 """The tables of the few goroutine-scoped events (stop-the-world, mark assists, logs,
-labels), built from the parts each chunk's threads gave (:func:`.streams._few`)."""
+labels), built from the parts each chunk's threads gave (:func:`.streams.few_events`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 
 from . import spec as s
-from .columns import SCHEMAS, _frame
-from .order import _pair_by_g
+from .columns import SCHEMAS, typed_frame
+from .order import pair_by_g
 
 # the columns of each part: arrays (the first five), then the strings the events name
 FEW_COLS = ("T", "G", "A0", "TY", "M", "kind", "category", "message")
 
 
-def _few_tables(
+def few_tables(
     parts: list[dict], assist: bool, last_ns: int, final: bool
 ) -> tuple[dict[str, pd.DataFrame], list[dict]]:
     """The stw, logs and labels tables (and assist, when ``assist``) of the events in
@@ -28,12 +28,12 @@ def _few_tables(
         few[k] = np.concatenate(got) if flat is None else np.array(flat, dtype=object)
         del got
     T, G, A0, TY, M = (few[k] for k in ("T", "G", "A0", "TY", "M"))
-    out["stw"], open_stw = _pair_by_g(
+    out["stw"], open_stw = pair_by_g(
         T, G, A0, TY == s.EV_STWBEGIN, TY == s.EV_STWEND, None, few["kind"], last_ns, final, kind=True
     )
     open_assist = np.zeros(0, dtype=np.int64)
     if assist:
-        out["assist"], open_assist = _pair_by_g(
+        out["assist"], open_assist = pair_by_g(
             T,
             G,
             A0,
@@ -47,7 +47,7 @@ def _few_tables(
         )
     lg = np.flatnonzero(TY == s.EV_USERLOG)
     lg = lg[np.argsort(T[lg], kind="stable")]
-    out["logs"] = _frame(
+    out["logs"] = typed_frame(
         {
             "t_ns": T[lg],
             "g": G[lg],
@@ -60,7 +60,7 @@ def _few_tables(
     )
     lb = np.flatnonzero(TY == s.EV_GOLABEL)
     lb = lb[np.argsort(T[lb], kind="stable")]
-    out["labels"] = _frame({"t_ns": T[lb], "g": G[lb], "m": M[lb], "label": few["kind"][lb]}, SCHEMAS["labels"])
+    out["labels"] = typed_frame({"t_ns": T[lb], "g": G[lb], "m": M[lb], "label": few["kind"][lb]}, SCHEMAS["labels"])
     keep = np.sort(np.r_[open_stw, open_assist]).astype(np.int64)
     held = [] if final or not keep.size else [{k: v[keep] for k, v in few.items()}]
     return out, held

@@ -64,7 +64,7 @@ def is_gc_worker(tr: GoTrace) -> np.ndarray:
     return _kinds(tr)[1] != 0
 
 
-def _intersect_by_g(
+def intersect_by_g(
     ag: np.ndarray,
     a_start: np.ndarray,
     a_end: np.ndarray,
@@ -124,7 +124,7 @@ def df_assist_on_p(tr: GoTrace) -> pd.DataFrame:
     """
     a, r = tr.assist, tr.running
     user = ~is_gc_worker(tr)
-    g, p, s, e = _intersect_by_g(
+    g, p, s, e = intersect_by_g(
         a.g.to_numpy(),
         a.start_ns.to_numpy(),
         a.end_ns.to_numpy(),

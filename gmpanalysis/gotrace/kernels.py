@@ -336,7 +336,7 @@ def _threads(
 ) -> tuple[int, int, int]:
     """One pass over a chunk's events in file order, each thread's state in st_g (the
     goroutine bound to it), st_run (whether it runs) and st_p (its P), per dense thread
-    index ``mi`` and updated in place: the rules of streams._streams, event by event.
+    index ``mi`` and updated in place: the rules of streams.thread_streams, event by event.
 
     Writes ``g_before`` per event; a running interval per start (rows: g, m, start, end;
     r_p, r_gen, r_seq; r_done once a stop on its thread ends it); per GoLabel event the row

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 
 from . import spec as s
-from .columns import SCHEMAS, _frame, _rows_frame
+from .columns import SCHEMAS, rows_frame, typed_frame
 
 CLASH_BLOCK = 1 << 16
 
 
-def _in_time_order(start: np.ndarray, m: np.ndarray, block: int = 1 << 16) -> bool:
+def in_time_order(start: np.ndarray, m: np.ndarray, block: int = 1 << 16) -> bool:
     """Rows by start, then thread? (a block at a time: no temporaries the size of a column)"""
     for lo in range(0, len(start) - 1, block):
         s0, s1 = start[lo : lo + block], start[lo + 1 : lo + block + 1]
@@ -23,7 +23,7 @@ def _in_time_order(start: np.ndarray, m: np.ndarray, block: int = 1 << 16) -> bo
     return True
 
 
-def _ffill(a: np.ndarray, before: float, block: int = 1 << 16) -> float:
+def ffill(a: np.ndarray, before: float, block: int = 1 << 16) -> float:
     """Fill NaN in place with the last value before it (``before`` at the start), a block at
     a time (no temporaries the size of the column); the last value."""
     for lo in range(0, len(a), block):
@@ -35,7 +35,7 @@ def _ffill(a: np.ndarray, before: float, block: int = 1 << 16) -> float:
     return before
 
 
-def _settle(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray, swap: np.ndarray) -> bool:
+def settle(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray, swap: np.ndarray) -> bool:
     """A goroutine runs on one M at a time; when two of its intervals overlap, the clocks of
     two threads disagreed with the order of events. Go's reader orders such events by the
     goroutine's sequence number and moves the later one's time forward; do the same for the
@@ -51,7 +51,7 @@ def _settle(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray, sw
     return bool(clash.size)
 
 
-def _consecutive(g: np.ndarray, start: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def consecutive(g: np.ndarray, start: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a, b) of one goroutine's intervals that follow one another in time (rows
     in any order; by start, then thread, as one chunk would give them)."""
     order = np.lexsort((m, start, g))
@@ -59,14 +59,14 @@ def _consecutive(g: np.ndarray, start: np.ndarray, m: np.ndarray) -> tuple[np.nd
     return order[same], order[same + 1]
 
 
-def _resolve_overlaps(g: np.ndarray, start: np.ndarray, end: np.ndarray, m: np.ndarray) -> bool:
-    """:func:`_settle` for every pair of :func:`_consecutive` intervals, none swapped by
+def resolve_overlaps(g: np.ndarray, start: np.ndarray, end: np.ndarray, m: np.ndarray) -> bool:
+    """:func:`settle` for every pair of :func:`consecutive` intervals, none swapped by
     sequence number: rows taken together out of time order. In place; True if a start moved."""
-    a, b = _consecutive(g, start, m)
-    return _settle(start, end, a, b, np.zeros(len(a), dtype=bool))
+    a, b = consecutive(g, start, m)
+    return settle(start, end, a, b, np.zeros(len(a), dtype=bool))
 
 
-def _pair_by_g(
+def pair_by_g(
     T: np.ndarray,
     G: np.ndarray,
     A0: np.ndarray,
@@ -125,10 +125,10 @@ def _pair_by_g(
     }
     if not kind:
         del cols["kind"]
-    return _frame(cols, SCHEMAS["stw" if kind else "assist"]), still
+    return typed_frame(cols, SCHEMAS["stw" if kind else "assist"]), still
 
 
-def _gc_cycles(
+def gc_cycles(
     t: np.ndarray, ty: np.ndarray, a0: np.ndarray, last_ns: int, final: bool = True
 ) -> tuple[pd.DataFrame, int | None]:
     """GC mark phases: GCBegin .. GCEnd, or GCActive (already running when the generation
@@ -151,4 +151,4 @@ def _gc_cycles(
             cur = cur_i = None
     if cur is not None and final:
         rows.append((cur[0], cur[1], last_ns, True))
-    return _rows_frame(rows, ("seq", "start_ns", "end_ns", "open"), "gc"), cur_i
+    return rows_frame(rows, ("seq", "start_ns", "end_ns", "open"), "gc"), cur_i

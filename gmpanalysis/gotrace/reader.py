@@ -21,10 +21,10 @@ from . import spec
 from . import tables as _tables
 from .decode import (
     TICKS_PER_S_LINUX,
-    _decode_chunk,
-    _new_info,
-    _sync,
-    _tick_limit,
+    decode_chunk,
+    new_info,
+    sync_batch,
+    tick_limit,
 )
 from .memory import trim
 from .streams import ARGS_USED, ON_M, SCHED
@@ -78,7 +78,7 @@ class GoTrace:
     logs: pd.DataFrame
     meta: dict[str, Any]
     labels: pd.DataFrame = dataclasses.field(
-        default_factory=lambda: _tables._frame({}, _tables.SCHEMAS["labels"]), repr=False
+        default_factory=lambda: _tables.typed_frame({}, _tables.SCHEMAS["labels"]), repr=False
     )
 
     def __repr__(self) -> str:
@@ -96,14 +96,14 @@ def _gen_start_ns(data: bytes, g: Generation, source: str) -> int:
     freq = None
     for b in g.batches:
         if b.exp is None and b.end > b.start and data[b.start] in (spec.EV_SYNC, spec.EV_FREQUENCY):
-            freq = _sync(data, b, source)[0] or freq
+            freq = sync_batch(data, b, source)[0] or freq
     if freq is None:
         raise TraceFormatError(
             f"{source} generation {g.gen} (offsets {g.start}-{g.end}): no frequency/sync batch; "
             "the generation is incomplete (truncated trace?)"
         )
     ts = min((b.ts for b in g.batches if b.exp is None), default=0)
-    if ts > _tick_limit(freq):
+    if ts > tick_limit(freq):
         raise TraceFormatError(
             f"{source} offset {g.start} (generation {g.gen}): batch start time {ts} ticks is beyond any "
             f"CLOCK_MONOTONIC reading ({MAX_NS} ns, 146 years of uptime); the trace is corrupt"
@@ -230,7 +230,7 @@ def parse_trace(
     version = parse_header(data, source)
     splitter = GenerationSplitter(data, version, source)
     buf = np.frombuffer(data, dtype=np.uint8)
-    info = _new_info()
+    info = new_info()
     builder = _tables.Builder(want, len(data) if window is None else 0)
     keep, need = _decode_masks(builder)
     chosen = 0
@@ -239,7 +239,7 @@ def parse_trace(
     # with the compiled decoder it saved no wall time and cost 20-30 % more CPU.)
     for chunk in _chunked(_in_window(splitter, window, data, source, info, release)):
         chosen += len(chunk)
-        for decoded in _decode_chunk(data, buf, chunk, version, source, info, keep, need):
+        for decoded in decode_chunk(data, buf, chunk, version, source, info, keep, need):
             builder.feed(*decoded)
             del decoded
             trim()
@@ -293,13 +293,13 @@ def _iter_generations(
     version = parse_header(data, source)
     splitter = GenerationSplitter(data, version, source)
     buf = np.frombuffer(data, dtype=np.uint8)
-    info = _new_info()
+    info = new_info()
     builder = _tables.Builder(want)
     keep, need = _decode_masks(builder)
     held: GoTrace | None = None
     for g in _in_window(splitter, None, data, source, info):
         events = info["events"]
-        for decoded in _decode_chunk(data, buf, [g], version, source, info, keep, need):
+        for decoded in decode_chunk(data, buf, [g], version, source, info, keep, need):
             builder.feed(*decoded)
             del decoded
         if release is not None:

@@ -69,7 +69,8 @@ ARGS_USED: dict[int, tuple[int, ...]] = {
 }
 
 
-def _isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
+def isin(typ: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
+    """Which events' types (codes below 256) are among ``ids``, by a lookup table."""
     lut = np.zeros(256, dtype=bool)
     lut[list(ids)] = True
     return lut[typ]
@@ -152,7 +153,7 @@ def _event_masks(TY: np.ndarray) -> Callable[[int], np.ndarray]:
     return ev
 
 
-def _streams(
+def thread_streams(
     M: np.ndarray,
     T: np.ndarray,
     TY: np.ndarray,
@@ -179,7 +180,7 @@ def _streams(
         _label_rows(ev, M, A0, GEN, lay, start, si, strings, out)
         del start
         _sweep_rows(ev, M, T, A0, A1, lay, p_after, out)
-    out["few"] = _few(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
+    out["few"] = few_events(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
     return out
 
 
@@ -368,7 +369,7 @@ def _sweep_rows(
     }
 
 
-def _few(
+def few_events(
     T: np.ndarray,
     G: np.ndarray,
     TY: np.ndarray,
@@ -383,7 +384,7 @@ def _few(
     """The goroutine-scoped events (few: STW, assists, logs; those of ``few_types``), paired across all threads and
     chunks at the end; ``G`` is the goroutine on the thread just before each event. The
     strings they name are looked up now, while this chunk's string tables are at hand."""
-    fi = np.flatnonzero(_isin(TY, few_types))
+    fi = np.flatnonzero(isin(TY, few_types))
     fty, fgen = TY[fi], GEN[fi]
 
     def name(mask: np.ndarray, arg: np.ndarray) -> list[str]:

@@ -15,19 +15,19 @@ import pandas as pd
 
 from . import kernels
 from . import spec as s
-from .columns import SCHEMAS, _frame
-from .fewtables import FEW_COLS, _few_tables
+from .columns import SCHEMAS, typed_frame
+from .fewtables import FEW_COLS, few_tables
 from .memory import trim
-from .order import CLASH_BLOCK, _consecutive, _ffill, _gc_cycles, _in_time_order, _resolve_overlaps, _settle
+from .order import CLASH_BLOCK, consecutive, ffill, gc_cycles, in_time_order, resolve_overlaps, settle
 from .rows import RowStore
 from .streams import (
     GROUP_EVENTS,
     ON_M,
     SCHED,
     TABLE_TYPES,
-    _few,
-    _isin,
-    _streams,
+    few_events,
+    isin,
+    thread_streams,
 )
 
 # what an event does to the goroutine bound to its thread (kernels.goroutine_before)
@@ -115,7 +115,7 @@ class Builder:
 
     def feed(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
         """Take one chunk's decoded event columns (file order; released as used)."""
-        gsel = np.flatnonzero(_isin(c["type"], self.glob_types))
+        gsel = np.flatnonzero(isin(c["type"], self.glob_types))
         self.glob_parts.append((c["ts"][gsel], c["type"][gsel], c["a0"][gsel]))
         if self.heap_types:
             self._feed_heap(c)
@@ -130,7 +130,7 @@ class Builder:
                 c.pop(k, None)
             self._take_groups(groups)
             return
-        sel = np.flatnonzero(_isin(c["type"], SCHED + ON_M)).astype(np.int32)
+        sel = np.flatnonzero(isin(c["type"], SCHED + ON_M)).astype(np.int32)
         order = sel[np.argsort(c["m"][sel], kind="stable")]  # file order within each M
         del sel
         m_sorted = c["m"][order]
@@ -147,7 +147,7 @@ class Builder:
                 continue
             idx = order[a:b]
             groups.append(
-                _streams(
+                thread_streams(
                     *(c[k][idx] for k in ("m", "ts", "type", "a0", "a1", "a2", "gen")),
                     strings,
                     self.m_state,
@@ -161,7 +161,7 @@ class Builder:
         self._take_groups(groups)
 
     def _take_groups(self, groups: list[dict]) -> None:
-        """Keep what the threads' streams of one chunk gave (see :func:`_streams`)."""
+        """Keep what the threads' streams of one chunk gave (see :func:`thread_streams`)."""
         if not groups:
             return
         self.few_parts.append(
@@ -178,10 +178,10 @@ class Builder:
             ):
                 self.m_state[m] = (g, r, pp)
         if self.running:
-            self._feed_running(groups)
+            self.feed_running(groups)
 
     def _threads_compiled(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> dict:
-        """What :func:`_streams` gives, from one compiled pass over the chunk in file order
+        """What :func:`thread_streams` gives, from one compiled pass over the chunk in file order
         (kernels.threads); rows come in file order rather than thread by thread."""
         m_ids = c["m_ids"]
         st = np.array([self.m_state.get(int(m), (-1, 0, -1)) for m in m_ids.tolist()], dtype=np.int64).reshape(-1, 3)
@@ -238,7 +238,7 @@ class Builder:
         out["label_pos"] = lrow[lrow >= 0]
         out["label_names"] = [x for x, k in zip(names, ok, strict=True) if k]
         out["orphan_labels"] = [(int(mm), x) for mm, x, k in zip(m[li].tolist(), names, ok, strict=True) if not k]
-        out["few"] = _few(c["ts"], g_before, typ, c["a0"], c["a1"], c["a2"], m, c["gen"], strings, self.few_types)
+        out["few"] = few_events(c["ts"], g_before, typ, c["a0"], c["a1"], c["a2"], m, c["gen"], strings, self.few_types)
         return out
 
     def _feed_goroutines(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
@@ -253,12 +253,14 @@ class Builder:
         for m, g in zip(m_ids.tolist(), state.tolist(), strict=True):
             self.m_state[m] = (g, 0, -1)
         self.few_parts.append(
-            _few(c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings, self.few_types)
+            few_events(
+                c["ts"], g_before, c["type"], c["a0"], c["a1"], c["a2"], c["m"], c["gen"], strings, self.few_types
+            )
         )
 
     def _feed_heap(self, c: dict[str, np.ndarray]) -> None:
         """Heap samples, in file order (flush() sorts each chunk's by time)."""
-        hi = np.flatnonzero(_isin(c["type"], self.heap_types))
+        hi = np.flatnonzero(isin(c["type"], self.heap_types))
         if self._heap_lo is None:
             self._heap_lo = self.heap.n
         ty, v = c["type"][hi], c["a0"][hi].astype(np.float64)
@@ -270,7 +272,8 @@ class Builder:
             }
         )
 
-    def _feed_running(self, groups: list[dict]) -> None:
+    def feed_running(self, groups: list[dict]) -> None:
+        """Take the running intervals, sweeps and labels of one chunk's thread groups."""
         sizes = [len(p["g"]) for p in groups]
         offs = np.r_[0, np.cumsum(sizes)].astype(np.int64)
         # one column at a time, each group's copy released as it is used
@@ -371,7 +374,7 @@ class Builder:
             self.run.retype("lab", need)
 
     def _find_clashes(self, first: int, rows: dict[str, np.ndarray]) -> None:
-        """Pairs of one goroutine's intervals that may overlap (see :func:`_settle`), among
+        """Pairs of one goroutine's intervals that may overlap (see :func:`settle`), among
         this chunk's rows (in time order, ids from ``first``) and against each goroutine's
         last interval in earlier chunks. An interval still open may yet end after the next
         one starts: its pair is kept, to be checked once its end is known."""
@@ -431,7 +434,7 @@ class Builder:
         ready = both & (final | ((end[np.maximum(pa, 0)] >= 0) & (end[np.maximum(pb, 0)] >= 0)))
         self.clashes = [tuple(x) for x in c[both & ~ready].tolist()]
         r = np.flatnonzero(ready)
-        return _settle(self.run.col("start"), self.run.col("end"), pa[r], pb[r], c[r, 3].astype(bool))
+        return settle(self.run.col("start"), self.run.col("end"), pa[r], pb[r], c[r, 3].astype(bool))
 
     def _settle_all(self) -> bool:
         """:meth:`_settle` when chunks overlap in time (rare): the pairs are the intervals of
@@ -440,14 +443,14 @@ class Builder:
         intervals of one generation are always in one chunk)."""
         run = self.run
         start, end = run.col("start"), run.col("end")
-        a, b = _consecutive(run.col("g"), start, run.col("m"))
+        a, b = consecutive(run.col("g"), start, run.col("m"))
         ids = run.ids()
         swapped = {(x, y) for _, x, y, sw in self.clashes if sw}
         swap = np.zeros(len(a), dtype=bool)
         if swapped:
             swap = np.array([(x, y) in swapped for x, y in zip(ids[a].tolist(), ids[b].tolist(), strict=True)])
         self.clashes = []
-        return _settle(start, end, a, b, swap)
+        return settle(start, end, a, b, swap)
 
     def finish(self, last_ns: int) -> dict[str, object]:
         """The tables; ranges still open close at ``last_ns`` (flagged ``open``)."""
@@ -458,11 +461,11 @@ class Builder:
         sweeps, STWs, assists, a GC cycle) stays for the chunks to come. With ``final``, the
         open ones close at ``last_ns`` and come too, flagged ``open``.
 
-        Overlapping intervals of one goroutine (see :func:`_settle`) are put in order
+        Overlapping intervals of one goroutine (see :func:`settle`) are put in order
         when both are taken."""
         self.flush()
         out: dict[str, object] = {
-            name: _frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs", "labels")
+            name: typed_frame({}, SCHEMAS[name]) for name in ("running", "sweep", "stw", "assist", "logs", "labels")
         }
         if self.running and (self.run.n or final):
             out["running"] = self._take_running(last_ns, final)
@@ -471,7 +474,7 @@ class Builder:
             out["sweep"] = self._take_sweeps(last_ns, final)
         if self.few_parts:
             parts, self.few_parts = self.few_parts, []
-            few, self.few_parts = _few_tables(parts, "assist" in self.want, last_ns, final)
+            few, self.few_parts = few_tables(parts, "assist" in self.want, last_ns, final)
             out.update(few)
         out["gomaxprocs"], out["gc"] = self._take_global(last_ns, final)
         out["heap"] = self._take_heap()
@@ -490,16 +493,16 @@ class Builder:
             # each chunk's rows are in time order; chunks follow one another unless a
             # thread's clock overlapped the next generation's: then which intervals of a
             # goroutine follow one another is only known from all rows at once
-            in_order = _in_time_order(self.run.col("start"), self.run.col("m"))
+            in_order = in_time_order(self.run.col("start"), self.run.col("m"))
             moved = self._settle(True) if in_order else self._settle_all()
             cols = self.run.finish()
         else:
             moved = self._settle(False)
             cols = self.run.take(self.run.col("end") >= 0)
             is_open = np.zeros(len(cols["end"]), dtype=bool)
-            in_order = _in_time_order(cols["start"], cols["m"])
+            in_order = in_time_order(cols["start"], cols["m"])
             if not in_order:  # put in order among the rows taken together
-                moved |= _resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
+                moved |= resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
         categories = sorted(self.names)
         at = {name: i for i, name in enumerate(categories)}
         remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
@@ -530,7 +533,7 @@ class Builder:
         sdone = sw.pop("done")
         sw["end_ns"][~sdone] = last_ns
         sw["open"] = ~sdone
-        return _frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+        return typed_frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
 
     def _take_global(self, last_ns: int, final: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The gomaxprocs table (real changes only) and the gc table from the global events
@@ -546,8 +549,8 @@ class Builder:
         keep = procs_v != prev
         if len(procs_v):
             self.last_procs = int(procs_v[-1])
-        procs = _frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
-        gc, open_gc = _gc_cycles(gt, gty, ga0, last_ns, final)
+        procs = typed_frame({"t_ns": procs_t[keep], "procs": procs_v[keep]}, {"t_ns": "int64", "procs": "int64"})
+        gc, open_gc = gc_cycles(gt, gty, ga0, last_ns, final)
         if not final and open_gc is not None:
             self.glob_parts = [(gt[[open_gc]], gty[[open_gc]], ga0[[open_gc]])]
         return procs, gc
@@ -562,5 +565,5 @@ class Builder:
         for k in ("heap_alloc_bytes", "heap_goal_bytes"):
             if k in hp:
                 # the values in force before these rows: carried from the rows taken earlier
-                self.last_heap[k] = _ffill(hp[k], self.last_heap[k])
-        return _frame(hp, {k: np.dtype(v).name for k, v in HEAP_HELD.items()})
+                self.last_heap[k] = ffill(hp[k], self.last_heap[k])
+        return typed_frame(hp, {k: np.dtype(v).name for k, v in HEAP_HELD.items()})

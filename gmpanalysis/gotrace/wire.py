@@ -96,6 +96,16 @@ def uvarint(data: bytes | memoryview, pos: int, end: int, source: str) -> tuple[
     raise TraceFormatError(f"{source} offset {pos}: varint longer than 10 bytes; the trace is corrupt")
 
 
+def batch_uvarint(data: bytes | memoryview, pos: int, end: int, source: str) -> tuple[int, int]:
+    """A varint inside a batch: running out of bytes there means a corrupt batch."""
+    try:
+        return uvarint(data, pos, end, source)
+    except _Short:
+        raise TraceFormatError(
+            f"{source} offset {pos}: a value runs past the end of its batch; the trace is corrupt"
+        ) from None
+
+
 def split_generations(data: bytes | memoryview, version: int, source: str) -> tuple[list[Generation], int | None]:
     """Frame the file into generations. Returns (complete generations, truncation offset or None).
     See :class:`GenerationSplitter`, which yields them one at a time."""

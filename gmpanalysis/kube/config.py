@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import CollectError
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 _SELECTOR = re.compile(r"^[A-Za-z0-9_./=!,()\- ]{1,1024}$")
@@ -44,7 +44,7 @@ def validate(cfg: CollectConfig) -> None:
         ("container", cfg.container),
         ("sampler namespace", cfg.sampler_namespace),
     ):
-        if v is not None and not _NAME.match(v):
+        if v is not None and not DNS_SUBDOMAIN.match(v):
             raise CollectError(f"{what} {v!r} is not a valid Kubernetes name")
     if (cfg.pod is None) == (cfg.selector is None):
         raise CollectError("give exactly one of --pod and -l/--selector")

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import CollectError
 from .api import api_call
-from .config import _NAME, CollectConfig
+from .config import DNS_SUBDOMAIN, CollectConfig
 
 
 def _cpu_milli(q: str | None) -> int | None:
@@ -66,7 +66,7 @@ def describe(pod: Any, container: str | None) -> dict[str, Any]:
 def sampler_pod(core: Any, cfg: CollectConfig, node: str) -> str:
     # the node name comes from the API server and goes into a field selector: a name with
     # ',' or '=' (which no real node has) could add terms to it
-    if not isinstance(node, str) or not _NAME.match(node):
+    if not isinstance(node, str) or not DNS_SUBDOMAIN.match(node):
         raise CollectError(f"node name {node!r} (the target's spec.nodeName) is not a valid Kubernetes name")
     pods = api_call(
         core.list_namespaced_pod,

@@ -26,7 +26,7 @@ _OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # the proxy thread
 _HOOK_LOCK = threading.Lock()
 
 
-def _quiet_proxy_threads() -> None:
+def quiet_proxy_threads() -> None:
     """The kubernetes client's port-forward proxy thread raises (SSLEOFError, a closed
     websocket) when the forward is closed under it; its traceback would be printed into the
     collector's output. The failure itself reaches the reader through the stream (and is
@@ -134,7 +134,7 @@ def fetch_trace(core: Any, cfg: CollectConfig, pod: str, seconds: float, dest: P
     """Port-forward to the pprof port and stream the trace body to dest as it arrives."""
     res["mono_request_ns"] = time.monotonic_ns()
     end = time.monotonic() + seconds
-    _quiet_proxy_threads()
+    quiet_proxy_threads()
     try:
         refusals = 0
         for attempt in range(ATTEMPTS):

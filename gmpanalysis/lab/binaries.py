@@ -54,15 +54,15 @@ def collectors_dir() -> Path | None:
     return None
 
 
-def _build_inputs(src: Path) -> list[Path]:
+def build_input_paths(src: Path) -> list[Path]:
     """What ``go build`` reads under ``src`` (absolute paths); the selection is sources.py's."""
     return [src / rel for rel in build_inputs(src)]
 
 
-def _source_hash(src: Path, go_version: str = "") -> str:
+def source_hash(src: Path, go_version: str = "") -> str:
     """Content hash of the build inputs and the Go version that builds them: the cache key."""
     h = hashlib.sha256(go_version.encode() + b"\0")
-    for p in _build_inputs(src):
+    for p in build_input_paths(src):
         h.update(p.relative_to(src).as_posix().encode() + b"\0")
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -280,7 +280,7 @@ def ensure_binaries(bin_dir: str | os.PathLike[str] | None = None) -> dict[str, 
             )
         gover = _go_version(go, src)
         root = _cache_root()
-        out = root / _source_hash(src, gover + "\0" + _LAYOUT)
+        out = root / source_hash(src, gover + "\0" + _LAYOUT)
         found = {p: out / p for p in PROGRAMS}
         _safe_cache_dirs(root)
         why = verify_build(out) if out.exists() or out.is_symlink() else "not built yet"

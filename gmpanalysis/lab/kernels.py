@@ -109,7 +109,7 @@ def _modinfo_depends(data: bytes) -> list[str]:
     return [d for d in data[i + len(b"\0depends=") : j].decode().split(",") if d]
 
 
-def _modules_to_load(moddir: Path) -> list[str]:
+def modules_to_load(moddir: Path) -> list[str]:
     """GUEST_MODULES and the modules they depend on (their own modinfo; Debian's package
     ships no modules.dep, depmod makes it at install), in load order, as paths relative to
     ``moddir``; those built into the kernel (modules.builtin) are left out."""
@@ -189,7 +189,7 @@ def build_initramfs(moddir: Path, dest: Path) -> None:
     if b"ld-linux" in Path(BUSYBOX).read_bytes()[:4096]:
         # the initramfs has no C library: a dynamically linked busybox cannot start there
         raise LabError(f"{BUSYBOX} is dynamically linked: install Debian's busybox-static instead of busybox")
-    mods = _modules_to_load(moddir)
+    mods = modules_to_load(moddir)
     entries: list[tuple[str, int, bytes]] = [(d, 0o040755, b"") for d in ("bin", "dev", "proc", "sys", "host", "mods")]
     entries.append(("bin/busybox", 0o100755, Path(BUSYBOX).read_bytes()))
     names = []
@@ -268,7 +268,7 @@ def _fetch(pkg: str, d: Path) -> None:
         keep.mkdir()
         if (mods / "modules.builtin").exists():
             shutil.copy2(mods / "modules.builtin", keep / "modules.builtin")
-        for m in _modules_to_load(mods):
+        for m in modules_to_load(mods):
             (keep / m).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(mods / m, keep / m)
         (d / "release").write_text(release + "\n")

@@ -25,7 +25,7 @@ from .levels import Levels
 APP_BUILDS = {"default": "gmp-demoapp", "go124": "gmp-demoapp-go124", "automaxprocs": "gmp-demoapp-automaxprocs"}
 
 
-def _stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait_s: float = 5.0) -> None:
+def stop_proc(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, wait_s: float = 5.0) -> None:
     """End a process we started, by its PID: signal, wait, then SIGKILL."""
     if proc is None or proc.poll() is not None:
         return
@@ -45,7 +45,7 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked chil
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """In a child between fork and exec: ask the kernel to SIGKILL it when the lab runner
     dies (prctl PR_SET_PDEATHSIG), so a runner killed outright leaves nothing running.
     The samples it wrote stay: the sampler appends and flushes as it goes. The signal
@@ -56,7 +56,7 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
+def wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
     """Read the app's first stdout line (started with ``-ready json``: {"listening":
     {"addr": ...}}) and return the address."""
     assert proc.stdout is not None
@@ -83,7 +83,7 @@ def _wait_listening(proc: subprocess.Popen, timeout_s: float = 20.0) -> str:
     raise LabError(f"gmp-demoapp did not start listening within {timeout_s}s (exit code {proc.poll()})")
 
 
-def _fetch_trace(addr: str, seconds: float, dest: Path, result: dict[str, Any]) -> None:
+def fetch_trace(addr: str, seconds: float, dest: Path, result: dict[str, Any]) -> None:
     """Stream /debug/pprof/trace into dest as it arrives (a partial trace survives a crash)."""
     result["mono_request_ns"] = time.monotonic_ns()
     try:
@@ -105,20 +105,21 @@ def _fetch_trace(addr: str, seconds: float, dest: Path, result: dict[str, Any]) 
     result["bytes"] = dest.stat().st_size if dest.exists() else 0
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None where the file is missing or not (yet) whole JSON."""
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _sampler_failed(facts: dict[str, Any]) -> GmpError:
+def sampler_failed(facts: dict[str, Any]) -> GmpError:
     """The error the sampler reported as JSON facts (it could not start, or a read stopped
     it): a CgroupFormatError for a cgroup file not as the kernel writes it, else a LabError."""
     return sampler_error(facts) or LabError(f"gmp-sampler: {facts.get('message')}")
 
 
-def _start_sampler(cfg: LabConfig, bins: dict[str, Path], lv: Levels, out: Path) -> subprocess.Popen:
+def start_sampler(cfg: LabConfig, bins: dict[str, Path], lv: Levels, out: Path) -> subprocess.Popen:
     """gmp-sampler outside the cgroups (never sample from inside: it would be throttled
     with them), appending cpu_stat.csv (every level), limits.csv and host_stat.csv as it goes."""
     sampler_cmd = [
@@ -141,11 +142,11 @@ def _start_sampler(cfg: LabConfig, bins: dict[str, Path], lv: Levels, out: Path)
     ]
     if cfg.sampler_fifo:
         sampler_cmd.append("--fifo")
-    guard = functools.partial(_die_with_parent, os.getpid())
+    guard = functools.partial(die_with_parent, os.getpid())
     return subprocess.Popen(sampler_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=guard)
 
 
-def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, app_log: Path) -> subprocess.Popen:
+def start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, app_log: Path) -> subprocess.Popen:
     """The demo service, started inside the cgroup before it execs."""
     env = dict(os.environ)
     env.pop("GOMAXPROCS", None)
@@ -174,11 +175,11 @@ def _start_app(cfg: LabConfig, bins: dict[str, Path], cg: LabCgroup, ipm: int, a
             env=env,
             stdout=subprocess.PIPE,
             stderr=log,
-            preexec_fn=lambda parent=os.getpid(): (cg.join_in_child(), _die_with_parent(parent)),
+            preexec_fn=lambda parent=os.getpid(): (cg.join_in_child(), die_with_parent(parent)),
         )
 
 
-def _start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, out: Path) -> subprocess.Popen:
+def start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, out: Path) -> subprocess.Popen:
     """The load generator: open-loop (Poisson or constant) or closed-loop, recording every
     request into requests.csv."""
     load_cmd = [
@@ -204,15 +205,15 @@ def _start_load(cfg: LabConfig, bins: dict[str, Path], addr: str, rate: float, o
         "-summary",
         str(out / ".loadgen.json"),
     ]
-    guard = functools.partial(_die_with_parent, os.getpid())
+    guard = functools.partial(die_with_parent, os.getpid())
     return subprocess.Popen(load_cmd, stderr=subprocess.PIPE, text=True, preexec_fn=guard)
 
 
-def _sampler_died(sampler: subprocess.Popen, out: Path) -> GmpError:
+def sampler_died(sampler: subprocess.Popen, out: Path) -> GmpError:
     """The sampler ended before it was asked to: its own JSON error if it wrote one."""
-    facts = _read_json(out / ".sampler.json") or {}
+    facts = read_json(out / ".sampler.json") or {}
     if isinstance(facts.get("error"), dict):
-        return _sampler_failed(facts["error"])
+        return sampler_failed(facts["error"])
     err = (sampler.stderr.read() if sampler.stderr else "").strip()
     return LabError(
         f"gmp-sampler (pid {sampler.pid}) exited with code {sampler.returncode} before the run ended"

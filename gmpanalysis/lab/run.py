@@ -33,22 +33,23 @@ from .cgroups import PREFIX, LabCgroup, check_cgroup_parent
 from .config import LabConfig
 from .levels import LAYOUTS, Levels, Resizer
 from .procs import (
-    _fetch_trace,
-    _read_json,
-    _sampler_died,
-    _sampler_failed,
-    _start_app,
-    _start_load,
-    _start_sampler,
-    _stop,
-    _wait_listening,
+    fetch_trace,
+    read_json,
+    sampler_died,
+    sampler_failed,
+    start_app,
+    start_load,
+    start_sampler,
+    stop_proc,
+    wait_listening,
 )
 from .reaper import CgroupReaper
 
 Progress = Callable[[str], None]
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
+    """A progress callback that says nothing."""
     pass
 
 
@@ -226,7 +227,7 @@ def run_lab(
     cfg: LabConfig,
     out: str | os.PathLike[str],
     *,
-    progress: Progress = _quiet,
+    progress: Progress = quiet,
     bins: dict[str, Path] | None = None,
     host_facts: dict[str, Any] | None = None,
 ) -> Path:
@@ -300,14 +301,14 @@ def _run(
     reaper = CgroupReaper([d for c in (lv.app, lv.pod, *lv.slices[::-1]) if c is not None for d in c.paths])
     try:
         _create_levels(cfg, lv, quota_us, meta, out, progress)
-        sampler = _start_sampler(cfg, bins, lv, out)
+        sampler = start_sampler(cfg, bins, lv, out)
         progress(f"sampler pid {sampler.pid} every {cfg.sample_interval_us} µs")
 
-        app = _start_app(cfg, bins, cg, ipm, app_log)
+        app = start_app(cfg, bins, cg, ipm, app_log)
         addr = _app_info(app, meta, out, progress)
 
         load_t0 = time.monotonic()
-        loadgen = _start_load(cfg, bins, addr, rate, out)
+        loadgen = start_load(cfg, bins, addr, rate, out)
         if cfg.resize_at_s is not None:
             at = time.monotonic_ns() + int(cfg.resize_at_s * 1e9)
             resizer = Resizer(lv, at, _quota(cfg.cpu_limit_after, cfg.period_us), progress)
@@ -321,10 +322,10 @@ def _run(
         # A short tail so the last periods' credits are in the samples.
         time.sleep(0.3)
         if sampler.poll() is not None:
-            raise _failed(meta, out, _sampler_died(sampler, out))
-        _stop(sampler, signal.SIGTERM)
+            raise _failed(meta, out, sampler_died(sampler, out))
+        stop_proc(sampler, signal.SIGTERM)
         sampler_err = sampler.stderr.read() if sampler.stderr else ""
-        _stop(app, signal.SIGTERM)
+        stop_proc(app, signal.SIGTERM)
 
         _finish_bundle(meta, out, trace_res, resizer, app_log)
         progress(sampler_err.strip())
@@ -336,7 +337,7 @@ def _run(
         if resizer is not None:
             resizer.stop()
         for p in (loadgen, app, sampler):
-            _stop(p, signal.SIGTERM, wait_s=3.0)
+            stop_proc(p, signal.SIGTERM, wait_s=3.0)
         try:
             lv.remove()
         finally:
@@ -378,7 +379,7 @@ def _create_levels(
 def _app_info(app: subprocess.Popen, meta: dict[str, Any], out: Path, progress: Progress) -> str:
     """Wait for the demo app to listen, and record in meta.json what it says of itself (Go
     version, GOMAXPROCS in force); returns its address."""
-    addr = _wait_listening(app)
+    addr = wait_listening(app)
     with urllib.request.urlopen(f"http://{addr}/info", timeout=10) as r:
         info = json.load(r)
     meta.update(
@@ -406,7 +407,7 @@ def _start_trace(
     if cfg.trace_s > 0:
         time.sleep(max(0.0, load_t0 + cfg.trace_start_s - time.monotonic()))
         tthread = threading.Thread(
-            target=_fetch_trace, args=(addr, cfg.trace_s, out / "trace.out", trace_res), daemon=True
+            target=fetch_trace, args=(addr, cfg.trace_s, out / "trace.out", trace_res), daemon=True
         )
         tthread.start()
         progress(f"trace: {cfg.trace_s}s window from t+{cfg.trace_start_s}s")
@@ -426,7 +427,7 @@ def _wait_load(
     either fails); returns the load generator's stderr."""
     while loadgen.poll() is None:
         if sampler.poll() is not None:
-            raise _failed(meta, out, _sampler_died(sampler, out))
+            raise _failed(meta, out, sampler_died(sampler, out))
         time.sleep(0.25)
         el = time.monotonic() - load_t0
         progress(f"\r  {min(el, cfg.duration_s):5.1f}/{cfg.duration_s:.1f}s")
@@ -442,10 +443,10 @@ def _finish_bundle(
 ) -> None:
     """Record in meta.json what the sampler, the load generator, the trace and the resize
     reported, the run complete, and remove the collectors' reports and an empty app log."""
-    sstat = _read_json(out / ".sampler.json") or {}
+    sstat = read_json(out / ".sampler.json") or {}
     if isinstance(sstat.get("error"), dict):
-        raise _sampler_failed(sstat["error"])
-    lstat = _read_json(out / ".loadgen.json") or {}
+        raise sampler_failed(sstat["error"])
+    lstat = read_json(out / ".loadgen.json") or {}
     meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
     meta["sampler"].update(sstat)
     meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
@@ -468,7 +469,7 @@ def sweep(
     gomaxprocs_values: list[int | None],
     out_dir: str | os.PathLike[str],
     *,
-    progress: Progress = _quiet,
+    progress: Progress = quiet,
     runner: Callable[..., Path] | None = None,
 ) -> list[Path]:
     """The same experiment at several GOMAXPROCS values, one bundle each, same calibration
@@ -486,7 +487,7 @@ def sweep(
         if runner is not None:
             paths.append(runner(cfg, out_dir / cfg.name, progress=progress))
             if ipm is None:
-                ipm = int(_read_json(paths[-1] / "meta.json")["workload"]["iters_per_ms"])
+                ipm = int(read_json(paths[-1] / "meta.json")["workload"]["iters_per_ms"])
         else:
             paths.append(run_lab(cfg, out_dir / cfg.name, progress=progress, bins=bins))
     return paths

@@ -32,8 +32,8 @@ from typing import Any
 from ..errors import LabError
 from .binaries import ensure_binaries
 from .kernels import Kernel, check_series, ensure_kernel
-from .procs import _die_with_parent, _read_json
-from .run import LabConfig, Progress, _quiet, check_config, kernel_hz
+from .procs import die_with_parent, read_json
+from .run import LabConfig, Progress, check_config, kernel_hz, quiet
 
 QEMU = "qemu-system-x86_64"
 # the guest's own processes (Python, pandas, the demo app's heap, the sampler) fit in 2 GiB
@@ -136,7 +136,7 @@ def _hidden_in_guest(paths: dict[str, Path]) -> None:
                 )
 
 
-def run_vm_lab(cfg: LabConfig, out: str | os.PathLike[str], spec: VmSpec, *, progress: Progress = _quiet) -> Path:
+def run_vm_lab(cfg: LabConfig, out: str | os.PathLike[str], spec: VmSpec, *, progress: Progress = quiet) -> Path:
     """Run one lab experiment inside a VM of ``spec.kernel`` and write its bundle to ``out``
     (a new or empty directory). Returns ``out``."""
     check_config(cfg)
@@ -211,7 +211,7 @@ def _boot(
         }
         (state / "job.json").write_text(json.dumps(job))
         console, rc = _boot_once(cfg, out, spec, kernel, state, progress)
-        result = _read_json(state / "result.json")
+        result = read_json(state / "result.json")
         if result is not None:
             if not result.get("ok"):
                 raise LabError(f"in the VM ({kernel.release}): {result.get('error')}")
@@ -243,7 +243,7 @@ def _boot_once(
     progress(f"vm: booting {kernel.release} ({spec.cpus} vCPUs, {spec.memory_mb} MiB, TCG)")
     t0 = time.monotonic()
     cmd = qemu_command(kernel, spec, state, out)
-    guard = functools.partial(_die_with_parent, os.getpid())
+    guard = functools.partial(die_with_parent, os.getpid())
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=guard)
     console: list[str] = []
     killed = False
