@@ -85,6 +85,10 @@ if [ "$(id -u)" = 0 ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [[ "$*" !
     say "preparing the local Kubernetes node failed (log: $prepare_log); the kube tests will fail with its error"
     export GMP_KUBE_PREPARE_FAILED=$prepare_log
   fi
+  # tests/test_kube_metrics.py scrapes the agent with a real Prometheus, built once from the
+  # Go module proxy (scripts/prometheus.sh; if this fails, that test fails with the error)
+  say "Prometheus for the kube metrics test (the first run builds it: 3-6 min)"
+  bash scripts/prometheus.sh >/dev/null || say "building Prometheus failed; tests/test_kube_metrics.py will fail"
 fi
 # the full run attacks the readers with the full mutant counts (the fast suite keeps a
 # smaller set that still reaches every kind of mutation)

@@ -4,7 +4,10 @@ is throttled, and /metrics, scraped through the API server's pod proxy, holds th
 the container's and the pod's cpu.stat as the test reads them on the node around the scrape:
 every counter lies between the values read just before and just after it (equal where
 nothing happened in between), the quota, period and GOMAXPROCS are the pod's, and the pod's
-series leave the scrape once it is deleted.
+series leave the scrape once it is deleted. A real Prometheus server (scripts/prometheus.sh,
+built once from the Go module proxy) scrapes the agent meanwhile: what it stores lies
+between the node's reads too, and every query of the Grafana dashboard
+(charts/gmpanalysis/dashboards/gmpanalysis.json) shows the throttled pod's numbers.
 
 Run alone (it starts the local cluster; never beside another cluster run):
     .venv/bin/python -m pytest -p no:cacheprovider tests/test_kube_metrics.py -m kube
@@ -13,15 +16,17 @@ Run alone (it starts the local cluster; never beside another cluster run):
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import remove_agent
+from conftest import remove_agent, stop_procs
 
 from gmpanalysis.kube import local
 
@@ -37,6 +42,8 @@ CHART = REPO / "charts" / "gmpanalysis"
 NAME, LIMIT, PORT, RATE = "gmp-metrics-hot", "300m", 18195, 20
 METRICS_PORT = 9477
 CPU = Path("/sys/fs/cgroup/cpu")  # the local cluster is cgroup v1 (local.unavailable_reason)
+DASHBOARD = CHART / "dashboards" / "gmpanalysis.json"
+PROM_PORT, SCRAPE_S = 19477, 1
 
 
 def demo() -> dict:
@@ -162,12 +169,108 @@ def check_counters(core, dirs: dict[str, Path], pod: str) -> tuple[dict, dict, d
     return before, after, got
 
 
+def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen, str]:
+    """A Prometheus server on loopback scraping ``target`` every SCRAPE_S seconds as job
+    gmp-agent (the chart's ServiceMonitor names its job after the Service); its URL once
+    it is ready."""
+    built = subprocess.run(
+        ["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=1500
+    )
+    assert built.returncode == 0, f"scripts/prometheus.sh: {built.stderr[-3000:]}"
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"},
+                "scrape_configs": [{"job_name": "gmp-agent", "static_configs": [{"targets": [target]}]}],
+            }
+        )
+    )
+    url = f"http://127.0.0.1:{PROM_PORT}"
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [built.stdout.strip().splitlines()[-1], f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{PROM_PORT}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        assert proc.poll() is None, f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "prometheus not ready within 60 s"
+        time.sleep(0.5)
+
+
+def prom_query(url: str, expr: str) -> list[dict]:
+    """An instant query through the HTTP API: its vector (a query Prometheus refuses fails)."""
+    q = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", (expr, body)
+    return body["data"]["result"]
+
+
+def dashboard_queries(pod: str) -> dict[str, list[str]]:
+    """Each panel's queries, with the dashboard's variables set to the demo pod as a user
+    picks it ($__rate_interval as Grafana sets it for a 1 s scrape: 4 intervals, here 10 s)."""
+    values = {"$namespace": "default", "$pod": pod, "$container": "app", "$job": "gmp-agent",
+              "$__rate_interval": "10s"}  # fmt: skip
+    out: dict[str, list[str]] = {}
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for t in panel.get("targets", ()):
+            expr = t["expr"]
+            for k in sorted(values, key=len, reverse=True):
+                expr = expr.replace(k, values[k])
+            assert "$" not in expr, f"a variable the test does not set: {expr}"
+            out.setdefault(panel["title"], []).append(expr)
+    return out
+
+
+def check_prometheus(url: str, dirs: dict[str, Path], pod: str) -> None:
+    """What the server stored lies between two reads of the node's cpu.stat, and each of
+    the dashboard's panels shows the pod (the throttled share, the frozen CPU-seconds, the
+    quota against the CPU used, GOMAXPROCS) or the agent."""
+    before = cpu_stat(dirs["container"])
+    time.sleep(3 * SCRAPE_S)  # an agent read (every 1 s) after `before`, then a scrape of it
+    stored = prom_query(url, f'gmp_cfs_throttled_periods_total{{pod="{pod}",level="container"}}')
+    after = cpu_stat(dirs["container"])
+    assert len(stored) == 1, stored
+    v = float(stored[0]["value"][1])
+    assert before["nr_throttled"] <= v <= after["nr_throttled"], (before, v, after)
+    pods = urllib.parse.urlencode({"match[]": 'gmp_cfs_periods_total{namespace="default"}'})
+    with urllib.request.urlopen(f"{url}/api/v1/label/pod/values?{pods}", timeout=10) as r:
+        assert pod in json.loads(r.read())["data"], "the dashboard's pod picker would not list the pod"
+    q = dashboard_queries(pod)
+
+    def one(title: str, i: int = 0, **labels: str) -> float:
+        got = [x for x in prom_query(url, q[title][i]) if all(x["metric"].get(k) == v for k, v in labels.items())]
+        assert len(got) == 1, f"{title}: {q[title][i]} -> {got}"
+        return float(got[0]["value"][1])
+
+    assert 0.5 <= one("Throttled share of CFS periods", level="container") <= 1.0
+    assert one("Throttled periods per second", level="container") > 0
+    assert one("Frozen CPU-seconds per second", level="container") > 0
+    used, limit = one("CPU used against the quota", 0), one("CPU used against the quota", 1)
+    assert limit == pytest.approx(0.3) and 0.1 < used <= limit * 1.2, (used, limit)
+    assert one("GOMAXPROCS against the CPU limit", 0) == 2
+    assert one("GOMAXPROCS against the CPU limit", 1) == pytest.approx(0.3)
+    assert one("Agent CPU", 1) >= 1 and one("Agent memory") > 0 and one("Agent CPU", 0) >= 0
+    for expr in q["Captures"]:  # watch only: no capture, but every query is one Prometheus takes
+        prom_query(url, expr)
+
+
 def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
     from kubernetes import client, utils
 
     core, api = cluster["core"], cluster["api"]
     apps = client.AppsV1Api(api)
     load = None
+    procs: list[subprocess.Popen] = []
     try:
         apps.create_namespaced_deployment("default", demo())
         local.wait_running(core)
@@ -189,12 +292,15 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
                     break
             time.sleep(2)
         assert ("gmp_cfs_periods_total", "container") in got, f"no series of {name} within 90 s: {got}"
+        prom, prom_url = start_prometheus(tmp_path, f"{agent_pod(core).status.pod_ip}:{METRICS_PORT}")
+        procs.append(prom)
         load = local.start_load(bins, 120, rate=RATE, port=PORT)
         time.sleep(5)  # a few seconds of throttling under the load
         # under load: the counters move between the reads, the scrape lies between them
         for _ in range(3):
             before, after, _ = check_counters(core, dirs, name)
             assert after["container"]["nr_throttled"] > before["container"]["nr_throttled"], (before, after)
+        check_prometheus(prom_url, dirs, name)
         # the quota and period the kernel holds, GOMAXPROCS from the pod's env (demo.yaml: 2)
         got = series(scrape(core)[0], name)
         quota_us = int((dirs["container"] / "cpu.cfs_quota_us").read_text())
@@ -229,4 +335,5 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
         if load is not None:
             load.kill()
             load.wait()
+        stop_procs(procs)
         remove_agent(api, deployments=[(NAME, "default")], prefixes=(NAME, "gmp-agent"))
