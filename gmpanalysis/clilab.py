@@ -6,6 +6,7 @@ import argparse
 import functools
 from pathlib import Path
 
+from .cgroup import DEFAULT_PERIOD_US
 from .cliargs import (
     bundle_name,
     cgroup_parent,
@@ -80,8 +81,8 @@ def add_lab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--period-us",
         type=int_in(1_000, 1_000_000),
-        default=100_000,
-        help="CFS period in µs, 1000..1000000 (default: 100000)",
+        default=DEFAULT_PERIOD_US,
+        help=f"CFS period in µs, 1000..1000000 (default: {DEFAULT_PERIOD_US}, the kernel's)",
     )
     p.add_argument("--burst-us", type=int_in(0), default=0, help="CFS burst in µs (default: 0)")
     p.add_argument(
