@@ -134,6 +134,51 @@ def test_optional_service_monitor_and_dashboard(helm):
     assert r.returncode != 0 and "metrics.service.enabled" in r.stderr
 
 
+# prometheus-operator's own CustomResourceDefinition of ServiceMonitor, from its module on
+# the Go module proxy (the release the proxy serves whole; the v1 schema is stable)
+OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+SM_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
+
+
+def unknown_fields(obj: object, schema: dict, at: str = "") -> list[str]:
+    """Keys of ``obj`` that the structural schema does not declare: the API server prunes
+    them without a word (or refuses them under strict field validation), so a misspelt
+    field would silently do nothing."""
+    if isinstance(obj, dict) and "properties" in schema:
+        props = schema["properties"]
+        out = [f"{at}.{k}" for k in obj if k not in props]
+        return out + [x for k, v in obj.items() if k in props for x in unknown_fields(v, props[k], f"{at}.{k}")]
+    if isinstance(obj, list) and "items" in schema:
+        return [x for i, v in enumerate(obj) for x in unknown_fields(v, schema["items"], f"{at}[{i}]")]
+    return []
+
+
+def test_service_monitor_meets_the_operators_own_schema(helm):
+    """The chart's ServiceMonitor against prometheus-operator's CRD (its openAPIV3Schema, as
+    the API server validates it): valid, and no field the operator does not know."""
+    import jsonschema
+
+    from gmpanalysis.lab.binaries import find_go
+
+    r = subprocess.run(
+        [str(find_go()), "mod", "download", "-json", OPERATOR],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert r.returncode == 0, f"go mod download {OPERATOR}: {r.stdout[-2000:]} {r.stderr[-2000:]}"
+    crd = yaml.safe_load((Path(json.loads(r.stdout)["Dir"]) / SM_CRD).read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = v1["schema"]["openAPIV3Schema"]
+    docs = template(helm, "--set", "metrics.service.enabled=true,metrics.serviceMonitor.enabled=true")
+    sm = by_kind(docs)[("ServiceMonitor", "gmp-agent")]
+    assert sm["apiVersion"] == f"{crd['spec']['group']}/v1" and sm["kind"] == crd["spec"]["names"]["kind"]
+    jsonschema.validate(sm, schema)
+    assert unknown_fields(sm, schema) == []
+    # the check sees a misspelt field
+    bad = json.loads(json.dumps(sm))
+    bad["spec"]["endpoints"][0]["scrapeInterval"] = "30s"
+    assert unknown_fields(bad, schema) == [".spec.endpoints[0].scrapeInterval"]
+
+
 def agent_flags() -> set[str]:
     """The flags gmp-agent defines (config.go's register)."""
     text = (AGENT / "config.go").read_text()
