@@ -69,6 +69,12 @@ if command -v go >/dev/null 2>&1; then
   helm=$(bash scripts/helm.sh)
   "$helm" lint --strict charts/gmpanalysis
 fi
+# The kubectl plugin's krew manifest (plugins/gmp.yaml): tests/test_kubectl_plugin.py installs it
+# with the real krew, offline; krew is built once from the Go module proxy (scripts/krew.sh)
+if command -v go >/dev/null 2>&1; then
+  say "krew for the kubectl plugin's install test (the first run builds it: about 20 s)"
+  bash scripts/krew.sh >/dev/null
+fi
 # The kube tests (tests/test_kube_e2e.py) start a real one-node Kubernetes. Where one can
 # exist (root and the cgroup v1 cpu controller, the [kube] extra installed, kube tests not
 # deselected) prepare it here, where its progress shows: Debian packages, and Kubernetes

@@ -1,10 +1,14 @@
 """`kubectl gmp` (gmpanalysis/kube/plugin.py): each verb is a gmpanalysis command line, checked
 with the CLI's own parser; the namespace and context pass through; report and advise run on
-what collect wrote; the krew manifest (plugins/gmp.yaml) names what its archive holds."""
+what collect wrote; the krew manifest (plugins/gmp.yaml) names what its archive holds, and the
+real krew (built once from the Go module proxy, scripts/krew.sh) installs it offline from the
+manifest and the locally built archive, runs it, lists it and uninstalls it."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import pty
 import re
 import subprocess
 import sys
@@ -118,6 +122,15 @@ def test_kubectl_gmp_help():
     assert r.returncode == 2 and "POD" in r.stderr
 
 
+def build_archive(outdir: Path) -> Path:
+    """plugins/build-krew-archive.sh's archive, built into outdir."""
+    r = subprocess.run(
+        ["bash", str(REPO / "plugins" / "build-krew-archive.sh"), str(outdir)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return Path(r.stdout.strip())
+
+
 def test_krew_manifest(tmp_path):
     m = yaml.safe_load((REPO / "plugins" / "gmp.yaml").read_text())
     assert m["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2" and m["kind"] == "Plugin"
@@ -132,12 +145,101 @@ def test_krew_manifest(tmp_path):
         assert platform["bin"] == "kubectl-gmp"
         assert {"from": "kubectl-gmp", "to": "."} in platform["files"]
         assert platform["uri"].endswith(f"/v{version}/kubectl-gmp.tar.gz")
-    out = Path(
-        subprocess.run(
-            ["bash", str(REPO / "plugins" / "build-krew-archive.sh"), str(tmp_path)],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout.strip()
-    )  # fmt: skip
+    out = build_archive(tmp_path)
     assert out.parent == tmp_path
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     assert {p["sha256"] for p in spec["platforms"]} == {digest}
+
+
+@pytest.fixture(scope="module")
+def krew() -> str:
+    from gmpanalysis.lab.binaries import find_go
+
+    if not os.environ.get("KREW") and find_go() is None:
+        pytest.skip("krew is built from the Go module proxy: needs the Go toolchain (or KREW=/path/to/krew)")
+    r = subprocess.run(["bash", str(REPO / "scripts" / "krew.sh")], capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        pytest.fail(f"scripts/krew.sh could not provide krew (exit {r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
+    """argv's stdout when it is a terminal (krew list prints its table only to one)."""
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, timeout=120)
+    finally:
+        os.close(slave)
+    out = b""
+    try:
+        while chunk := os.read(master, 4096):
+            out += chunk
+    except OSError:  # EIO: the terminal's other side closed, all is read
+        pass
+    finally:
+        os.close(master)
+    assert r.returncode == 0, r.stderr.decode()
+    return out.decode()
+
+
+def test_krew_installs_the_plugin_offline(krew, tmp_path):
+    """krew install --manifest=plugins/gmp.yaml --archive=...: krew checks the archive against the
+    manifest's sha256 (its uri, a release not yet made, is never fetched), installs kubectl-gmp
+    into a throwaway KREW_ROOT, which then runs; krew list shows it, krew uninstall removes it.
+    Offline: a --manifest install skips the index; list and uninstall only check that the index
+    directory holds a git clone (index/default/.git), so an empty one stands in for
+    `krew update` (a git clone from GitHub); KREW_NO_UPGRADE_CHECK=1 skips the GitHub request
+    a release-stamped krew makes on 40% of its runs; the proxies point at a closed port, so a
+    request that slipped through would fail the install rather than reach the network."""
+    manifest = REPO / "plugins" / "gmp.yaml"
+    version = yaml.safe_load(manifest.read_text())["spec"]["version"]
+    archive = build_archive(tmp_path / "dist")
+    root = tmp_path / "krew"
+    (root / "index" / "default" / ".git").mkdir(parents=True)
+    # krew's bin on PATH: else krew prints its setup advice on every run
+    env = {**os.environ, "KREW_ROOT": str(root), "KREW_NO_UPGRADE_CHECK": "1", "GMP_PYTHON": sys.executable,
+           "PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        env[proxy] = env[proxy.lower()] = "" if proxy == "NO_PROXY" else "http://127.0.0.1:9"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([krew, *args], capture_output=True, text=True, timeout=120, env=env,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    # an archive that is not the manifest's: krew refuses it and installs nothing (the wrong
+    # sha256 has letters: YAML reads 64 digits as a number, which krew refuses before any check)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(re.sub(r"sha256: [0-9a-f]{64}", "sha256: " + "ab" * 32, manifest.read_text()))
+    r = run("install", f"--manifest={wrong}", f"--archive={archive}")
+    assert r.returncode != 0 and "checksum does not match" in r.stderr, r.stderr
+    assert not (root / "bin" / "kubectl-gmp").exists() and not (root / "receipts" / "gmp.yaml").exists()
+
+    r = run("install", f"--manifest={manifest}", f"--archive={archive}")
+    assert r.returncode == 0, r.stderr
+    assert "Installed plugin: gmp" in r.stderr
+    link = root / "bin" / "kubectl-gmp"
+    assert link.is_symlink()
+    installed = link.resolve()
+    assert installed == (root / "store" / "gmp" / version / "kubectl-gmp").resolve()
+    assert installed.read_bytes() == (REPO / "plugins" / "kubectl-gmp").read_bytes() and os.access(installed, os.X_OK)
+    receipt = yaml.safe_load((root / "receipts" / "gmp.yaml").read_text())
+    assert receipt["spec"]["version"] == version and receipt["status"]["source"]["name"] == "detached"
+
+    # the installed wrapper runs the package's plugin (GMP_PYTHON: this interpreter)
+    r = subprocess.run([str(link), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: kubectl gmp") and all(v in r.stdout for v in ("collect", "report", "advise"))
+    r = subprocess.run([str(link), "collect", "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and "--namespace" in r.stdout and "--context" in r.stdout, r.stderr
+
+    r = run("list")  # piped: the names only, a manifest's install under the index "detached"
+    assert r.returncode == 0 and r.stdout.split() == ["detached/gmp"], r.stdout + r.stderr
+    rows = [line.split() for line in on_a_terminal([krew, "list"], env).splitlines()]
+    assert rows == [["PLUGIN", "VERSION"], ["detached/gmp", version]]
+
+    r = run("uninstall", "gmp")
+    assert r.returncode == 0 and "Uninstalled plugin: gmp" in r.stderr, r.stderr
+    assert not link.exists() and not link.is_symlink()
+    assert not (root / "store" / "gmp").exists() and not (root / "receipts" / "gmp.yaml").exists()
+    r = run("list")
+    assert r.returncode == 0 and r.stdout.split() == [], r.stdout + r.stderr
