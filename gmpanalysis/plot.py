@@ -79,19 +79,25 @@ def _usage_bars(
 ) -> tuple[bool, float]:
     """The CPU used per period as bars, and the quota as a dashed line; returns whether
     there is a quota, and the top of the y axis."""
+    from matplotlib.collections import PolyCollection
+
     usage = per["usage_us"].to_numpy() / 1e3
     # a throttled period's bar covers only the time it ran; the rest of it is the freeze
     run_w = np.where(thr & np.isfinite(ex), np.minimum(ex, w), w)
-    ax.bar(
-        x,
-        np.nan_to_num(usage),
-        width=run_w,
-        align="edge",
-        color=np.where(thr, THROTTLED, np.where(unknown, UNKNOWN, BUSY)),
-        edgecolor="white",
-        linewidth=0.3,
+    # one collection of rectangles, not a patch per bar: an hour is 36,000 periods, and
+    # matplotlib lays out and draws patches one by one (~20 s for an hour, ~0.3 s this way)
+    h = np.nan_to_num(usage)
+    x0, x1 = x, x + run_w
+    verts = np.stack([np.c_[x0, 0 * h], np.c_[x0, h], np.c_[x1, h], np.c_[x1, 0 * h]], axis=1)
+    bars = PolyCollection(
+        verts,
+        facecolors=np.where(thr, THROTTLED, np.where(unknown, UNKNOWN, BUSY)),
+        edgecolors="white",
+        linewidths=0.3,
         zorder=2,
     )
+    bars.set_gid("usage")
+    ax.add_collection(bars)
     quota = per["quota_us"].dropna()
     top = float(np.nanmax(usage)) if np.isfinite(usage).any() else 1.0
     if len(quota):
@@ -115,7 +121,7 @@ def _frozen_spans(
     exhaustion dotted, the periods of unknown throttling hatched; returns (brackets, holes)."""
     spans = [(x[i] + ex[i], w[i] - ex[i]) for i in np.flatnonzero(thr & np.isfinite(ex))]
     if spans:
-        ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1)
+        ax.broken_barh(spans, (0, top), facecolors=FROZEN, alpha=0.25, zorder=1).set_gid("frozen")
     # where the samples leave the moment of exhaustion open (a hole around it): the
     # bracket drawn as a dotted span on the quota line's level
     brackets = []

@@ -32,14 +32,16 @@ def _close():
 def test_plot_periods(alloc):
     run, per = alloc
     ax = gmp.plot_periods(per)
-    bars = [p for p in ax.patches if type(p).__name__ == "Rectangle"]
-    assert len(bars) == len(per)
+    (bars,) = [c for c in ax.collections if c.get_gid() == "usage"]
+    assert len(bars.get_paths()) == len(per)
     thr = per["throttled"].to_numpy()
     # throttled bars cover only the time the group ran: narrower than the period
-    widths = np.array([b.get_width() for b in bars])
+    widths = np.array([np.ptp(p.vertices[:, 0]) for p in bars.get_paths()])
+    heights = np.array([p.vertices[:, 1].max() for p in bars.get_paths()])
+    assert np.allclose(heights, np.nan_to_num(per["usage_us"].to_numpy()) / 1e3)
     assert (widths[thr] < 0.1).all() and np.median(widths[thr]) < 0.05
     assert any(np.allclose(line.get_ydata(), 50.0) for line in ax.get_lines())  # the quota, ms
-    frozen = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    frozen = [c for c in ax.collections if isinstance(c, PolyCollection) and c.get_gid() == "frozen"]
     assert len(frozen) == 1 and len(frozen[0].get_paths()) == int((thr & per.exhausted_at_us.notna()).sum())
     ax2 = [a for a in ax.figure.axes if a is not ax and a.bbox.bounds == ax.bbox.bounds][0]
     crosses = ax2.collections[1].get_offsets()
