@@ -4,10 +4,10 @@ results (the tests run both).
 
 The loop steps from event to event (an arrival, a completion, a tick that finds a CPU out
 of runtime, a level's boundary) and each step is exact, so its cost is the number of events
-times the work per event (a pass over the requests in service, a few over the CPUs). In
-Python a step takes ~10 µs; compiled, ~0.1 µs: an hour of a shipped run's demand
-(310,000 steps, 260 requests in service on average) in ~0.05 s instead of ~4 s
-(benchmarks/bench_replay.py).
+times the work per event (a few passes over the CPUs; a request entering or leaving service
+costs log n of the requests in service). In Python a step takes ~10 µs; compiled, ~0.1 µs:
+an hour of a shipped run's demand (310,000 steps, 260 requests in service on average) in
+~0.05 s instead of ~4 s (benchmarks/bench_replay.py).
 
 The same functions serve both: they use nothing but indexing, ``len``, ``range`` and
 ``math``, so the plain-Python path runs them on lists (Python floats, as fast as the loop
@@ -27,8 +27,9 @@ The state, as :func:`gmpanalysis.cfsreplay.replay` lays it out:
   the limited levels' indices, in level order.
 * per level and CPU: ``local`` (runtime held; below 0: what it overran), ``frozen``
   (throttled by this level), ``froze_at`` (when, in this period; NaN: not).
-* the requests: ``ids``/``rem`` (the ones in service and the CPU each still needs, in
-  the order they entered), ``waitq`` (those a closed loop holds back, first in first out),
+* the requests: ``ids``/``rem`` (the ones in service, a binary heap on ``rem``: the
+  service clock's reading at which each is served; see :data:`REBASE_NS`), ``waitq``
+  (those a closed loop holds back, first in first out),
   ``runnable`` (per CPU: the work is on it and no level throttles it), ``end``/``sent``
   (when each was answered / entered the service).
 * ``rows``: per period of the own level from the first, (CPU used, exhausted at (offset
@@ -57,6 +58,13 @@ ENABLED = True
 EPS = 1e-6
 # an idle CPU keeps this much runtime (min_cfs_rq_runtime, 1 ms) and hands the rest back
 MIN_RUNTIME_NS = 1e6
+# Processor sharing gives every request in service the same CPU, so one clock counts the CPU
+# each has had since it was reset (``served``) and a request is kept as the reading at which
+# its CPU is served: a step moves the clock, not every request (a limit below the demand
+# grows the backlog without end, and a pass over it at every step made an hour's replay take
+# seconds). The readings sit in a binary heap, the least first. The clock goes back to 0
+# past this (the readings with it), so that they stay exact to far below the tolerance.
+REBASE_NS = 1e9
 # the columns of lv and of rows
 PERIOD, BOUNDARY, START, QUOTA, POOL, BURST = range(6)
 USED, EXHAUSTED, STALL, CPUS, THROTTLED = range(5)
@@ -202,21 +210,17 @@ def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, least: float, nre
 
 
 def _run_for(
-    row: Any, gates: Any, local: Any, runnable: Any, rem: Any, nrem: int, running: int, least: float, dt: float
+    row: Any, gates: Any, local: Any, runnable: Any, nrem: int, running: int, served: float, dt: float
 ) -> float:
-    """dt of processor sharing: each request in service gets dt × running / nrem of CPU, and
-    each runnable CPU's runtime is charged dt at every limited level. Returns the least
-    remaining: the least before, less the share (rounding is monotone, so it stays the
-    least, to the bit)."""
-    share = dt * running / nrem
-    for x in range(nrem):
-        rem[x] = rem[x] - share
+    """dt of processor sharing: each request in service gets dt × running / nrem of CPU (the
+    service clock moves by that), and each runnable CPU's runtime is charged dt at every
+    limited level. Returns the clock's new reading."""
     row[USED] += dt * running
     for lvl in gates:
         for j in range(len(runnable)):
             if runnable[j]:
                 local[lvl][j] -= dt
-    return least - share
+    return served + dt * running / nrem
 
 
 def _boundaries(lv: Any, k: Any, qk: Any, qv: Any, q_at: Any, limited: Any, gates: Any, state: Any,
@@ -259,56 +263,76 @@ def _tick(lv: Any, gates: Any, state: Any, runnable: Any, slice_ns: float, t: fl
         runnable[j] = runnable[j] and _free(frozen, gates, j)
 
 
+def _push(ids: Any, rem: Any, n: int, x: int, at: float) -> int:
+    """Request ``x``, served at the clock's reading ``at``, into the heap of ``n``; returns n + 1."""
+    j = n
+    while j > 0:
+        up = (j - 1) // 2
+        if rem[up] <= at:
+            break
+        ids[j] = ids[up]
+        rem[j] = rem[up]
+        j = up
+    ids[j] = x
+    rem[j] = at
+    return n + 1
+
+
+def _pop(ids: Any, rem: Any, n: int) -> int:
+    """The first request (the least reading) out of the heap of ``n``; returns n - 1."""
+    n -= 1
+    x = ids[n]
+    at = rem[n]
+    j = 0
+    while 2 * j + 1 < n:
+        c = 2 * j + 1
+        if c + 1 < n and rem[c + 1] < rem[c]:
+            c += 1
+        if not rem[c] < at:
+            break
+        ids[j] = ids[c]
+        rem[j] = rem[c]
+        j = c
+    if n > 0:
+        ids[j] = x
+        rem[j] = at
+    return n
+
+
 def _complete(
-    reqs: Any, cost: Any, tol: float, nrem: int, least: float, w_head: int, w_tail: int, t: float
-) -> tuple[int, float, int]:
-    """The requests whose CPU is served by t (within tol) are answered, if the least
-    remaining says any is; a closed loop sends one waiting request for each. Returns (in
-    service, the least remaining (inf: none), next waiting)."""
-    if not least <= tol:
-        return nrem, least, w_head
+    reqs: Any, cost: Any, tol: float, nrem: int, served: float, w_head: int, w_tail: int, t: float
+) -> tuple[int, int]:
+    """The requests whose CPU is served by t (within tol) are answered; a closed loop sends
+    one waiting request for each. Returns (in service, next waiting)."""
     ids, rem, waitq, end, sent = reqs
-    kept = 0
     done = 0
-    least = math.inf
-    for x in range(nrem):
-        if rem[x] <= tol:
-            end[ids[x]] = t
-            done += 1
-        else:
-            ids[kept] = ids[x]
-            rem[kept] = rem[x]
-            least = _min(least, rem[x])
-            kept += 1
+    while nrem > 0 and rem[0] - served <= tol:
+        end[ids[0]] = t
+        nrem = _pop(ids, rem, nrem)
+        done += 1
     for _ in range(done):
         if w_head < w_tail:
             q = waitq[w_head]
             w_head += 1
-            ids[kept] = q
-            rem[kept] = cost[q]
-            least = _min(least, cost[q])
+            nrem = _push(ids, rem, nrem, q, served + cost[q])
             sent[q] = t
-            kept += 1
-    return kept, least, w_head
+    return nrem, w_head
 
 
 def _arrive(
-    reqs: Any, arr: Any, cost: Any, conc: int, i: int, nrem: int, least: float, w_tail: int, t: float
-) -> tuple[int, int, float, int]:
+    reqs: Any, arr: Any, cost: Any, conc: int, i: int, nrem: int, served: float, w_tail: int, t: float
+) -> tuple[int, int, int]:
     """The requests scheduled by t arrive: into service, or, with conc clients all busy, to
-    wait. Returns (next arrival, in service, the least remaining, waiting's end)."""
+    wait. Returns (next arrival, in service, waiting's end)."""
     ids, rem, waitq, end, sent = reqs
     while i < len(arr) and arr[i] <= t + EPS:
         if conc < 0 or nrem < conc:
-            ids[nrem] = i
-            rem[nrem] = cost[i]
-            least = _min(least, cost[i])
-            nrem += 1
+            nrem = _push(ids, rem, nrem, i, served + cost[i])
         else:
             waitq[w_tail] = i
             w_tail += 1
         i += 1
-    return i, nrem, least, w_tail
+    return i, nrem, w_tail
 
 
 def _replay_events(
@@ -341,7 +365,7 @@ def _replay_events(
     t = 0.0
     next_tick = tick0
     i = nrem = w_head = w_tail = busy = nrows = 0
-    least = math.inf  # the least CPU a request in service still needs (inf: none in service)
+    served = 0.0  # the service clock (REBASE_NS)
     while i < n or nrem > 0 or w_head < w_tail:
         r = k[0] - k0
         if r >= len(rows):
@@ -354,9 +378,10 @@ def _replay_events(
         if len(gates):
             _mark_exhaustion(row, lv, frozen, busy, nrem, running, t)
         arrival = arr[i] if i < n else math.nan
+        least = rem[0] - served if nrem > 0 else math.inf  # the least CPU a request still needs
         dt = _next_step(lv, gates, local, runnable, least, nrem, running, arrival, t, tick, tick0, next_tick)
         if running and dt > 0:
-            least = _run_for(row, gates, local, runnable, rem, nrem, running, least, dt)
+            served = _run_for(row, gates, local, runnable, nrem, running, served, dt)
         t += dt
         while next_tick <= t + EPS:
             next_tick += tick
@@ -367,8 +392,12 @@ def _replay_events(
             _boundaries(lv, k, qk, qv, q_at, limited, gates, state, runnable, row, t)
         if len(gates) and abs(t - (next_tick - tick)) <= EPS:  # a tick (at a boundary too)
             _tick(lv, gates, state, runnable, slice_ns, t)
-        nrem, least, w_head = _complete(reqs, cost, tol, nrem, least, w_head, w_tail, t)
-        i, nrem, least, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, least, w_tail, t)
+        nrem, w_head = _complete(reqs, cost, tol, nrem, served, w_head, w_tail, t)
+        i, nrem, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, served, w_tail, t)
+        if served > REBASE_NS:  # a constant off every reading: the heap's order holds
+            for x in range(nrem):
+                rem[x] = rem[x] - served
+            served = 0.0
     return nrows
 
 
@@ -386,6 +415,8 @@ _CHAIN = (
     "_run_for",
     "_boundaries",
     "_tick",
+    "_push",
+    "_pop",
     "_complete",
     "_arrive",
     "_replay_events",

@@ -58,10 +58,12 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
     one value, or one per period, a period past the last known keeping the last), whether
     any is a limit, and its burst (ns). Its pool starts full."""
     k = (origin - phase_ns) // period_ns
-    if isinstance(quota_us, dict):
-        known = sorted(quota_us.items())
-        qk = [x for x, _ in known]
-        qv = [math.inf if math.isnan(v) else v * 1000.0 for _, v in known]
+    if isinstance(quota_us, dict):  # one per period: an hour's 36,000 on arrays, not one by one
+        keys = np.fromiter(quota_us.keys(), dtype=np.int64, count=len(quota_us))
+        vals = np.fromiter(quota_us.values(), dtype=np.float64, count=len(keys))
+        o = np.argsort(keys, kind="stable")
+        qk = keys[o].tolist()
+        qv = np.where(np.isnan(vals[o]), math.inf, vals[o] * 1000.0).tolist()
     else:
         qk, qv = [k], [math.inf if quota_us is None else float(quota_us) * 1000.0]
     quota = qv[max(bisect.bisect_right(qk, k) - 1, 0)]
@@ -77,7 +79,7 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
         "k": k,
         "qk": qk,
         "qv": qv,
-        "limited": any(not math.isinf(v) for v in qv),
+        "limited": bool(np.isfinite(qv).any()),
     }
 
 
@@ -91,9 +93,10 @@ def _room(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int,
     some to spare."""
     rate = float(min(G, C) if conc is None else max(min(G, C, conc), 1))
     for lv in levels:
-        finite = [q for q in lv["qv"] if not math.isinf(q)]
-        if finite:
-            rate = min(rate, max(min(finite), 1.0) / lv["lv"][cfskernel.PERIOD])
+        qv = np.asarray(lv["qv"], dtype=np.float64)
+        finite = qv[np.isfinite(qv)]
+        if len(finite):
+            rate = min(rate, max(float(finite.min()), 1.0) / lv["lv"][cfskernel.PERIOD])
     span = float(arr[-1]) + float(np.sum(cost)) / rate
     return min(int(span / levels[0]["lv"][cfskernel.PERIOD] * 1.25) + 16, MAX_ROOM)
 

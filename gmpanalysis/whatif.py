@@ -44,7 +44,6 @@ bound); a level's pool at the replay's start is full. The validation
 
 from __future__ import annotations
 
-import bisect
 import copy
 import math
 import numbers
@@ -267,8 +266,11 @@ def _closed_loop_spread(
     if len(ok) < 2 or len(shape) < 2:
         return lat
     mapped = lat.copy()
-    # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n
-    mapped[ok[np.argsort(lat[ok], kind="stable")]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
+    # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n; requests
+    # answered together (alike to the ns) keep their order of arrival, whatever the last
+    # bits of the arithmetic that timed them
+    rank = np.argsort(np.round(lat[ok], 6), kind="stable")
+    mapped[ok[rank]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
     if which is not None and len(which) == len(mapped):
         p50, p99 = group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
@@ -292,25 +294,25 @@ def outer_specs(
     if outer is None:
         own = prep["own_quota"]
         own_p = prep["own_period_ns"] or period_ns
-        base = prep["phase"]
-        ks = sorted(own)
-
-        def cpus_then(t: int) -> float:
-            """This level's CPUs at time t: as replayed, minus as the run had them."""
-            if q is None or isinstance(q, dict) or not ks:  # the run's own, period by period: no change
-                return 0.0
-            k = (t - base) // own_p
-            was = own[ks[max(bisect.bisect_right(ks, k) - 1, 0)]]
-            return 0.0 if math.isnan(was) else float(q) / (period_ns / 1000) - was / (own_p / 1000)
-
+        ks = np.array(sorted(own), dtype=np.int64)
+        was_by_k = np.array([own[k] for k in ks.tolist()], dtype=np.float64)
+        # the run's own, period by period: no change
+        same = q is None or isinstance(q, dict) or not len(ks)
         specs: list[tuple[float | dict[int, float] | None, int, int, float]] = []
         for lv in prep["outer_levels"]:
             P = int(lv["period_us"]) * 1000
-            moved = {}
-            for k, v in lv["quota_by_period"].items():
-                d = cpus_then(int(lv["phase_ns"]) + k * P) * lv["period_us"]
-                moved[k] = v if math.isnan(v) else max(v + d, MIN_QUOTA_US)
-            specs.append((moved, P, int(lv["phase_ns"]), float(lv["burst_us"])))
+            kk = np.fromiter(lv["quota_by_period"].keys(), dtype=np.int64, count=len(lv["quota_by_period"]))
+            v = np.fromiter(lv["quota_by_period"].values(), dtype=np.float64, count=len(kk))
+            d = np.zeros(len(kk))
+            if not same:
+                # this level's CPUs at each of its period starts: as replayed, minus as the run had
+                # them (the own level's quota in force then)
+                at = (int(lv["phase_ns"]) + kk * P - prep["phase"]) // own_p
+                was = was_by_k[np.maximum(np.searchsorted(ks, at, side="right") - 1, 0)]
+                d = np.where(np.isnan(was), 0.0, float(q) / (period_ns / 1000) - was / (own_p / 1000))
+            moved = np.where(np.isnan(v), v, np.maximum(v + d * lv["period_us"], MIN_QUOTA_US))
+            by_k = dict(zip(kk.tolist(), moved.tolist(), strict=True))
+            specs.append((by_k, P, int(lv["phase_ns"]), float(lv["burst_us"])))
         return specs
     specs = []
     for i, lv in enumerate(outer):
