@@ -28,23 +28,36 @@ import gmpanalysis as gmp
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def synth_hours(hours: float) -> gmp.Run:
-    run = gmp.load_run(ROOT / "fixtures" / "runs" / "cpu-0.5cpu-gmp8")
+def synth_hours(hours: float, source: str = "cpu-0.5cpu-gmp8") -> gmp.Run:
+    """A shipped run (fixtures/runs/SOURCE) tiled to ``hours``: each copy shifted by a whole
+    number of CFS periods, its counters offset so they stay cumulative (per level where the
+    run samples several: the ``cgroup`` column). Without its requests and trace."""
+    run = gmp.load_run(ROOT / "fixtures" / "runs" / source)
     s = run.samples
     P = run.meta["period_us"] * 1000
     span = int(s.t_ns.iloc[-1] - s.t_ns.iloc[0])
     shift = (span // P + 1) * P
     reps = int(np.ceil(hours * 3600e9 / shift))
-    r = np.repeat(np.arange(reps), len(s))
-    cols = {"t_ns": np.tile(s.t_ns.to_numpy(), reps) + r * shift, "read_ns": np.tile(s.read_ns.to_numpy(), reps)}
-    for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us"):
-        v = s[c].to_numpy()
-        # the last step again, at least 1 µs for the float counters: adding r * step in
-        # float64 must never make a copy start below where the one before ended (a fall
-        # reads as a counter reset, a new cgroup segment)
-        step = v[-1] - v[0] + max(v[-1] - v[-2], 1)
-        cols[c] = np.tile(v, reps) + r * step
-    samples = pd.DataFrame(cols)
+    parts = [s[s["cgroup"] == lv] for lv in pd.unique(s["cgroup"])] if "cgroup" in s else [s]
+    frames = []
+    for part in parts:
+        r = np.repeat(np.arange(reps), len(part))
+        cols = {
+            "t_ns": np.tile(part.t_ns.to_numpy(), reps) + r * shift,
+            "read_ns": np.tile(part.read_ns.to_numpy(), reps),
+        }
+        for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us", "nr_bursts", "burst_us"):
+            v = part[c].to_numpy()
+            # the last step again, at least 1 µs for the float counters: adding r * step in
+            # float64 must never make a copy start below where the one before ended (a fall
+            # reads as a counter reset, a new cgroup segment)
+            step = v[-1] - v[0] + max(v[-1] - v[-2], 1)
+            cols[c] = np.tile(v, reps) + r * step
+        if "cgroup" in part:
+            cols["cgroup"] = np.tile(part["cgroup"].to_numpy(), reps)
+        frames.append(pd.DataFrame(cols))
+    samples = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable", ignore_index=True)
+    samples.attrs.update(s.attrs)
     return dataclasses.replace(run, samples=samples, trace_path=None, requests=None, _trace=None)
 
 
