@@ -185,12 +185,17 @@ def main() -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         points = {key: [growth_point(r) for r in runs] for key, runs in groups.items()}
-        held = {}
+        held: dict[str, float] = {}
+        in_sample: list[str] = []  # workloads the shipped constant was fitted on, none held out
         for (where, w), runs in sorted(groups.items()):
             # the runtime's growth per P, fitted without this workload: held out like the rest
             k = RC.fit(p for key, p in points.items() if key != (where, w))
+            if k is None:
+                k = RC.PER_P_PER_STW
+                if RC.fit([points[(where, w)]]) is not None:
+                    in_sample.append(f"{where}/{w}")
             held[f"{where}/{w}"] = k
-            with RC.held_out(RC.PER_P_PER_STW if k is None else k):
+            with RC.held_out(k):
                 rows += predictions(where, w, runs)
     if not rows:
         print("no workload with two configurations among the bundles given", file=sys.stderr)
@@ -203,9 +208,15 @@ def main() -> int:
     print(f"{df['target'].nunique()} runs in {len(groups)} workloads; {len(df)} held-out predictions")
     print(
         "the runtime's growth per P, fitted without each workload: "
-        + ", ".join(f"{w} {k:.5f}" for w, k in held.items() if k is not None and k != RC.fit(points.values()))
-        + f" (the others: all {RC.fit(points.values()) or 0:.5f}; shipped {RC.PER_P_PER_STW})\n"
+        + ", ".join(f"{w} {k:.5f}" for w, k in held.items() if abs(k - RC.PER_P_PER_STW) > 5e-6)
+        + f" (the others: the shipped {RC.PER_P_PER_STW})"
     )
+    if in_sample:
+        print(
+            f"NOT held out for {', '.join(in_sample)}: no other workload given fits the growth, so they were "
+            "predicted with the shipped constant, which was fitted on them (give the other 16-CPU workload's runs)"
+        )
+    print()
     show = ["target", "source", "regime"] + [
         c for k in ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "p99_ms", "throughput_rps")
         for c in (f"meas_{k}", f"pred_{k}")
@@ -228,9 +239,11 @@ def main() -> int:
             "estimator": f"whatif.estimate, {W.TICK_PHASES} tick phases",
             "method": "each run predicted from every run of the other configurations of its workload, the "
             "runtime's growth per P (runtimecost.fit) fitted without that workload"
+            + (f" (not held out for {', '.join(in_sample)}: no other workload fits it)" if in_sample else "")
             + ("" if a.with_tcg else "; runs in TCG guests left out"),
             "runs": sorted(f"{where}/{r.meta.get('name')}" for (where, _), rs in groups.items() for r in rs),
             "predictions": len(df),
+            "growth_per_p": {"used": held, "not_held_out": in_sample},
             "regimes": summary,
         }
         ME.VALIDATION_FILE.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")

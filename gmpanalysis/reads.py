@@ -112,9 +112,9 @@ def exhaustion(
 
 
 def read_percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
-    """``np.percentile(x, qs)`` (its linear method, the same floats) from one sort: numpy
-    sorts int64 with SIMD several times faster than it selects (an hour of read intervals:
-    ~14 ms against ~35)."""
+    """``np.percentile(x, qs)`` (its linear method; the same floats for values within
+    ±2**53, as read intervals in ns are) from one sort: numpy sorts int64 with SIMD several
+    times faster than it selects (an hour of read intervals: ~14 ms against ~35)."""
     v = np.sort(x)
     out = []
     for q in qs:

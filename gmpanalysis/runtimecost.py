@@ -29,8 +29,11 @@ from collections.abc import Iterable, Iterator
 # add nothing more (outside what the sweeps measured, the growth is not extrapolated)
 MAX_GROWTH = 1.7
 MAX_FIT_PS = 16
-# the fewest Ps a workload's widest run must have to fit the growth on (fit)
+# the fewest Ps a workload's widest run must have to fit the growth on (fit), and the fewest
+# stop-the-world pauses per CPU-second its one-P runs must show (the 16-CPU workloads the
+# constant comes from: 23.8 and 28.8)
 MIN_FIT_PS = 8
+MIN_FIT_STW = 1.0
 
 # The fraction of a request's CPU added per P beyond the first, per GC stop-the-world pause
 # per CPU-second: fitted on the 16-CPU sweeps of the allocation-heavy handler (GOMAXPROCS 1
@@ -44,19 +47,29 @@ _k = PER_P_PER_STW
 
 def fit(workloads: Iterable[Iterable[tuple[int, float, float]]]) -> float | None:
     """:data:`PER_P_PER_STW` from measured runs: for each workload, its runs as (Ps, CPU per
-    request, stop-the-world pauses per CPU-second); the one-P run and the run with the most
-    Ps give ``(cpu_P / cpu_1 - 1) / (r_1 × (P - 1))``, and the workloads' values are
-    averaged. A workload without both, with fewer than :data:`MIN_FIT_PS` Ps at most (the
-    growth over a P or two is within a run's noise), or whose one-P run does not stop the
-    world, adds nothing; None where none does."""
+    request, stop-the-world pauses per CPU-second); its one-P runs and its runs with the most
+    Ps (each the mean of its repeats) give ``(cpu_P / cpu_1 - 1) / (r_1 × (P - 1))``, and the
+    workloads' values are averaged. A workload adds nothing without both, with fewer than
+    :data:`MIN_FIT_PS` Ps at most (the growth over a P or two is within a run's noise), or
+    whose one-P runs stop the world fewer than :data:`MIN_FIT_STW` times per CPU-second (the
+    growth per pause of a service that hardly pauses is noise over almost nothing); a value
+    below 0 counts as 0 (more Ps never take the runtime less CPU: that is noise too). None
+    where no workload adds anything."""
     ks = []
     for runs in workloads:
-        pts = sorted(runs)
-        one = [x for x in pts if x[0] == 1]
-        if not one or pts[-1][0] < MIN_FIT_PS or not one[0][2] > 0:
+        pts = [(int(p), float(c), float(r)) for p, c, r in runs if math.isfinite(c) and c > 0 and math.isfinite(r)]
+        if not pts:
             continue
-        (_, c1, r1), (p, cp, _) = one[0], pts[-1]
-        ks.append((cp / c1 - 1) / (r1 * (min(p, MAX_FIT_PS) - 1)))
+        top = max(p for p, _, _ in pts)
+        one = [(c, r) for p, c, r in pts if p == 1]
+        wide = [c for p, c, _ in pts if p == top]
+        if not one or top < MIN_FIT_PS:
+            continue
+        c1, r1 = sum(c for c, _ in one) / len(one), sum(r for _, r in one) / len(one)
+        if r1 < MIN_FIT_STW:
+            continue
+        cp = sum(wide) / len(wide)
+        ks.append(max((cp / c1 - 1) / (r1 * (min(top, MAX_FIT_PS) - 1)), 0.0))
     return sum(ks) / len(ks) if ks else None
 
 

@@ -160,8 +160,11 @@ def test_service_monitor_meets_the_operators_own_schema(helm):
 
     from gmpanalysis.lab.binaries import find_go
 
+    go = find_go()
+    if go is None:
+        pytest.skip("the operator's CRD comes from the Go module proxy: needs the Go toolchain")
     r = subprocess.run(
-        [str(find_go()), "mod", "download", "-json", OPERATOR],
+        [go, "mod", "download", "-json", OPERATOR],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert r.returncode == 0, f"go mod download {OPERATOR}: {r.stdout[-2000:]} {r.stderr[-2000:]}"

@@ -169,10 +169,14 @@ def check_counters(core, dirs: dict[str, Path], pod: str) -> tuple[dict, dict, d
     return before, after, got
 
 
-def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen, str]:
+# loopback only: no proxy from the environment between the test and its Prometheus
+LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def start_prometheus(tmp_path: Path, target: str, procs: list) -> str:
     """A Prometheus server on loopback scraping ``target`` every SCRAPE_S seconds as job
-    gmp-agent (the chart's ServiceMonitor names its job after the Service); its URL once
-    it is ready."""
+    gmp-agent (the chart's ServiceMonitor names its job after the Service), put in
+    ``procs`` as soon as it starts (the test's teardown ends it); its URL once it is ready."""
     built = subprocess.run(
         ["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=1500
     )
@@ -187,21 +191,22 @@ def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen, str
         )
     )
     url = f"http://127.0.0.1:{PROM_PORT}"
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [built.stdout.strip().splitlines()[-1], f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{PROM_PORT}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    with (tmp_path / "prometheus.log").open("w") as log:
+        proc = subprocess.Popen(
+            [built.stdout.strip().splitlines()[-1], f"--config.file={conf}",
+             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{PROM_PORT}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    procs.append(proc)
     deadline = time.monotonic() + 60
     while True:
+        assert proc.poll() is None, f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-3000:]}"
         try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+            with LOCAL.open(f"{url}/-/ready", timeout=2) as r:
                 if r.status == 200:
-                    return proc, url
+                    return url
         except OSError:
             pass
-        assert proc.poll() is None, f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-3000:]}"
         assert time.monotonic() < deadline, "prometheus not ready within 60 s"
         time.sleep(0.5)
 
@@ -209,7 +214,7 @@ def start_prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen, str
 def prom_query(url: str, expr: str) -> list[dict]:
     """An instant query through the HTTP API: its vector (a query Prometheus refuses fails)."""
     q = urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+    with LOCAL.open(f"{url}/api/v1/query?{q}", timeout=10) as r:
         body = json.loads(r.read())
     assert body["status"] == "success", (expr, body)
     return body["data"]["result"]
@@ -236,14 +241,16 @@ def check_prometheus(url: str, dirs: dict[str, Path], pod: str) -> None:
     the dashboard's panels shows the pod (the throttled share, the frozen CPU-seconds, the
     quota against the CPU used, GOMAXPROCS) or the agent."""
     before = cpu_stat(dirs["container"])
-    time.sleep(3 * SCRAPE_S)  # an agent read (every 1 s) after `before`, then a scrape of it
+    # an agent read (every 1 s) after `before`, then a scrape of it (every SCRAPE_S, taking up
+    # to SCRAPE_S), with a second to spare
+    time.sleep(1 + 2 * SCRAPE_S + 1)
     stored = prom_query(url, f'gmp_cfs_throttled_periods_total{{pod="{pod}",level="container"}}')
     after = cpu_stat(dirs["container"])
     assert len(stored) == 1, stored
     v = float(stored[0]["value"][1])
     assert before["nr_throttled"] <= v <= after["nr_throttled"], (before, v, after)
     pods = urllib.parse.urlencode({"match[]": 'gmp_cfs_periods_total{namespace="default"}'})
-    with urllib.request.urlopen(f"{url}/api/v1/label/pod/values?{pods}", timeout=10) as r:
+    with LOCAL.open(f"{url}/api/v1/label/pod/values?{pods}", timeout=10) as r:
         assert pod in json.loads(r.read())["data"], "the dashboard's pod picker would not list the pod"
     q = dashboard_queries(pod)
 
@@ -292,8 +299,7 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
                     break
             time.sleep(2)
         assert ("gmp_cfs_periods_total", "container") in got, f"no series of {name} within 90 s: {got}"
-        prom, prom_url = start_prometheus(tmp_path, f"{agent_pod(core).status.pod_ip}:{METRICS_PORT}")
-        procs.append(prom)
+        prom_url = start_prometheus(tmp_path, f"{agent_pod(core).status.pod_ip}:{METRICS_PORT}", procs)
         load = local.start_load(bins, 120, rate=RATE, port=PORT)
         time.sleep(5)  # a few seconds of throttling under the load
         # under load: the counters move between the reads, the scrape lies between them

@@ -142,6 +142,15 @@ def test_the_growth_constant_is_fitted_on_the_runs_it_names_and_held_out_on_requ
     assert RC.fit([pts[1:]]) is None and RC.fit([[(1, 8.0, 20.0), (4, 9.0, 18.0)]]) is None
     assert RC.fit([[(1, 8.0, 0.0), (16, 12.0, 10.0)]]) is None
     assert RC.fit([pts, [(1, 8.0, 20.0), (16, 8.0, 20.0)]]) == pytest.approx(RC.fit([pts]) / 2)
+    # repeats at one P count as their mean; noise below 0 counts as 0; a one-P run that
+    # hardly stops the world, or an unusable cost, fits nothing
+    assert RC.fit([[(1, 8.0, 20.0), (1, 10.0, 20.0), (16, 12.0, 10.0), (16, 14.0, 10.0)]]) == pytest.approx(
+        (13 / 9 - 1) / (20 * 15)
+    )
+    assert RC.fit([[(1, 10.0, 5.0), (16, 9.0, 4.0)]]) == 0.0
+    assert RC.fit([[(1, 10.0, 0.5), (16, 12.0, 0.4)]]) is None
+    assert RC.fit([[(1, 0.0, 5.0), (16, 9.0, 4.0)]]) is None
+    assert RC.fit([[(1, float("nan"), 5.0), (16, 9.0, 4.0)]]) is None
     before = RC.scale(20.0, 1, 16)
     with RC.held_out(0.0):
         assert RC.scale(20.0, 1, 16) == 1.0
