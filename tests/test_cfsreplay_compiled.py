@@ -197,3 +197,28 @@ def test_latency_quantiles_are_pandas_groupby_quantiles(groups, x, data):
         want[q.index] = q[level].to_numpy()
         got = R.group_quantiles(which, x, groups, (0.5, 0.99))[i]
         assert np.array_equal(got, want, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    costs=st.lists(st.integers(1, 50), min_size=1, max_size=300).map(lambda c: np.array(c, dtype=np.float64) * 1e5),
+    cpus=st.integers(1, 8),
+    compiled=st.booleans(),
+)
+def test_requests_sharing_the_cpus_finish_as_processor_sharing_says(costs, cpus, compiled):
+    """All requests at once, no limit: each of the m still in service gets min(m, CPUs) / m of
+    a CPU, so the one needing least finishes first, then the next after its extra CPU at the
+    shared rate. The times from that arithmetic, whatever the order the requests came in (the
+    loop keeps them in a heap by when each is served)."""
+    order = np.sort(costs)
+    t, prev, want = 0.0, 0.0, {}
+    for i, c in enumerate(order):
+        m = len(order) - i
+        t += (c - prev) * m / min(m, cpus)
+        prev = c
+        want.setdefault(c, t)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cfskernel, "ENABLED", compiled and cfskernel.AVAILABLE)
+        per = R.replay(np.zeros(len(costs), dtype=np.int64), costs, None, None, 100_000_000, 0, 0.0, cpus, cpus)
+    got = per.attrs["latency_ms"] * 1e6
+    assert got == pytest.approx([want[c] for c in costs], rel=1e-9, abs=1e-3)
