@@ -5,9 +5,9 @@ results (the tests run both).
 The loop steps from event to event (an arrival, a completion, a tick that finds a CPU out
 of runtime, a level's boundary) and each step is exact, so its cost is the number of events
 times the work per event (a few passes over the CPUs; a request entering or leaving service
-costs log n of the requests in service). In Python a step takes ~10 µs; compiled, ~0.1 µs:
-an hour of a shipped run's demand (310,000 steps, 260 requests in service on average) in
-~0.05 s instead of ~4 s (benchmarks/bench_replay.py).
+costs log n of the requests in service). In Python a step takes a few µs; compiled, well
+under 0.1 µs: an hour of a shipped run's demand (310,000 steps, 260 requests in service on
+average) in 20-40 ms instead of 1-2 s (benchmarks/bench_replay.py).
 
 The same functions serve both: they use nothing but indexing, ``len``, ``range`` and
 ``math``, so the plain-Python path runs them on lists (Python floats, as fast as the loop
