@@ -59,7 +59,14 @@ def level_names(run: Run) -> list[str]:
     listed = [x for x in listed if isinstance(x, str) and x]
     s = run.samples
     if "cgroup" in s and len(s):
-        present = [str(x) for x in pd.unique(s["cgroup"])]
+        # the names in the samples, kept on the run for these inputs (pd.unique over an hour
+        # of two levels' samples takes ~30 ms, and every level's table asks)
+        key = (id(s), id(s["cgroup"].array), len(s))
+        seen = run.__dict__.get("_level_names_in")
+        if seen is None or seen[0] != key:
+            seen = (key, [str(x) for x in pd.unique(s["cgroup"])])
+            run.__dict__["_level_names_in"] = seen
+        present = seen[1]
         return [x for x in listed if x in present] + [x for x in present if x not in listed]
     return listed[:1] or [OWN]
 

@@ -198,9 +198,7 @@ V2_FILES = {
 
 def _v2_missing(run: Run, level: str) -> dict[str, str]:
     """Why each cgroup v2 column of the level's table is NaN throughout (none: it is not)."""
-    s = run.samples
-    if "cgroup" in s:
-        s = s[s["cgroup"] == level]
+    s = level_run(run, level).samples if "cgroup" in run.samples else run.samples
     out = {}
     for c in V2_SIGNALS:
         if c not in s:
