@@ -32,6 +32,19 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return frozen, known
 
 
+def stall_ms_per_s(per: pd.DataFrame) -> float:
+    """The one definition of the stall rate: ms the group stood frozen by its own quota per
+    second of wall time, over the periods whose stall is known (a period whose throttling the
+    samples cannot tell, or whose moment of exhaustion they leave open, tells none); the
+    period's length is the table's first row's. NaN when no period tells it."""
+    stall = per["stall_us"].to_numpy(dtype=np.float64, na_value=np.nan) if len(per) else np.zeros(0)
+    known = np.isfinite(stall)
+    if not known.any():
+        return np.nan
+    period_s = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e9
+    return float(stall[known].sum() / 1e3 / (known.sum() * period_s))
+
+
 def frozen_by_levels(per: pd.DataFrame) -> dict[str, int]:
     """How many periods each level's quota froze (a period frozen by two counts for both)."""
     if "frozen_by" not in per:
@@ -83,8 +96,6 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     thr = int(per["nr_throttled"].sum()) + int(extra["nr_throttled"])
     period_s = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e9 if n else np.nan
     ex = per.loc[thr_known, "exhausted_at_us"] / 1e3
-    stall = per["stall_us"].to_numpy(dtype=np.float64)
-    known_stall = np.isfinite(stall)
     thr_us = float(np.nansum(per["throttled_rq_us"])) + extra["throttled_us"]
     return {
         "periods": n,
@@ -93,9 +104,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "unknown_periods": int(per["throttled"].isna().sum()),
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
         "throttled_pct_active": 100 * thr / act if act else np.nan,
-        "stall_ms_per_s": float(stall[known_stall].sum() / 1e3 / (known_stall.sum() * period_s))
-        if n and known_stall.any()
-        else np.nan,
+        "stall_ms_per_s": stall_ms_per_s(per),
         "exhausted_p10_ms": _pct(ex, 10),
         "exhausted_p50_ms": _pct(ex, 50),
         "exhausted_p90_ms": _pct(ex, 90),

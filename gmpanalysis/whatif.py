@@ -55,6 +55,7 @@ import pandas as pd
 from . import runtimecost
 from .bundle import Run
 from .cfsreplay import group_quantiles, replay
+from .compare import stall_ms_per_s
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
     demand,
@@ -341,19 +342,18 @@ def summarize(
     one over the same span: throttled share of the periods (%: :func:`~.compare.period_summary`'s
     ``throttled_pct_wall`` where the samples tell every period's throttling, taken over the
     periods they tell otherwise, as a replay has no holes to set against), exhaustion p50 (ms), CPUs
-    frozen p50 (rounded to 0.1), stall per second (ms/s), p99 latency (ms), requests
+    frozen p50 (rounded to 0.1), stall per second (ms/s: :func:`~.compare.stall_ms_per_s`,
+    period_summary's), p99 latency (ms), requests
     answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
     NaN without requests)."""
     thr_col = per["throttled"]
     known = thr_col.notna().to_numpy()  # a hole in the samples: not a period to count
     thr = thr_col.to_numpy(dtype=bool, na_value=False) & known
-    start, end = per["start_ns"].to_numpy()[known], per["end_ns"].to_numpy()[known]
-    span_s = float((end[-1] - start[0]) / 1e9) if len(start) else math.nan
 
-    def throttled(col: str, missing: float | None = None) -> np.ndarray:
-        """The column over the throttled periods, NaN left out (or as ``missing``)."""
+    def throttled(col: str) -> np.ndarray:
+        """The column over the throttled periods, NaN left out."""
         v = per[col].to_numpy(dtype=np.float64, na_value=np.nan)[thr]
-        return v[~np.isnan(v)] if missing is None else np.where(np.isnan(v), missing, v)
+        return v[~np.isnan(v)]
 
     ex, cpus = throttled("exhausted_at_us"), throttled("cpus_throttled")
     if latency_ms is None:
@@ -363,7 +363,7 @@ def summarize(
         "throttled_pct": 100.0 * thr[known].mean() if known.any() else math.nan,
         "exhausted_p50_ms": float(np.median(ex) / 1000) if len(ex) else math.nan,
         "cpus_frozen_p50": round(float(np.median(cpus)), 1) if len(cpus) else math.nan,
-        "stall_ms_per_s": float(throttled("stall_us", 0.0).sum() / 1000 / span_s) if span_s else math.nan,
+        "stall_ms_per_s": stall_ms_per_s(per),
         "p99_ms": float(np.nanpercentile(latency_ms, 99)) if latency_ms is not None and len(latency_ms) else math.nan,
         "throughput_rps": float(rps),
     }

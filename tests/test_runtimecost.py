@@ -106,24 +106,27 @@ def test_a_closed_loop_keeps_its_measured_spread():
     assert W.demand(_load("v2-cpu-gmp1"))["latency_shape"] is None
 
 
-def test_the_validations_throttled_share_is_the_run_summarys_where_no_period_is_unknown():
-    """One throttled share: what the validation compares (whatif.summarize) is
-    period_summary's throttled_pct_wall on every shipped and shared run whose samples tell
-    each period's throttling."""
+def test_the_validations_throttled_share_and_stall_are_the_run_summarys():
+    """One throttled share and one stall rate: what the validation compares (whatif.summarize)
+    is period_summary's stall_ms_per_s on every shipped and shared run (the 2-CPU v2 runs
+    whose exhaustion the reads leave open in some periods too), and its throttled_pct_wall
+    on every one whose samples tell each period's throttling."""
     from gmpanalysis.compare import period_summary
 
-    dirs = [Path(__file__).resolve().parents[1] / "fixtures" / "runs", SHARED]
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    dirs = [root / "runs", root / "runs-v2", SHARED]
     seen = 0
     for p in sorted(x for d in dirs if d.is_dir() for x in d.iterdir() if (x / "meta.json").exists()):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             per = gmp.df_periods(gmp.load_run(p))
-        ps = period_summary(per)
+        ps, mine = period_summary(per), W.summarize(per)
+        assert mine["stall_ms_per_s"] == pytest.approx(ps["stall_ms_per_s"], nan_ok=True), p.name
         if ps["unknown_periods"]:
             continue
-        assert W.summarize(per)["throttled_pct"] == pytest.approx(ps["throttled_pct_wall"]), p.name
+        assert mine["throttled_pct"] == pytest.approx(ps["throttled_pct_wall"]), p.name
         seen += 1
-    assert seen >= 8
+    assert seen >= 16
 
 
 def _growth_point(run) -> tuple[int, float, float]:
