@@ -263,7 +263,7 @@ def _tick(lv: Any, gates: Any, state: Any, runnable: Any, slice_ns: float, t: fl
         runnable[j] = runnable[j] and _free(frozen, gates, j)
 
 
-def _push(ids: Any, rem: Any, n: int, x: int, at: float) -> int:
+def heap_push(ids: Any, rem: Any, n: int, x: int, at: float) -> int:
     """Request ``x``, served at the clock's reading ``at``, into the heap of ``n``; returns n + 1."""
     j = n
     while j > 0:
@@ -278,7 +278,7 @@ def _push(ids: Any, rem: Any, n: int, x: int, at: float) -> int:
     return n + 1
 
 
-def _pop(ids: Any, rem: Any, n: int) -> int:
+def heap_pop(ids: Any, rem: Any, n: int) -> int:
     """The first request (the least reading) out of the heap of ``n``; returns n - 1."""
     n -= 1
     x = ids[n]
@@ -308,13 +308,13 @@ def _complete(
     done = 0
     while nrem > 0 and rem[0] - served <= tol:
         end[ids[0]] = t
-        nrem = _pop(ids, rem, nrem)
+        nrem = heap_pop(ids, rem, nrem)
         done += 1
     for _ in range(done):
         if w_head < w_tail:
             q = waitq[w_head]
             w_head += 1
-            nrem = _push(ids, rem, nrem, q, served + cost[q])
+            nrem = heap_push(ids, rem, nrem, q, served + cost[q])
             sent[q] = t
     return nrem, w_head
 
@@ -327,7 +327,7 @@ def _arrive(
     ids, rem, waitq, end, sent = reqs
     while i < len(arr) and arr[i] <= t + EPS:
         if conc < 0 or nrem < conc:
-            nrem = _push(ids, rem, nrem, i, served + cost[i])
+            nrem = heap_push(ids, rem, nrem, i, served + cost[i])
         else:
             waitq[w_tail] = i
             w_tail += 1
@@ -380,6 +380,10 @@ def _replay_events(
         arrival = arr[i] if i < n else math.nan
         least = rem[0] - served if nrem > 0 else math.inf  # the least CPU a request still needs
         dt = _next_step(lv, gates, local, runnable, least, nrem, running, arrival, t, tick, tick0, next_tick)
+        # charge exactly the time the clock moves: past ~8.6 s a step of t rounds by more than
+        # EPS, and runtime charged with the unrounded dt drifts from the ticks it is read at
+        # (a CPU could run one tick too long)
+        dt = (t + dt) - t
         if running and dt > 0:
             served = _run_for(row, gates, local, runnable, nrem, running, served, dt)
         t += dt
@@ -415,8 +419,8 @@ _CHAIN = (
     "_run_for",
     "_boundaries",
     "_tick",
-    "_push",
-    "_pop",
+    "heap_push",
+    "heap_pop",
     "_complete",
     "_arrive",
     "_replay_events",
