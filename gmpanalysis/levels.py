@@ -61,12 +61,11 @@ def level_names(run: Run) -> list[str]:
     if "cgroup" in s and len(s):
         # the names in the samples, kept on the run for these inputs (pd.unique over an hour
         # of two levels' samples takes ~30 ms, and every level's table asks)
-        key = (id(s), id(s["cgroup"].array), len(s))
         seen = run.__dict__.get("_level_names_in")
-        if seen is None or seen[0] != key:
-            seen = (key, [str(x) for x in pd.unique(s["cgroup"])])
+        if seen is None or seen[0] is not s or seen[1] is not s["cgroup"].array:
+            seen = (s, s["cgroup"].array, [str(x) for x in pd.unique(s["cgroup"])])
             run.__dict__["_level_names_in"] = seen
-        present = seen[1]
+        present = seen[2]
         return [x for x in listed if x in present] + [x for x in present if x not in listed]
     return listed[:1] or [OWN]
 
@@ -114,10 +113,15 @@ def level_run(run: Run, name: str | None = None) -> Run:
     name = names[0] if name is None else name
     if name not in names:
         raise UsageError(f"{run.path}: no level {name!r} in this bundle; it samples {', '.join(names)}")
-    key = (name, id(run.samples), id(run.limits), id(run.meta), run.trace_path)
+    inputs = (run.samples, run.limits, run.meta, run.trace_path)
     cache = run.__dict__.setdefault("_level_runs", {})
-    if key in cache:
-        return cache[key]
+    # kept for these very inputs (compared by identity: the entry holds them, so no new
+    # object can take an old one's id)
+    if cache.get("inputs") is None or any(a is not b for a, b in zip(cache["inputs"], inputs, strict=True)):
+        cache.clear()
+        cache["inputs"] = inputs
+    if name in cache:
+        return cache[name]
     s = run.samples
     if "cgroup" in s:
         s = s[s["cgroup"] == name].drop(columns="cgroup").reset_index(drop=True)
@@ -130,11 +134,9 @@ def level_run(run: Run, name: str | None = None) -> Run:
         if not streams_trace(run):  # a big one is summed per generation by each level instead
             r._trace = run.trace  # parsed once, shared by every level
     r.notes = run.notes
-    # only the current inputs' levels are kept (all of them: a multi-level table asks for each
-    # level in turn, and selecting a level's rows of an hour's samples costs ~0.1 s)
-    for old in [x for x in cache if x[1:] != key[1:]]:
-        del cache[old]
-    cache[key] = r
+    # every level of the current inputs is kept: a multi-level table asks for each in turn,
+    # and selecting a level's rows of an hour's samples costs ~0.1 s
+    cache[name] = r
     return r
 
 
