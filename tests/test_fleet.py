@@ -40,6 +40,30 @@ def _load(p: str | Path) -> gmp.Run:
         return gmp.load_run(p)
 
 
+def test_bundles_are_listed_with_their_bytes_and_handed_out_biggest_first(tmp_path):
+    """list_bundles' bytes is what the bundle's files hold (the store's copy and the original
+    directory alike; a capture that grew lists bigger), and the fleet submits the biggest
+    first, then by key."""
+    from gmpanalysis.fleet.compute import submission_order
+
+    store = tmp_path / "store"
+    for n in SOME:
+        put_bundle(RUNS / n, store)
+    ls = list_bundles(store)
+    for r in ls.itertuples():
+        assert r.bytes == sum(f.stat().st_size for f in Path(r.path).iterdir() if f.is_file()) > 0
+    plain = list_bundles([RUNS / n for n in SOME]).set_index("key")["bytes"]
+    assert plain.to_dict() == ls.set_index("key")["bytes"].to_dict()
+    big = next(Path(p) for p in ls["path"])
+    with (big / "cpu_stat.csv").open("a") as f:
+        f.write("\n" * 10_000_000)  # as if the capture had run on: the sizes are all a listing reads
+    again = list_bundles(store)
+    first = submission_order(again).iloc[0]
+    assert Path(first["path"]) == big and first["bytes"] == again["bytes"].max()
+    rest = submission_order(again).iloc[1:]
+    assert list(rest["bytes"]) == sorted(rest["bytes"], reverse=True)
+
+
 def test_store_holds_bundles_once_and_loads_them(tmp_path, monkeypatch):
     store = tmp_path / "store"
     paths = [put_bundle(RUNS / n, store) for n in SOME]

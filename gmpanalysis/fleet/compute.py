@@ -430,7 +430,9 @@ class _Schedule:
             self.said.pop(r.key, None)
             self.advice.pop(r.key, None)
         self.bar = tqdm(total=len(todo), desc="fleet", unit="bundle", disable=not self.progress)
-        for r in todo.itertuples(index=False):
+        # the biggest first (Dask runs tasks of one priority in the order given): an hour-long
+        # capture left to the end would run alone while the other workers idle
+        for r in submission_order(todo).itertuples(index=False):
             self._submit(analyse_bundle, "bundle", r.key, r.path, r._asdict(), 0)
         for w in self.rows:
             if not self.left.get(w):  # nothing of it to analyse: it may still want an answer
@@ -534,6 +536,14 @@ class _Schedule:
             self._submit(
                 advise_bundle, "advice", pick["key"], self.listed.get(pick["key"], pick["path"]), pick, ADVICE_PRIORITY
             )
+
+
+def submission_order(todo: pd.DataFrame) -> pd.DataFrame:
+    """The bundles in the order the fleet hands them to its workers: the most bytes first
+    (:func:`~gmpanalysis.fleet.list_bundles`' ``bytes``), then by key."""
+    if "bytes" not in todo:
+        return todo
+    return todo.sort_values(["bytes", "key"], ascending=[False, True], kind="stable")
 
 
 def _plain(r: dict[str, Any]) -> dict[str, Any]:

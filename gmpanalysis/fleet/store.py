@@ -198,13 +198,24 @@ def _url(store: str | os.PathLike[str], path: str) -> str:
     return f"{proto}://{path}"
 
 
+def _dir_bytes(fs: Any, root: str) -> dict[str, int]:
+    """Every directory under ``root`` with the sizes of the files directly in it summed: one
+    recursive listing (an object store's list calls, not a request per bundle)."""
+    out: dict[str, int] = {}
+    for path, info in fs.find(root, detail=True).items():
+        d = path.rsplit("/", 1)[0]
+        out[d] = out.get(d, 0) + int(info.get("size") or 0)
+    return out
+
+
 def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> pd.DataFrame:
     """The bundles of a store, or of plain bundle directories (a directory holding
     meta.json, or one whose subdirectories do, as ``report`` takes them).
 
     Columns: ``key`` (:func:`bundle_key`), ``path`` (where the bundle lives: a path or URL),
-    and the partition values ``cluster``, ``namespace``, ``workload``, ``pod``,
-    ``capture``; one row per bundle, sorted by key. Two sources holding the same key give
+    the partition values ``cluster``, ``namespace``, ``workload``, ``pod``, ``capture``,
+    and ``bytes`` (its files' sizes summed, from one listing of each source: what the fleet
+    starts first); one row per bundle, sorted by key. Two sources holding the same key give
     one row (the first), with a :class:`GmpWarning` naming both."""
     import json
 
@@ -215,11 +226,13 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
         if not fs.exists(root):
             raise NotFoundError(f"{src}: no such store or bundle directory")
         if fs.exists(f"{root}/{BUNDLES}") and not fs.exists(f"{root}/meta.json"):
+            sizes = _dir_bytes(fs, f"{root}/{BUNDLES}")
             for m in sorted(fs.glob(f"{root}/{BUNDLES}/" + "/".join(f"{p}=*" for p in PARTS) + "/meta.json")):
                 d = m.rsplit("/", 1)[0]
                 parts = dict(seg.split("=", 1) for seg in d[len(root) + len(BUNDLES) + 2 :].split("/"))
-                rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
+                rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts, "bytes": sizes.get(d, 0)})
             continue
+        sizes = _dir_bytes(fs, root)
         if fs.exists(f"{root}/meta.json"):
             dirs = [root]
         else:
@@ -234,7 +247,7 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
             if not isinstance(meta, dict):
                 raise BundleError(f"{d}/meta.json: not a JSON object; fix or remove that bundle")
             parts = bundle_parts(meta)
-            rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts})
+            rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts, "bytes": sizes.get(d, 0)})
     # paths stay Python objects: a directory name may hold a lone surrogate (an undecodable
     # byte), which pandas' Arrow-backed strings refuse, and the path must open as it is
     seen: dict[str, str] = {}
@@ -247,6 +260,7 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
                 GmpWarning,
                 stacklevel=2,
             )
-    df = pd.DataFrame([{k: v for k, v in r.items() if k != "path"} for r in rows], columns=["key", *PARTS])
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "path"} for r in rows], columns=["key", *PARTS, "bytes"])
+    df["bytes"] = df["bytes"].astype("int64")
     df.insert(1, "path", pd.Series([r["path"] for r in rows], dtype=object, index=df.index))
     return df.drop_duplicates("key", keep="first").sort_values("key", kind="stable").reset_index(drop=True)
