@@ -17,6 +17,13 @@ from .gotrace.gcwork import df_assist_on_p, is_gc_worker
 from .intervals import coverage, known_true
 
 
+def across_boundary(stw_end_ns: np.ndarray, period_end_ns: np.ndarray, throttled: Any) -> np.ndarray:
+    """The one test of a stop-the-world pause across a frozen boundary: still running when a
+    period whose quota ran out ended (throttling known true), so the pause stretched over the
+    time the group stood frozen."""
+    return known_true(throttled) & (np.asarray(stw_end_ns) > np.asarray(period_end_ns))
+
+
 def add_trace(df: pd.DataFrame, run: Run) -> None:
     """The trace columns, over the whole table at once (periods of several segments need
     not be contiguous)."""
@@ -80,10 +87,11 @@ def add_trace(df: pd.DataFrame, run: Run) -> None:
             s0o, s1o = s0[order], s1[order]
             run_max_end = np.maximum.accumulate(s1o)
             last = np.searchsorted(s0o, end, side="left") - 1
-            spans = (last >= 0) & (run_max_end[np.maximum(last, 0)] > end)
+            # the latest end of the pauses begun before each boundary
+            latest = np.where(last >= 0, run_max_end[np.maximum(last, 0)], -1)
             # the boundary must lie in the trace window; its period may start before the trace
             seen = (end >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
-            cols["stw_spans_boundary"] = spans & known_true(df["throttled"]) & seen
+            cols["stw_spans_boundary"] = across_boundary(latest, end, df["throttled"]) & seen
         gm = tr.gomaxprocs
         if len(gm):
             idx = np.searchsorted(gm.t_ns.to_numpy(), start, side="right") - 1
@@ -149,7 +157,7 @@ def stw_periods(run: Run, per: pd.DataFrame) -> pd.DataFrame:
             "offset_ms": (st["start_ns"].to_numpy() - row["start_ns"].to_numpy()) / 1e6,
             "throttled": known_true(row["throttled"]),
             "exhausted_ms": row["exhausted_at_us"].to_numpy() / 1e3,
-            "spans_boundary": known_true(row["throttled"]) & (st["end_ns"].to_numpy() > end),
+            "spans_boundary": across_boundary(st["end_ns"].to_numpy(), end, row["throttled"]),
         }
     )
     # where the quota ran out in the run's throttled periods (all of them, not only those
