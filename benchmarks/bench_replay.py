@@ -38,6 +38,7 @@ from machine import describe
 
 import gmpanalysis as gmp
 from gmpanalysis import cfskernel
+from gmpanalysis import cfsreplay as R
 from gmpanalysis import whatif as W
 from gmpanalysis.examples import CHECKOUT_RUNS, DEFAULT
 from gmpanalysis.replayinputs import memo, prep_built
@@ -109,7 +110,7 @@ def first_call() -> None:
 def _replay_share() -> Iterator[Callable[[Callable[[], Any]], Callable[[], float]]]:
     """``wrap(fn)``: fn timed, answering the share of its time spent in replay (the
     replay itself; the rest is what_if's and advise's own work around it)."""
-    inner = W.replay
+    inner = W.replay_columns
     spent = [0.0]
 
     def timed(*a: Any, **k: Any) -> Any:
@@ -128,11 +129,11 @@ def _replay_share() -> Iterator[Callable[[Callable[[], Any]], Callable[[], float
 
         return one
 
-    W.replay = timed
+    W.replay_columns = timed
     try:
         yield wrap
     finally:
-        W.replay = inner
+        W.replay_columns = inner
 
 
 def _share(wrap: Callable, fn: Callable[[], Any], repeats: int, py_repeats: int | None = None) -> tuple:
@@ -192,8 +193,8 @@ def hours(dirs: list[Path]) -> None:
     print("one hour of demand, replayed by cfsreplay.replay (one plain-Python run, the best of two compiled):")
     for path in [CHECKOUT_RUNS / DEFAULT] + dirs[:1]:
         args, n = _hour_args(path)
-        per = W.replay(*args)
-        py, fast = _both(lambda args=args: W.replay(*args), 2, py_repeats=1)
+        per = R.replay(*args)
+        py, fast = _both(lambda args=args: R.replay(*args), 2, py_repeats=1)
         mode = "open loop" if args[2] is None else f"closed loop of {args[2]}"
         _line(f"{path.name}: {n:,} requests, {len(per):,} periods", py, fast, f"   ({mode})")
 

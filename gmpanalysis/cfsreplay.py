@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -184,6 +185,31 @@ def replay(
     outer: list[tuple[Quota, int, int, float]] = (),
     tick_phase_ns: int | None = None,
 ) -> pd.DataFrame:
+    """:func:`replay_columns` as a frame, the latencies, each request's row and the
+    throughput in its attrs."""
+    cols, attrs = replay_columns(
+        sched, cost_ns, conc, quota_us, period_ns, phase_ns, burst_us, G, C, slice_us, hz, outer, tick_phase_ns
+    )
+    per = pd.DataFrame(cols)
+    per.attrs.update(attrs)
+    return per
+
+
+def replay_columns(
+    sched: np.ndarray,
+    cost_ns: float | np.ndarray,
+    conc: int | None,
+    quota_us: Quota,
+    period_ns: int,
+    phase_ns: int,
+    burst_us: float,
+    G: int,
+    C: int,
+    slice_us: float = SLICE_US,
+    hz: int = HZ,
+    outer: list[tuple[Quota, int, int, float]] = (),
+    tick_phase_ns: int | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
     changes, so each step is exact (times in ns from the first boundary, as floats).
 
@@ -217,11 +243,14 @@ def replay(
                   phase_ns, period_ns, hz)  # fmt: skip
 
 
+Columns = dict[str, np.ndarray]
+
+
 def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end: np.ndarray, sent: np.ndarray,
-           origin: int, phase_ns: int, period_ns: int, hz: int) -> pd.DataFrame:  # fmt: skip
+           origin: int, phase_ns: int, period_ns: int, hz: int) -> tuple[Columns, dict[str, Any]]:  # fmt: skip
     """The periods' table from the loop's rows (used, exhausted at, stall, CPUs, throttled at
-    the boundary), with each period's requests and latency; the latencies and the
-    throughput in its attrs."""
+    the boundary), with each period's requests and latency, as its columns (arrays); and
+    the latencies and the throughput apart (the frame's attrs)."""
     n = len(end)
     start = phase_ns + ks * period_ns
     ex = vals[:, 1]
@@ -237,29 +266,29 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
     which = np.searchsorted(start, sent + origin, side="right") - 1
     lat = (end - sent) / 1e6
     p50, p99 = group_quantiles(which, lat, len(ks), (0.5, 0.99))
-    per = pd.DataFrame(
-        {
-            "period": ks,
-            "start_ns": start,
-            "end_ns": start + period_ns,
-            "quota_us": np.where(np.isinf(quota), np.nan, quota / 1000),
-            "usage_us": vals[:, 0] / 1000,
-            "throttled": thr,
-            "exhausted_at_us": ex / 1000,
-            "stall_us": vals[:, 2] / 1000,
-            # as measured: a stall shorter than a tick gives no CPU count (df_periods)
-            "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),
-            "requests": np.bincount(which, minlength=len(ks)),
-            "latency_p50_ms": p50,
-            "latency_p99_ms": p99,
-        }
-    )
-    per.attrs["latency_ms"] = lat
-    per.attrs["request_period"] = which  # each request's row (what_if takes it off)
+    per = {
+        "period": ks,
+        "start_ns": start,
+        "end_ns": start + period_ns,
+        "quota_us": np.where(np.isinf(quota), np.nan, quota / 1000),
+        "usage_us": vals[:, 0] / 1000,
+        "throttled": thr,
+        "exhausted_at_us": ex / 1000,
+        "stall_us": vals[:, 2] / 1000,
+        # as measured: a stall shorter than a tick gives no CPU count (df_periods)
+        "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),
+        "requests": np.bincount(which, minlength=len(ks)),
+        "latency_p50_ms": p50,
+        "latency_p99_ms": p99,
+    }
     # the requests answered per second, from the first one sent to the last answer
     span = float(np.nanmax(end) - np.min(sent)) if n else math.nan
-    per.attrs["throughput_rps"] = n / span * 1e9 if span > 0 else math.nan
-    return per
+    attrs = {
+        "latency_ms": lat,
+        "request_period": which,  # each request's row (what_if takes it off)
+        "throughput_rps": n / span * 1e9 if span > 0 else math.nan,
+    }
+    return per, attrs
 
 
 def group_quantiles(which: np.ndarray, x: np.ndarray, groups: int, qs: tuple[float, ...]) -> list[np.ndarray]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,16 +33,28 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return frozen, known
 
 
-def stall_ms_per_s(per: pd.DataFrame) -> float:
+def column(
+    per: pd.DataFrame | Mapping[str, np.ndarray], col: str, dtype: Any = np.float64, na: Any = np.nan
+) -> np.ndarray:
+    """A column of a period table as an array: a frame's (its NA as ``na``) or one of a
+    replay's columns (:func:`gmpanalysis.cfsreplay.replay_columns`: arrays already)."""
+    if isinstance(per, pd.DataFrame):
+        return per[col].to_numpy(dtype=dtype, na_value=na)
+    return np.asarray(per[col], dtype=dtype)
+
+
+def stall_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:
     """The one definition of the stall rate: ms the group stood frozen by its own quota per
     second of wall time, over the periods whose stall is known (a period whose throttling the
     samples cannot tell, or whose moment of exhaustion they leave open, tells none); the
-    period's length is the table's first row's. NaN when no period tells it."""
-    stall = per["stall_us"].to_numpy(dtype=np.float64, na_value=np.nan) if len(per) else np.zeros(0)
+    period's length is the table's first row's. NaN when no period tells it. Of a frame or
+    of a replay's columns."""
+    stall = column(per, "stall_us")
     known = np.isfinite(stall)
     if not known.any():
         return np.nan
-    period_s = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e9
+    start, end = column(per, "start_ns", np.int64, 0), column(per, "end_ns", np.int64, 0)
+    period_s = float(end[0] - start[0]) / 1e9
     return float(stall[known].sum() / 1e3 / (known.sum() * period_s))
 
 

@@ -54,8 +54,8 @@ import pandas as pd
 
 from . import runtimecost
 from .bundle import Run
-from .cfsreplay import group_quantiles, replay
-from .compare import stall_ms_per_s
+from .cfsreplay import group_quantiles, replay_columns
+from .compare import column, stall_ms_per_s
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
     demand,
@@ -109,10 +109,11 @@ def what_if(
     usage or latency.
     ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
     """
-    out, attrs = _what_if(
+    cols, attrs = _what_if(
         memo(run, "prep", prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
         unlimited=unlimited, outer=outer, tick_phase_ns=tick_phase_ns,
     )  # fmt: skip
+    out = pd.DataFrame(cols)
     out.attrs = attrs
     return out
 
@@ -129,11 +130,11 @@ def _what_if(
     unlimited: bool = False,
     outer: list[dict[str, Any]] | None = None,
     tick_phase_ns: int | None = None,
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """:func:`what_if` on a run's replay inputs (``prep``: :func:`~.replayinputs.prep_built`,
-    fetched once for many settings; ``path`` names the run in errors): its table, and the
-    attrs apart (pandas copies a frame's attrs, latencies and all, into every column it
-    hands out)."""
+    fetched once for many settings; ``path`` names the run in errors): its table's columns
+    (arrays: the advisor summarises hundreds of replays, and a frame costs more to build
+    than a replay of a lab run), and the attrs apart."""
     lim = prep["settings"]
     P = lim["period_us"] if period_us is None else period_us
     burst = lim["burst_us"] if burst_us is None else burst_us
@@ -159,19 +160,19 @@ def _what_if(
     src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C) if rate else 1
     grow = runtimecost.scale(rate, src_ps, runtimecost.ps(G, C))
     cost = np.asarray(d["cost_ns"]) * grow
-    out = replay(
+    out, attrs = replay_columns(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns,
     )  # fmt: skip
-    attrs, out.attrs = dict(out.attrs), {}
     _add_stw(out, stw)
     which = attrs.pop("request_period", None)
     if d.get("latency_shape") is not None:
         kept = prep.setdefault("spread_quantiles", {})
         attrs["latency_ms"] = _closed_loop_spread(out, d["latency_shape"], attrs["latency_ms"], which, kept)
     if d["source"] == "usage":  # work items, not requests: no latency to tell
-        out["requests"] = 0
-        out["latency_p50_ms"] = out["latency_p99_ms"] = np.nan
+        n = len(out["period"])
+        out["requests"] = np.zeros(n, dtype=np.int64)
+        out["latency_p50_ms"], out["latency_p99_ms"] = np.full(n, np.nan), np.full(n, np.nan)
         attrs["latency_ms"] = np.zeros(0)
         attrs["throughput_rps"] = math.nan
     attrs["model"] = {
@@ -227,18 +228,18 @@ def _check_settings(
         )
 
 
-def _add_stw(out: pd.DataFrame, stw: dict[str, float] | None) -> None:
+def _add_stw(out: dict[str, np.ndarray], stw: dict[str, float] | None) -> None:
     """The stop-the-world columns: a GC stop-the-world begins while the group runs, about
     as often per CPU-second as in the run; one that begins within its own length of the
     exhaustion cannot finish before the CPUs freeze and lasts to the boundary (the world
     stays stopped)."""
     if stw is None:
-        out["stw"] = out["stw_stretched"] = np.nan
+        out["stw"], out["stw_stretched"] = np.full(len(out["period"]), np.nan), np.full(len(out["period"]), np.nan)
         return
-    n = stw["per_cpu_s"] * out["usage_us"].to_numpy() / 1e6
-    ex = out["exhausted_at_us"].to_numpy() / 1000
+    n = stw["per_cpu_s"] * out["usage_us"] / 1e6
+    ex = out["exhausted_at_us"] / 1000
     with np.errstate(invalid="ignore", divide="ignore"):
-        risk = np.where(out["throttled"].to_numpy() & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
+        risk = np.where(out["throttled"] & (ex > 0), np.minimum(1.0, stw["mean_ms"] / ex), 0.0)
     out["stw"], out["stw_stretched"] = n, n * risk
 
 
@@ -251,7 +252,7 @@ def _spread_quantiles(shape: np.ndarray, n: int, kept: dict[int, np.ndarray]) ->
 
 
 def _closed_loop_spread(
-    out: pd.DataFrame, shape: np.ndarray, latency_ms: np.ndarray, which: np.ndarray | None, kept: dict
+    out: dict[str, np.ndarray], shape: np.ndarray, latency_ms: np.ndarray, which: np.ndarray | None, kept: dict
 ) -> np.ndarray:
     """A closed loop's latencies as the replay predicts them: their mean, which Little's law
     ties to the throughput (clients / requests answered per second) and the replay predicts,
@@ -273,7 +274,7 @@ def _closed_loop_spread(
     rank = np.argsort(np.round(lat[ok], 6), kind="stable")
     mapped[ok[rank]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
     if which is not None and len(which) == len(mapped):
-        p50, p99 = group_quantiles(np.asarray(which), mapped, len(out), (0.5, 0.99))
+        p50, p99 = group_quantiles(np.asarray(which), mapped, len(out["period"]), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
     return mapped
 
@@ -336,7 +337,7 @@ def outer_specs(
 
 
 def summarize(
-    per: pd.DataFrame, latency_ms: np.ndarray | None = None, throughput_rps: float | None = None
+    per: pd.DataFrame | dict[str, np.ndarray], latency_ms: np.ndarray | None = None, throughput_rps: float | None = None
 ) -> dict[str, float]:
     """The figures the validation compares, from a measured df_periods table or a what_if
     one over the same span: throttled share of the periods (%: :func:`~.compare.period_summary`'s
@@ -345,20 +346,25 @@ def summarize(
     frozen p50 (rounded to 0.1), stall per second (ms/s: :func:`~.compare.stall_ms_per_s`,
     period_summary's), p99 latency (ms), requests
     answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
-    NaN without requests)."""
-    thr_col = per["throttled"]
-    known = thr_col.notna().to_numpy()  # a hole in the samples: not a period to count
-    thr = thr_col.to_numpy(dtype=bool, na_value=False) & known
+    NaN without requests). ``per`` may be a replay's columns (``_what_if``'s), with the
+    latencies and the throughput given."""
+    if isinstance(per, pd.DataFrame):
+        known = per["throttled"].notna().to_numpy()  # a hole in the samples: not a period to count
+        attrs = per.attrs
+    else:  # a replay's columns: every period told
+        known = np.ones(len(per["throttled"]), dtype=bool)
+        attrs = {}
+    thr = column(per, "throttled", bool, False) & known
 
     def throttled(col: str) -> np.ndarray:
         """The column over the throttled periods, NaN left out."""
-        v = per[col].to_numpy(dtype=np.float64, na_value=np.nan)[thr]
+        v = column(per, col)[thr]
         return v[~np.isnan(v)]
 
     ex, cpus = throttled("exhausted_at_us"), throttled("cpus_throttled")
     if latency_ms is None:
-        latency_ms = per.attrs.get("latency_ms")
-    rps = per.attrs.get("throughput_rps", math.nan) if throughput_rps is None else throughput_rps
+        latency_ms = attrs.get("latency_ms")
+    rps = attrs.get("throughput_rps", math.nan) if throughput_rps is None else throughput_rps
     return {
         "throttled_pct": 100.0 * thr[known].mean() if known.any() else math.nan,
         "exhausted_p50_ms": float(np.median(ex) / 1000) if len(ex) else math.nan,
