@@ -114,12 +114,13 @@ def level_run(run: Run, name: str | None = None) -> Run:
     if name not in names:
         raise UsageError(f"{run.path}: no level {name!r} in this bundle; it samples {', '.join(names)}")
     inputs = (run.samples, run.limits, run.meta, run.trace_path)
-    cache = run.__dict__.setdefault("_level_runs", {})
     # kept for these very inputs (compared by identity: the entry holds them, so no new
-    # object can take an old one's id)
-    if cache.get("inputs") is None or any(a is not b for a, b in zip(cache["inputs"], inputs, strict=True)):
-        cache.clear()
-        cache["inputs"] = inputs
+    # object can take an old one's id), each level under its name
+    kept = run.__dict__.get("_level_runs")
+    if kept is None or any(a is not b for a, b in zip(kept[0], inputs, strict=True)):
+        kept = (inputs, {})
+        run.__dict__["_level_runs"] = kept
+    cache = kept[1]
     if name in cache:
         return cache[name]
     s = run.samples

@@ -87,11 +87,11 @@ def add_trace(df: pd.DataFrame, run: Run) -> None:
             s0o, s1o = s0[order], s1[order]
             run_max_end = np.maximum.accumulate(s1o)
             last = np.searchsorted(s0o, end, side="left") - 1
-            # the latest end of the pauses begun before each boundary
-            latest = np.where(last >= 0, run_max_end[np.maximum(last, 0)], -1)
+            # the latest end of the pauses begun before each boundary (where any has begun)
+            latest = run_max_end[np.maximum(last, 0)]
             # the boundary must lie in the trace window; its period may start before the trace
             seen = (end >= tr.meta["first_ns"]) & (end <= tr.meta["last_ns"])
-            cols["stw_spans_boundary"] = across_boundary(latest, end, df["throttled"]) & seen
+            cols["stw_spans_boundary"] = across_boundary(latest, end, df["throttled"]) & (last >= 0) & seen
         gm = tr.gomaxprocs
         if len(gm):
             idx = np.searchsorted(gm.t_ns.to_numpy(), start, side="right") - 1

@@ -268,7 +268,7 @@ def test_an_unreadable_file_is_named(tmp_path):
         read_trace(p)
 
 
-# --- cases a review of the compiled decoder found ------------------------------------------
+# --- cases the compiled decoder once got wrong --------------------------------------------
 
 
 def _synthetic(events: bytes, strings: bytes = b"", version: int = 22) -> bytes:
@@ -358,7 +358,7 @@ def test_tens_of_thousands_of_label_names_are_read():
 def test_many_rows_open_across_many_generations():
     """5,000 goroutines started, a third never stopped, then 40 empty generations: those stay
     open to the end. iter_generations keeps them under lasting ids instead of renumbering
-    every one at every generation (a review measured 0.1 s per generation per 100,000 open
+    every one at every generation (renumbering took 0.1 s per generation per 100,000 open
     rows), and yields each row once, the same rows as read_trace."""
     from trace_mutants import Batch, Model, enc, write
 

@@ -81,7 +81,7 @@ def test_read_percentiles_float64_is_np_percentile(x: list[float], qs: list[floa
 
 
 def _hole_ms_reference(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The loop hole_ms_per_period replaced (periods.py before 7896eb4): a mask per hole."""
+    """The loop hole_ms_per_period replaced: a mask per hole."""
     hole_ms = np.zeros(len(start))
     for a in np.flatnonzero(dt > HOLE_READS * nominal).tolist():
         hit = (end > t[a]) & (start < t[a + 1])

@@ -198,11 +198,12 @@ def _url(store: str | os.PathLike[str], path: str) -> str:
     return f"{proto}://{path}"
 
 
-def _dir_bytes(fs: Any, root: str) -> dict[str, int]:
-    """Every directory under ``root`` with the sizes of the files directly in it summed: one
-    recursive listing (an object store's list calls, not a request per bundle)."""
+def _dir_bytes(fs: Any, root: str, depth: int | None = None) -> dict[str, int]:
+    """Every directory under ``root`` (to ``depth`` levels of files) with the sizes of the
+    files directly in it summed: one recursive listing (an object store's list calls, not a
+    request per bundle)."""
     out: dict[str, int] = {}
-    for path, info in fs.find(root, detail=True).items():
+    for path, info in fs.find(root, maxdepth=depth, detail=True).items():
         d = path.rsplit("/", 1)[0]
         out[d] = out.get(d, 0) + int(info.get("size") or 0)
     return out
@@ -232,7 +233,7 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
                 parts = dict(seg.split("=", 1) for seg in d[len(root) + len(BUNDLES) + 2 :].split("/"))
                 rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts, "bytes": sizes.get(d, 0)})
             continue
-        sizes = _dir_bytes(fs, root)
+        sizes = _dir_bytes(fs, root, 2)  # a bundle here or in a directory just below
         if fs.exists(f"{root}/meta.json"):
             dirs = [root]
         else:
