@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from . import cfskernel
+from .errors import UsageError
 from .kernelfacts import DEFAULT_HZ
 
 # sched_cfs_bandwidth_slice_us: the runtime a CPU takes from the pool at a time (the
@@ -226,6 +227,11 @@ def replay_columns(
     them. The loop itself is :mod:`gmpanalysis.cfskernel`'s (compiled where numba is)."""
     n = len(sched)
     cost = np.ascontiguousarray(np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)))  # per request
+    # the loop would never end: no client to send a request, or a cost no clock reaches
+    if conc is not None and not (float(conc).is_integer() and conc >= 1):
+        raise UsageError(f"replay(conc={conc!r}): a closed loop needs one client or more (None: an open loop)")
+    if not (np.isfinite(cost).all() and (cost >= 0).all()):
+        raise UsageError("replay(cost_ns=...): every request's CPU must be a finite number of ns, 0 or more")
     tol = 1e-6 * float(np.mean(cost))
     k0 = (int(sched[0]) - phase_ns) // period_ns
     origin = phase_ns + k0 * period_ns

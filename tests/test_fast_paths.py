@@ -185,3 +185,27 @@ def test_a_level_named_inputs(tmp_path):
     assert level_names(run) == ["container", "inputs"]
     assert isinstance(level_run(run, "inputs"), gmp.Run)
     gmp.df_periods(run)
+
+
+def test_a_store_whose_path_looks_like_a_pattern_or_is_a_filesystems_root(tmp_path):
+    """A store in a directory named ``runs[1]`` lists its bundles (not read as a glob
+    pattern), and so does one at the root of a filesystem (``memory://``: the partition
+    values are the path's last segments, whatever the root)."""
+    import fsspec
+
+    from gmpanalysis.fleet import list_bundles, put_bundle
+    from gmpanalysis.fleet.compute import processed
+
+    odd = tmp_path / "runs[1]"
+    for n in ("cpu-0.5cpu-gmp1", "alloc-0.5cpu-gmp8"):
+        put_bundle(RUNS / n, odd)
+    assert sorted(list_bundles(odd)["workload"]) == ["alloc-0.5cpu-gmp8", "cpu-0.5cpu-gmp1"]
+    assert processed(str(odd)) == set()
+    mem = fsspec.filesystem("memory")
+    before = set(mem.ls("/", detail=False))
+    try:
+        put_bundle(RUNS / "cpu-0.5cpu-gmp1", "memory://")
+        assert list(list_bundles("memory://")["workload"]) == ["cpu-0.5cpu-gmp1"]
+    finally:
+        for p in set(mem.ls("/", detail=False)) - before:
+            mem.rm(p, recursive=True)

@@ -134,3 +134,13 @@ def test_a_backlog_under_a_tight_limit_over_many_rebases():
         if conc is None:
             end = per.attrs["latency_ms"] * 1e6 + (sched - sched[0])
             assert np.all(np.diff(end) >= -1e-3)
+
+
+@pytest.mark.parametrize("conc, cost", [(0, 1e6), (-3, 1e6), (2.5, 1e6), (None, np.nan), (None, -1.0), (None, np.inf)])
+def test_a_replay_that_could_never_end_is_refused(conc, cost):
+    """No client to send a request, or a cost no clock reaches: a UsageError, not a loop that
+    runs for ever."""
+    from gmpanalysis.errors import UsageError
+
+    with pytest.raises(UsageError):
+        R.replay(np.zeros(3, dtype=np.int64), cost, conc, None, 100_000_000, 0, 0.0, 2, 2)

@@ -33,7 +33,7 @@ import pandas as pd
 from ..errors import BundleError, GmpError, UsageError
 from ..location import fs_of
 from .pool import Pool
-from .store import BUNDLES, DERIVED, PARTS, list_bundles, newest_first, partition_path
+from .store import BUNDLES, DERIVED, PARTS, glob_root, list_bundles, newest_first, partition_path
 
 PERIODS_DIR = "periods"
 # the summary rows' layout version is in the directory's name: rows of an earlier layout
@@ -275,10 +275,10 @@ def default_out(sources: list[str]) -> str:
 def processed(out: str) -> set[str]:
     """The keys whose summary row is already under ``out``."""
     fs, root = fs_of(out)
-    found = fs.glob(f"{root}/{SUMMARY_DIR}/" + "/".join(f"{p}=*" for p in PARTS) + "/bundle.parquet")
+    found = fs.glob(f"{glob_root(root)}/{SUMMARY_DIR}/" + "/".join(f"{p}=*" for p in PARTS) + "/bundle.parquet")
     keys = set()
     for f in found:
-        segs = f[len(root) + len(SUMMARY_DIR) + 2 :].split("/")[: len(PARTS)]
+        segs = f.split("/")[-len(PARTS) - 1 : -1]
         keys.add("/".join(s.split("=", 1)[1] for s in segs))
     return keys
 
@@ -286,7 +286,7 @@ def processed(out: str) -> set[str]:
 def _read_rows(out: str, sub: str, name: str, what: str) -> list[pd.DataFrame]:
     fs, root = fs_of(out)
     frames = []
-    for f in sorted(fs.glob(f"{root}/{sub}/**/{name}")):
+    for f in sorted(fs.glob(f"{glob_root(root)}/{sub}/**/{name}")):
         try:
             with fs.open(f, "rb") as h:
                 frames.append(pd.read_parquet(h))

@@ -198,6 +198,14 @@ def _url(store: str | os.PathLike[str], path: str) -> str:
     return f"{proto}://{path}"
 
 
+def glob_root(root: str) -> str:
+    """``root`` as the literal start of a glob pattern: a directory named ``runs[1]`` is not
+    a pattern (fsspec reads ``*``, ``?`` and ``[`` as glob syntax)."""
+    import glob
+
+    return glob.escape(root)
+
+
 def _dir_bytes(fs: Any, root: str, depth: int | None = None) -> dict[str, int]:
     """Every directory under ``root`` (to ``depth`` levels of files) with the sizes of the
     files directly in it summed: one recursive listing (an object store's list calls, not a
@@ -228,16 +236,17 @@ def list_bundles(sources: str | os.PathLike[str] | list[str | os.PathLike[str]])
             raise NotFoundError(f"{src}: no such store or bundle directory")
         if fs.exists(f"{root}/{BUNDLES}") and not fs.exists(f"{root}/meta.json"):
             sizes = _dir_bytes(fs, f"{root}/{BUNDLES}")
-            for m in sorted(fs.glob(f"{root}/{BUNDLES}/" + "/".join(f"{p}=*" for p in PARTS) + "/meta.json")):
+            pattern = f"{glob_root(root)}/{BUNDLES}/" + "/".join(f"{p}=*" for p in PARTS) + "/meta.json"
+            for m in sorted(fs.glob(pattern)):
                 d = m.rsplit("/", 1)[0]
-                parts = dict(seg.split("=", 1) for seg in d[len(root) + len(BUNDLES) + 2 :].split("/"))
+                parts = dict(seg.split("=", 1) for seg in d.split("/")[-len(PARTS) :])
                 rows.append({"key": bundle_key(parts), "path": _url(src, d), **parts, "bytes": sizes.get(d, 0)})
             continue
         sizes = _dir_bytes(fs, root, 2)  # a bundle here or in a directory just below
         if fs.exists(f"{root}/meta.json"):
             dirs = [root]
         else:
-            dirs = sorted(m.rsplit("/", 1)[0] for m in fs.glob(f"{root}/*/meta.json"))
+            dirs = sorted(m.rsplit("/", 1)[0] for m in fs.glob(f"{glob_root(root)}/*/meta.json"))
         if not dirs:
             raise NotFoundError(f"{src}: neither a store (no {BUNDLES}/ inside) nor a bundle directory (no meta.json)")
         for d in dirs:
