@@ -1,6 +1,6 @@
-"""gmp-agent's Prometheus metrics on a real one-node Kubernetes: the agent is installed from
-the Helm chart (helm template of charts/gmpanalysis, with values for this cluster), a demo pod
-is throttled, and /metrics, scraped through the API server's pod proxy, holds the counters of
+"""gmp-agent's Prometheus metrics on a real one-node Kubernetes: the agent is installed with
+``helm install`` of charts/gmpanalysis (values for this cluster; `helm uninstall` at the end),
+a demo pod is throttled, and /metrics, scraped through the API server's pod proxy, holds the counters of
 the container's and the pod's cpu.stat as the test reads them on the node around the scrape:
 every counter lies between the values read just before and just after it (equal where
 nothing happened in between), the quota, period and GOMAXPROCS are the pod's, and the pod's
@@ -61,21 +61,26 @@ def demo() -> dict:
     return d
 
 
-def chart_agent(cluster: dict, spool: Path) -> list[dict]:
-    """The chart's agent for this cluster: the API server's address (its service IP is not
-    routed here), watch only (no capture pauses the reads), a short listing interval."""
+def helm_agent(cluster: dict, spool: Path, verb: str = "install") -> None:
+    """``helm install`` (or ``uninstall``) of the chart's agent on this cluster, as a team
+    installs it with one command: the API server's address (its service IP is not routed
+    here), watch only (no capture pauses the reads), a short listing interval. The sampler
+    and the collectors' roles are the cluster's already (the other kube tests use them), so
+    this release leaves them out."""
     helm = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, timeout=1200)
     assert helm.returncode == 0, f"scripts/helm.sh: {helm.stderr[-3000:]}"
-    server = yaml.safe_load(Path(cluster["kubeconfig"]).read_text())["clusters"][0]["cluster"]["server"]
-    r = subprocess.run(
-        [helm.stdout.strip().splitlines()[-1], "template", "gmp", str(CHART), "--namespace", "gmp-system",
-         "-f", str(CHART / "ci" / "manifests-values.yaml"), "--show-only", "templates/agent.yaml",
-         "--set", f"agent.apiServer={server},agent.listEvery=2s,agent.rateLimits.maxPerHour=0",
-         "--set", f"agent.spool.hostPath={spool},metrics.port={METRICS_PORT}"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
+    kube = ["--namespace", "gmp-system", "--kubeconfig", str(cluster["kubeconfig"])]
+    if verb == "uninstall":
+        cmd = [helm.stdout.strip().splitlines()[-1], "uninstall", "gmp-metrics", *kube, "--ignore-not-found", "--wait"]
+    else:
+        server = yaml.safe_load(Path(cluster["kubeconfig"]).read_text())["clusters"][0]["cluster"]["server"]
+        cmd = [helm.stdout.strip().splitlines()[-1], "install", "gmp-metrics", str(CHART), *kube,
+               "-f", str(CHART / "ci" / "manifests-values.yaml"),
+               "--set", "createNamespace=false,sampler.enabled=false,collectorRoles.create=false",
+               "--set", f"agent.apiServer={server},agent.listEvery=2s,agent.rateLimits.maxPerHour=0",
+               "--set", f"agent.spool.hostPath={spool},metrics.port={METRICS_PORT}"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"helm {verb}: {r.stdout[-2000:]} {r.stderr[-3000:]}"
 
 
 def agent_pod(core):
@@ -272,7 +277,7 @@ def check_prometheus(url: str, dirs: dict[str, Path], pod: str) -> None:
 
 
 def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
-    from kubernetes import client, utils
+    from kubernetes import client
 
     core, api = cluster["core"], cluster["api"]
     apps = client.AppsV1Api(api)
@@ -281,8 +286,7 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
     try:
         apps.create_namespaced_deployment("default", demo())
         local.wait_running(core)
-        for d in chart_agent(cluster, tmp_path / "spool"):
-            utils.create_from_dict(api, d, namespace="gmp-system")
+        helm_agent(cluster, tmp_path / "spool")
         pod = started_pod(core)
         name = pod.metadata.name
         dirs = cgroup_dirs(pod)
@@ -342,4 +346,5 @@ def test_agent_metrics_match_cpu_stat(cluster, bins, tmp_path):
             load.kill()
             load.wait()
         stop_procs(procs)
+        helm_agent(cluster, tmp_path / "spool", "uninstall")
         remove_agent(api, deployments=[(NAME, "default")], prefixes=(NAME, "gmp-agent"))
