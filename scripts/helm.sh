@@ -8,39 +8,20 @@
 set -euo pipefail
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 say() { echo "helm.sh: $*" >&2; }
+. "$(dirname "$0")/gotool.sh"
 
-if [ -n "${HELM:-}" ]; then
-  "$HELM" version --short >/dev/null || { say "HELM=$HELM does not run"; exit 1; }
-  echo "$HELM"
-  exit 0
-fi
-dir=${XDG_CACHE_HOME:-$HOME/.cache}/gmpanalysis/helm/$HELM_VERSION
-bin=$dir/helm
-if [ -x "$bin" ] && [ "$("$bin" version --short 2>/dev/null)" = "$HELM_VERSION" ]; then
-  echo "$bin"
-  exit 0
-fi
-export PATH="$PATH:/usr/local/go/bin"
-if ! command -v go >/dev/null 2>&1; then
-  say "no Go toolchain (go on PATH or /usr/local/go): helm is built from the Go module proxy"
-  exit 1
-fi
-say "building helm $HELM_VERSION from the Go module proxy into $dir (once; 3-6 min on 2 cores)"
-mkdir -p "$dir"
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# a static binary stamped as helm's own Makefile stamps it: its version, and the Kubernetes
-# version of its client modules (what `helm template` and `helm lint` assume of a cluster;
-# unstamped it is 1.20). GOFLAGS from the environment would apply to helm's module.
-export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
-gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
-k8s_minor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod" | head -1)
-[ -n "$k8s_minor" ] || { say "no k8s.io/client-go in $gomod"; exit 1; }
-ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-for pkg in pkg/lint/rules pkg/chartutil; do
-  ld="$ld -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$k8s_minor"
-done
-GOBIN=$tmp go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
-mv "$tmp/helm" "$bin"
-"$bin" version --short >&2
-echo "$bin"
+version_of() { "$1" version --short; }
+# stamped as helm's own Makefile stamps it: its version, and the Kubernetes version of its
+# client modules (what `helm template` and `helm lint` assume of a cluster; unstamped 1.20)
+ldflags() {
+  local gomod k8s_minor ld pkg
+  gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+  k8s_minor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod" | head -1)
+  [ -n "$k8s_minor" ] || { say "no k8s.io/client-go in $gomod"; exit 1; }
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ld="$ld -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$k8s_minor"
+  done
+  echo "$ld"
+}
+go_tool helm "$HELM_VERSION" "$HELM_VERSION" HELM "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "3-6 min on 2 cores"
