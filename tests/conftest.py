@@ -200,3 +200,18 @@ def stop_procs(procs) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def go_tool(name: str, override: str) -> str:
+    """The path of the tool ``scripts/NAME.sh`` builds once from the Go module proxy (helm,
+    krew, prometheus; ``OVERRIDE=/path`` names one instead): the test skips only where
+    there is neither Go nor that variable, and fails with the script's error where the
+    build fails."""
+    from gmpanalysis.lab.binaries import find_go
+
+    if not os.environ.get(override) and find_go() is None:
+        pytest.skip(f"{name} is built from the Go module proxy: needs the Go toolchain (or {override}=/path/to/{name})")
+    r = subprocess.run(["bash", str(REPO / "scripts" / f"{name}.sh")], capture_output=True, text=True, timeout=1500)
+    if r.returncode != 0:
+        pytest.fail(f"scripts/{name}.sh could not provide {name} (exit {r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stdout.strip().splitlines()[-1]

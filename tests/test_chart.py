@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import go_tool
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "gmpanalysis"
@@ -26,14 +27,7 @@ RENDERED = ("sampler", "rbac", "agent")
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    from gmpanalysis.lab.binaries import find_go
-
-    if not os.environ.get("HELM") and find_go() is None:
-        pytest.skip("helm is built from the Go module proxy: needs the Go toolchain (or HELM=/path/to/helm)")
-    r = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, timeout=1200)
-    if r.returncode != 0:
-        pytest.fail(f"scripts/helm.sh could not provide helm (exit {r.returncode}):\n{r.stderr[-4000:]}")
-    return r.stdout.strip().splitlines()[-1]
+    return go_tool("helm", "HELM")
 
 
 def template(helm: str, *args: str, namespace: str = "gmp") -> list[dict]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import remove_agent, stop_procs
+from conftest import go_tool, remove_agent, stop_procs
 
 from gmpanalysis.kube import local
 
@@ -67,14 +67,13 @@ def helm_agent(cluster: dict, spool: Path, verb: str = "install") -> None:
     here), watch only (no capture pauses the reads), a short listing interval. The sampler
     and the collectors' roles are the cluster's already (the other kube tests use them), so
     this release leaves them out."""
-    helm = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True, text=True, timeout=1200)
-    assert helm.returncode == 0, f"scripts/helm.sh: {helm.stderr[-3000:]}"
+    helm = go_tool("helm", "HELM")
     kube = ["--namespace", "gmp-system", "--kubeconfig", str(cluster["kubeconfig"])]
     if verb == "uninstall":
-        cmd = [helm.stdout.strip().splitlines()[-1], "uninstall", "gmp-metrics", *kube, "--ignore-not-found", "--wait"]
+        cmd = [helm, "uninstall", "gmp-metrics", *kube, "--ignore-not-found", "--wait"]
     else:
         server = yaml.safe_load(Path(cluster["kubeconfig"]).read_text())["clusters"][0]["cluster"]["server"]
-        cmd = [helm.stdout.strip().splitlines()[-1], "install", "gmp-metrics", str(CHART), *kube,
+        cmd = [helm, "install", "gmp-metrics", str(CHART), *kube,
                "-f", str(CHART / "ci" / "manifests-values.yaml"),
                "--set", "createNamespace=false,sampler.enabled=false,collectorRoles.create=false",
                "--set", f"agent.apiServer={server},agent.listEvery=2s,agent.rateLimits.maxPerHour=0",
@@ -182,10 +181,7 @@ def start_prometheus(tmp_path: Path, target: str, procs: list) -> str:
     """A Prometheus server on loopback scraping ``target`` every SCRAPE_S seconds as job
     gmp-agent (the chart's ServiceMonitor names its job after the Service), put in
     ``procs`` as soon as it starts (the test's teardown ends it); its URL once it is ready."""
-    built = subprocess.run(
-        ["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=1500
-    )
-    assert built.returncode == 0, f"scripts/prometheus.sh: {built.stderr[-3000:]}"
+    prometheus = go_tool("prometheus", "PROMETHEUS")
     conf = tmp_path / "prometheus.yml"
     conf.write_text(
         yaml.safe_dump(
@@ -198,7 +194,7 @@ def start_prometheus(tmp_path: Path, target: str, procs: list) -> str:
     url = f"http://127.0.0.1:{PROM_PORT}"
     with (tmp_path / "prometheus.log").open("w") as log:
         proc = subprocess.Popen(
-            [built.stdout.strip().splitlines()[-1], f"--config.file={conf}",
+            [prometheus, f"--config.file={conf}",
              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{PROM_PORT}"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

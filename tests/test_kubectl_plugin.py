@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RUNS
+from conftest import RUNS, go_tool
 
 from gmpanalysis import cli
 from gmpanalysis.kube import plugin
@@ -153,14 +153,7 @@ def test_krew_manifest(tmp_path):
 
 @pytest.fixture(scope="module")
 def krew() -> str:
-    from gmpanalysis.lab.binaries import find_go
-
-    if not os.environ.get("KREW") and find_go() is None:
-        pytest.skip("krew is built from the Go module proxy: needs the Go toolchain (or KREW=/path/to/krew)")
-    r = subprocess.run(["bash", str(REPO / "scripts" / "krew.sh")], capture_output=True, text=True, timeout=1200)
-    if r.returncode != 0:
-        pytest.fail(f"scripts/krew.sh could not provide krew (exit {r.returncode}):\n{r.stderr[-4000:]}")
-    return r.stdout.strip().splitlines()[-1]
+    return go_tool("krew", "KREW")
 
 
 def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
