@@ -61,6 +61,15 @@ if command -v go >/dev/null 2>&1; then
       for m in $mods; do (cd "$m" && go test ./...); done
     fi
   )
+  # the chart's Grafana dashboard against Grafana's dashboard schema (grafana-foundation-sdk):
+  # a module of its own under tests/, so the collectors do not depend on it
+  say "the Grafana dashboard against Grafana's published schema (tests/dashboard)"
+  (
+    cd tests/dashboard
+    unformatted=$(gofmt -l .)
+    if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+    go vet ./... && go test ./...
+  )
 fi
 # The Helm chart (charts/gmpanalysis): helm is built once from the Go module proxy into the
 # cache (scripts/helm.sh; Debian has no package); tests/test_chart.py renders it
