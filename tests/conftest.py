@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,30 @@ def go_tool(name: str, override: str) -> str:
     if r.returncode != 0:
         pytest.fail(f"scripts/{name}.sh could not provide {name} (exit {r.returncode}):\n{r.stderr[-4000:]}")
     return r.stdout.strip().splitlines()[-1]
+
+
+# the agent's /metrics port in the shipped manifests and the chart's values
+METRICS_PORT = 9477
+
+
+def agent_pod(core):  # noqa: ANN001, ANN201
+    """The node agent's pod where it runs (None otherwise)."""
+    pods = core.list_namespaced_pod("gmp-system", label_selector="app.kubernetes.io/name=gmp-agent").items
+    return pods[0] if pods and pods[0].status.phase == "Running" else None
+
+
+def scrape(core) -> tuple[str, str]:  # noqa: ANN001
+    """(exposition text, route): through the API server's pod proxy; where the proxy is
+    refused, straight from the node's port (host network), and the route says so."""
+    from kubernetes import client
+
+    pod = agent_pod(core)
+    assert pod is not None, "the agent pod is not running"
+    try:
+        text = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod.metadata.name}:{METRICS_PORT}", "gmp-system", "metrics"
+        )
+        return text, "pod proxy"
+    except client.ApiException as e:
+        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{METRICS_PORT}/metrics", timeout=10) as resp:
+            return resp.read().decode(), f"node port (pod proxy refused: {e.status} {e.reason})"

@@ -1,7 +1,9 @@
 """gmp-agent on a real one-node Kubernetes with several Go pods: it lists its node's pods with
 its own ServiceAccount (the RBAC of collectors/deploy/agent.yaml), triggers only for the
-throttled ones, captures their bundles with traces, and the bundles go through the store
-and the fleet analysis on Dask into a fleet report."""
+throttled ones, captures their bundles with traces, counts its triggers, captures and
+refusals on /metrics as its log tells them (one counted complete capture per bundle on the
+node), and the bundles go through the store and the fleet analysis on Dask into a fleet
+report."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import remove_agent
+from conftest import remove_agent, scrape
 
 import gmpanalysis as gmp
 from gmpanalysis.fleet.compute import REPORT
@@ -101,6 +103,11 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
         # one agent process throughout: a crash-looping agent would show only its last log
         agent_pod = core.list_namespaced_pod("gmp-system", label_selector="app.kubernetes.io/name=gmp-agent").items[0]
         assert agent_pod.status.container_statuses[0].restart_count == 0
+        # the agent's own counters, scraped between two reads of its log: each counter
+        # moves just before its log line is written
+        before = agent_events(core)
+        text, route = scrape(core)
+        events = agent_events(core)
     finally:
         for lg in loads:
             lg.kill()
@@ -117,6 +124,18 @@ def test_agent_captures_the_throttled_pods_into_a_fleet_report(cluster, bins, tm
     captured = [e for e in events if e["event"] == "capture"]
     assert fired == {"hot", "warm"}, events
     assert sorted(workload(e["pod"]) for e in captured) == ["hot", "warm"], events
+    counted = exposition(text)
+    for name, kinds in (
+        ("gmp_triggers_total", lambda e: e["event"] == "trigger"),
+        ('gmp_captures_total{outcome="complete"}', lambda e: e["event"] == "capture" and e["complete"]),
+        ('gmp_captures_total{outcome="incomplete"}', lambda e: e["event"] == "capture" and not e["complete"]),
+        ("gmp_capture_refusals_total", lambda e: e["event"] == "skip"),
+    ):
+        lo, hi = sum(map(kinds, before)), sum(map(kinds, events))
+        assert lo <= counted.get(name, 0) <= hi, f"{name} = {counted.get(name)} ({route}); the log told {lo}-{hi}"
+    # every complete capture counted is a bundle on the node
+    bundles = [p for p in spool.iterdir() if p.name[0] != "."]
+    assert counted['gmp_captures_total{outcome="complete"}'] == len(bundles) == 2, (counted, bundles)
     runs = []
     for e in captured:
         assert e["complete"] is True, e
@@ -166,3 +185,18 @@ def workload(pod: str) -> str:
 
 def errors(events: list[dict]) -> list[dict]:
     return [e for e in events if e["event"] == "error"]
+
+
+def exposition(text: str) -> dict[str, float]:
+    """The gmp_ counters of a scrape by series (name{labels}), with a labelled counter's
+    series also summed under its bare name."""
+    out: dict[str, float] = {}
+    for ln in text.splitlines():
+        if not ln.startswith("gmp_"):
+            continue
+        series, value = ln.rsplit(" ", 1)
+        out[series] = float(value)
+        if "{" in series:
+            bare = series.split("{", 1)[0]
+            out[bare] = out.get(bare, 0.0) + float(value)
+    return out

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import go_tool, remove_agent, stop_procs
+from conftest import METRICS_PORT, agent_pod, go_tool, remove_agent, scrape, stop_procs
 
 from gmpanalysis.kube import local
 
@@ -40,7 +40,6 @@ CHART = REPO / "charts" / "gmpanalysis"
 # 20 req/s of 20 ms is 0.4 CPU against 0.3: every period throttles, and the backlog left when
 # the load stops (the demo app finishes every request it took) drains in seconds
 NAME, LIMIT, PORT, RATE = "gmp-metrics-hot", "300m", 18195, 20
-METRICS_PORT = 9477
 CPU = Path("/sys/fs/cgroup/cpu")  # the local cluster is cgroup v1 (local.unavailable_reason)
 DASHBOARD = CHART / "dashboards" / "gmpanalysis.json"
 PROM_PORT, SCRAPE_S = 19477, 1
@@ -80,28 +79,6 @@ def helm_agent(cluster: dict, spool: Path, verb: str = "install") -> None:
                "--set", f"agent.spool.hostPath={spool},metrics.port={METRICS_PORT}"]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"helm {verb}: {r.stdout[-2000:]} {r.stderr[-3000:]}"
-
-
-def agent_pod(core):
-    pods = core.list_namespaced_pod("gmp-system", label_selector="app.kubernetes.io/name=gmp-agent").items
-    return pods[0] if pods and pods[0].status.phase == "Running" else None
-
-
-def scrape(core) -> tuple[str, str]:
-    """(exposition text, route): through the API server's pod proxy; where the proxy is
-    refused, straight from the node's port (host network), and the route says so."""
-    from kubernetes import client
-
-    pod = agent_pod(core)
-    assert pod is not None, "the agent pod is not running"
-    try:
-        text = core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod.metadata.name}:{METRICS_PORT}", "gmp-system", "metrics"
-        )
-        return text, "pod proxy"
-    except client.ApiException as e:
-        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{METRICS_PORT}/metrics", timeout=10) as resp:
-            return resp.read().decode(), f"node port (pod proxy refused: {e.status} {e.reason})"
 
 
 SERIES = re.compile(r"^(gmp_[a-z0-9_]+)\{([^}]*)\} (\S+)$")
