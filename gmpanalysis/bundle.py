@@ -245,6 +245,20 @@ def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[
         per = g["nr_periods"].to_numpy()
         thr = g["nr_throttled"].to_numpy()
         usage = g["usage_us"].to_numpy()
+        t = g["t_ns"].to_numpy()
+        tied = np.flatnonzero(t[1:] == t[:-1])
+        if len(tied):
+            c = g[["usage_us", "nr_periods", "nr_throttled", "throttled_us"]].to_numpy(np.float64)
+            a, b = c[tied], c[tied + 1]
+            unequal = tied[~((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=1)]
+            if len(unequal):
+                i = int(unequal[0])
+                notes.append(
+                    f"{source} lines {line[i]} and {line[i + 1]}: two reads at one t_ns ({t[i]}) with different "
+                    f"counters ({len(unequal)} such pair(s)); the analysis keeps the later of each (it holds every "
+                    "increment up to then). Check the writer's clock: a reading finer than the sampling interval "
+                    "tells the reads apart"
+                )
         fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
         usage_fell = np.diff(usage) < 0
         cut = usage_fell.copy()

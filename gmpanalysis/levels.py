@@ -402,7 +402,11 @@ def levels_table(a: Any) -> pd.DataFrame:
         row["quota_last_us"] = quota_at_end(run, name)
         if lr.limits is not None and len(lr.limits) > 1:
             q = lr.limits["quota_us"]
-            row["quota_changes"] = int((q.ne(q.shift()) & lr.limits["prev_ns"].notna()).sum())
+            prev = q.shift()
+            # a limit set or lifted ("max") is a change too: a comparison with NA is NA
+            both = q.notna() & prev.notna()
+            changed = (q.isna() != prev.isna()) | (both & q.ne(prev).fillna(False))
+            row["quota_changes"] = int((changed & lr.limits["prev_ns"].notna()).sum())
         if m.get("quota_us") is not None and len(lr.samples):
             try:
                 g = la.grid

@@ -39,6 +39,20 @@ def test_a_resized_limit_is_told_with_its_new_value():
     assert quota_words(first, last, 100000) == "50 ms per 100 ms, then 200 ms"
 
 
+def test_a_limit_lifted_in_place_is_a_change(tmp_path):
+    """cpu.max set to "max" mid-run (limits.csv's quota left empty): one change, as a new
+    value would be."""
+    d = tmp_path / "lifted"
+    shutil.copytree(ROOT / "fixtures/runs/resize-0.5to2cpu-default", d)
+    lines = (d / "limits.csv").read_text().splitlines()
+    head, first, second = lines
+    cells = second.split(",")
+    cells[4] = ""  # quota_us: no limit from then on
+    (d / "limits.csv").write_text("\n".join([head, first, ",".join(cells)]) + "\n")
+    lv = gmp.df_levels(_load(d)).iloc[0]
+    assert lv["quota_us"] == 50000 and pd.isna(lv["quota_last_us"]) and lv["quota_changes"] == 1
+
+
 @pytest.mark.parametrize("path", BUNDLES, ids=lambda p: p.name)
 def test_the_report_counts_each_levels_freezes_as_df_levels_does(path):
     run = _load(path)

@@ -374,6 +374,30 @@ def test_rows_written_twice_are_one_read(tables):
         assert np.allclose(per[c].to_numpy(dtype=float), full[c].to_numpy(dtype=float), equal_nan=True), c
 
 
+def test_reads_at_one_t_ns_keep_every_increment(tables):
+    """Two reads stamped alike (a writer's clock coarser than its sampling) with different
+    counters: the later holds every increment, so the counters' deltas over the table stay
+    the file's, and the file gets a note naming both lines."""
+    from gmpanalysis.bundle import check_counters
+
+    run0, full = tables["cpu-0.5cpu-gmp1"]
+    run = _copy_run("cpu-0.5cpu-gmp1")
+    s = run0.samples
+    last = s.iloc[[-1]].copy()
+    for c in ("usage_us", "nr_periods", "nr_throttled", "throttled_us"):
+        last[c] = last[c] + 1
+    run.samples = pd.concat([s, last]).reset_index(drop=True)
+    cons = gmp.df_conservation(gmp.df_periods(run)).groupby("counter").sum(numeric_only=True)
+    for c in ("nr_periods", "nr_throttled", "usage_us"):
+        raw = float(run.samples[c].iloc[-1] - run.samples[c].iloc[0])
+        assert raw == float(s[c].iloc[-1] - s[c].iloc[0]) + 1
+        row = cons.loc[c]
+        assert row["delta"] == pytest.approx(raw) and row["rows"] + row["groups"] + row["outside"] == pytest.approx(raw)
+    notes = check_counters(run.samples, "cpu_stat.csv")
+    n = len(s) + 1  # the tied pair's lines (a header, then rows from line 2)
+    assert any(f"lines {n} and {n + 1}: two reads at one t_ns" in x for x in notes), notes
+
+
 def test_less_than_one_period_is_a_clear_error():
     run = _copy_run("cpu-0.5cpu-gmp8")
     t = run.samples.t_ns
