@@ -21,16 +21,45 @@ def _pct(x: pd.Series | np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else np.nan
 
 
+def told_or_typical(value: np.ndarray, event: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-period values of a rate (stall, frozen time) where some periods froze but the
+    reads leave how long open (``event`` and a NaN ``value``): such a period gets the mean
+    of the frozen periods that tell theirs, so a rate over the ``known`` periods is not
+    drawn towards the unfrozen ones, which always tell theirs (0). Where no frozen period
+    tells its value, none of them does: every period is then unknown. Returns the values and
+    which periods are known."""
+    value = np.array(value, dtype=np.float64)
+    told = np.isfinite(value)
+    event = event & known
+    open_ = event & ~told
+    if not open_.any():
+        return value, known & told
+    if not (event & told).any():
+        return value, np.zeros(len(value), dtype=bool)
+    value[open_] = value[event & told].mean()
+    return value, known & np.isfinite(value)
+
+
 def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The one definition of the wall time a run stood frozen, per period: µs frozen by any
     level (``frozen_us``: the container's quota or the pod's, their union), and which periods
-    know it (their throttling is known). A table without the levels' columns counts its own
-    stall."""
-    frozen = (per["frozen_us"] if "frozen_us" in per else per["stall_us"]).to_numpy(dtype=np.float64)
-    # frozen_us is a number in every row (0 where no level froze), also in a hole's periods:
-    # the periods that know it are those whose throttling is known
-    known = np.isfinite(frozen) & per["throttled"].notna().to_numpy()
-    return frozen, known
+    know it (their throttling is known). A frozen period whose freeze the reads leave open
+    counts the mean of those that tell theirs (:func:`told_or_typical`). A table without the
+    levels' columns counts its own stall."""
+    if "frozen_us" not in per:
+        stall = per["stall_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+        thr = per["throttled"]
+        return told_or_typical(stall, thr.fillna(False).to_numpy(dtype=bool), thr.notna().to_numpy())
+    frozen = per["frozen_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+    # the periods that know it are those whose throttling, and which level froze them, is known
+    known = per["throttled"].notna().to_numpy().copy()
+    if "frozen_by" in per:
+        by = per["frozen_by"]
+        known &= by.notna().to_numpy()
+        event = by.fillna("").str.len().to_numpy() > 0
+    else:
+        event = per["throttled"].fillna(False).to_numpy(dtype=bool)
+    return told_or_typical(frozen, event, known)
 
 
 def column(
@@ -45,12 +74,14 @@ def column(
 
 def stall_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:
     """The one definition of the stall rate: ms the group stood frozen by its own quota per
-    second of wall time, over the periods whose stall is known (a period whose throttling the
-    samples cannot tell, or whose moment of exhaustion they leave open, tells none); the
-    period's length is the table's first row's. NaN when no period tells it. Of a frame or
-    of a replay's columns."""
+    second of wall time, over the periods whose throttling is known; a throttled period
+    whose moment of exhaustion the reads leave open counts the mean stall of those that tell
+    theirs (:func:`told_or_typical`: otherwise the rate leans towards the unthrottled
+    periods, which always tell theirs). The period's length is the table's first row's.
+    NaN when no period tells it. Of a frame or of a replay's columns."""
     stall = column(per, "stall_us")
-    known = np.isfinite(stall)
+    thr = column(per, "throttled", np.float64)
+    stall, known = told_or_typical(stall, thr == 1, np.isfinite(thr))
     if not known.any():
         return np.nan
     start, end = column(per, "start_ns", np.int64, 0), column(per, "end_ns", np.int64, 0)

@@ -363,13 +363,34 @@ def add_frozen_columns(
         sel = freezes[freezes["level"] == lv]
         hit = within(sel) >= MIN_FREEZE_US
         by[hit] = np.where(by[hit] == "", lv, by[hit] + "," + lv)
+    # the kernel counted a throttled period in the own level's nr_throttled: its quota froze
+    # the group then, however short the freeze or open its start (the slack above is for
+    # another level's freezes, placed across two grids)
+    ti = np.flatnonzero(per["throttled"].fillna(False).to_numpy(dtype=bool))
+    add = ti[np.array([own not in x.split(",") for x in by[ti]], dtype=bool)] if len(ti) else ti
+    by[add] = np.where(by[add] == "", own, own + "," + by[add])
     unknown = per["throttled"].isna().to_numpy().copy()
     for a, b in (spans or {}).values():
         unknown |= (start < a) | (end > b)
     per["frozen_by"] = pd.array(np.where(unknown, None, by), dtype="string")
-    per["frozen_us"] = within(freezes) if len(freezes) else np.zeros(n)
+
+    # a freeze whose start the reads leave open is known only to be at least as long as
+    # from its bracket's end: the periods its bracket overlaps do not know their frozen time
+    def opened(fs: pd.DataFrame) -> np.ndarray:
+        op = fs[~fs["exact"].to_numpy(dtype=bool)]
+        k0 = np.searchsorted(end, op["start_lo_ns"].to_numpy(np.int64), side="right")
+        k1 = np.searchsorted(start, op["start_hi_ns"].to_numpy(np.int64), side="left")
+        mark = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(mark, k0[k1 > k0], 1)
+        np.add.at(mark, k1[k1 > k0], -1)
+        return np.cumsum(mark)[:n] > 0
+
     others = freezes[freezes["level"] != own] if len(freezes) else freezes
-    per["frozen_other_us"] = within(others) if len(others) else np.zeros(n)
+    for col, fs in (("frozen_us", freezes), ("frozen_other_us", others)):
+        v = within(fs) if len(fs) else np.zeros(n)
+        if len(fs):
+            v[opened(fs)] = np.nan
+        per[col] = v
 
 
 def levels_table(a: Any) -> pd.DataFrame:

@@ -54,33 +54,43 @@ SUMMARY_COLUMNS = {
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _ran_out(r: Any) -> str:
+    """When the run's own quota ran out and what followed, in words; what the reads leave
+    open is said to be open, not printed as nan."""
+    if pd.isna(r.exhausted_p50_ms):
+        s = (
+            f"ran out in {r.throttled_pct_wall:.0f} % of periods, at moments the reads leave open (read "
+            "cpu.stat more often than the scheduler's tick to date them)"
+        )
+    else:
+        s = f"ran out {r.exhausted_p50_ms:.0f} ms into the period (median) in {r.throttled_pct_wall:.0f} % of periods"
+    if pd.notna(r.stall_ms_per_period):
+        cpus = f"about {r.cpus_throttled_p50:.1f} CPUs" if pd.notna(r.cpus_throttled_p50) else "it"
+        s += f", then {cpus} stood frozen for {r.stall_ms_per_period:.0f} ms"
+    return s
+
+
 def findings(cmp: pd.DataFrame) -> list[str]:
     """Plain-language findings computed from :func:`compare_runs` output."""
     out = []
     for r in cmp.itertuples(index=False):
-        limit = r.cpu_limit or "no"
-        head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with a {limit} CPU limit"
+        limit = f"a {r.cpu_limit} CPU limit" if r.cpu_limit else "no CPU limit"
+        head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with {limit}"
         if r.frozen_periods:
             # what froze the process, at any level, first: a pod's quota freezes a container
             # whose own cpu.stat never counts it
-            s = (
-                f"{head} — frozen in {r.frozen_pct_wall:.0f} % of periods, {r.frozen_ms_per_s:.0f} ms per second "
-                f"(periods per level: {r.frozen_by})"
+            per_s = (
+                f"{r.frozen_ms_per_s:.0f} ms per second"
+                if pd.notna(r.frozen_ms_per_s)
+                else "for a time per second the reads leave open"
             )
+            s = f"{head} — frozen in {r.frozen_pct_wall:.0f} % of periods, {per_s} (periods per level: {r.frozen_by})"
             if r.throttled_periods:
-                s += (
-                    f"; its own quota ran out {r.exhausted_p50_ms:.0f} ms into the period (median) in "
-                    f"{r.throttled_pct_wall:.0f} % of periods, then about {r.cpus_throttled_p50:.1f} CPUs stood "
-                    f"frozen for {r.stall_ms_per_period:.0f} ms."
-                )
+                s += f"; its own quota {_ran_out(r)}."
             else:
                 s += "; its own cgroup's quota never ran out: another level's quota froze it."
         elif r.throttled_periods:
-            s = (
-                f"{head} — the quota ran out {r.exhausted_p50_ms:.0f} ms into the period (median) in "
-                f"{r.throttled_pct_wall:.0f} % of periods; then about {r.cpus_throttled_p50:.1f} CPUs stood frozen "
-                f"for {r.stall_ms_per_period:.0f} ms."
-            )
+            s = f"{head} — the quota {_ran_out(r)}."
         else:
             s = f"{head} — never throttled."
         if r.stw_spanning_boundary:
