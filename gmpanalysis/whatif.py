@@ -292,7 +292,9 @@ def outer_specs(
 ) -> list[tuple[float | dict[int, float] | None, int, int, float]]:
     """The levels above as the replay takes them: (quota, period_ns, phase_ns, burst_us).
     By default the run's own, each period's quota moved by as many CPUs as this level's
-    moves at that time (``q`` over ``period_ns`` against the run's own quota then)."""
+    moves at that time (``q`` over ``period_ns`` against the run's own quota then): a pod's
+    quota is the sum of its containers' limits. A level that held fewer CPUs than this one
+    then (a pod-level limit, a parent slice's quota) is no such sum and stays as it was."""
     if outer is None:
         own = prep["own_quota"]
         own_p = prep["own_period_ns"] or period_ns
@@ -311,7 +313,9 @@ def outer_specs(
                 # them (the own level's quota in force then)
                 at = (int(lv["phase_ns"]) + kk * P - prep["phase"]) // own_p
                 was = was_by_k[np.maximum(np.searchsorted(ks, at, side="right") - 1, 0)]
-                d = np.where(np.isnan(was), 0.0, float(q) / (period_ns / 1000) - was / (own_p / 1000))
+                was_cpus = was / (own_p / 1000)
+                summed = ~np.isnan(was) & ~np.isnan(v) & (v / lv["period_us"] >= was_cpus - 1e-9)
+                d = np.where(summed, float(q) / (period_ns / 1000) - np.where(summed, was_cpus, 0.0), 0.0)
             moved = np.where(np.isnan(v), v, np.maximum(v + d * lv["period_us"], MIN_QUOTA_US))
             by_k = dict(zip(kk.tolist(), moved.tolist(), strict=True))
             specs.append((by_k, P, int(lv["phase_ns"]), float(lv["burst_us"])))

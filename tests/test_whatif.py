@@ -113,6 +113,23 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
         W.what_if(nested, outer=[{"quota_us": -1, "period_us": 100_000}])
 
 
+def test_a_pod_limit_below_the_containers_stays_as_it_was():
+    """fixtures/runs-v2/v2-6.12-ancestor-pod0.5-ctr4-default: a pod-level limit of 0.5 CPU
+    over a container of 4, so the pod's quota is no sum of its containers' limits. Changing
+    the container's limit leaves the pod's as it was (moved by the container's change, it
+    went to the kernel's least quota, 1 ms, and the replay answered 150 s at p99)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run("fixtures/runs-v2/v2-6.12-ancestor-pod0.5-ctr4-default")
+    (pod,) = W.settings(run)["outer"]
+    prep = memo(run, "prep", prep_built)
+    for q in (100_000, 200_000, 600_000):
+        ((got_q, *_),) = W.outer_specs(prep, None, q, 100_000_000, prep["phase"])
+        assert set(got_q.values()) == {pod["quota_us"]}, (q, set(got_q.values()))
+    kept = W.summarize(W.what_if(run, quota_us=100_000, outer=[pod]))
+    assert W.summarize(W.what_if(run, quota_us=100_000)) == pytest.approx(kept, nan_ok=True)
+
+
 def test_stop_the_world_pauses_stretched_to_the_boundary():
     """fixtures/runs/alloc-0.5cpu-gmp8's trace holds 25 GC stop-the-world pauses begun in the
     periods it covers whole, 3 of them stretched to the boundary (begun within a few ms of
