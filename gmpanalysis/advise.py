@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
-from .errors import UsageError
+from .cgroup import MIN_QUOTA_US
+from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
 from .modelerror import load as load_validation
 from .modelerror import measured_range, model_error, regime
@@ -48,6 +49,30 @@ def _candidates(max_limit: float, own: float | None) -> list[float]:
 
 def _g_candidates(ncpu: int, own_g: int | None) -> list[int]:
     return sorted({g for g in G_STEPS if g <= ncpu} | {ncpu} | ({own_g} if own_g and own_g <= ncpu else set()))
+
+
+def _check_candidates(limits: list[float], gs: list[int], bursts: list[float], period_us: int) -> None:
+    """A :class:`UsageError` naming advise's own arguments where a candidate cannot be set:
+    none given, a quota below the kernel's least (MIN_QUOTA_US) at the run's period, a burst
+    above the quota (the kernel refuses both)."""
+    for name, xs in (("limits", limits), ("gomaxprocs", gs), ("bursts", bursts)):
+        if not xs:
+            raise UsageError(f"advise({name}=[]): give at least one candidate, or leave it out for the defaults")
+    low = [x for x in limits if not (isinstance(x, (int, float)) and x * period_us >= MIN_QUOTA_US)]
+    if low:
+        raise UsageError(
+            f"advise(limits={limits!r}): {low} CPU is below the least quota the kernel accepts "
+            f"({MIN_QUOTA_US} µs per {period_us} µs period: {MIN_QUOTA_US / period_us:g} CPU)"
+        )
+    bad_g = [g for g in gs if not (isinstance(g, (int, np.integer)) and g >= 1)]
+    if bad_g:
+        raise UsageError(f"advise(gomaxprocs={gs!r}): {bad_g}: GOMAXPROCS is a whole number of at least 1")
+    bad_b = [b for b in bursts if not (isinstance(b, (int, float)) and 0 <= b <= 1)]
+    if bad_b:
+        raise UsageError(
+            f"advise(bursts={bursts!r}): {bad_b}: a burst is a share of the quota from 0 to 1 (the kernel refuses "
+            "a cpu.max.burst above the quota)"
+        )
 
 
 def advise(
@@ -88,7 +113,9 @@ def advise(
     if objective not in OBJECTIVES:
         raise UsageError(f"advise(objective={objective!r}): choose one of {list(OBJECTIVES)}")
     lim0 = settings(runs[0])
-    ncpu = int(cpus or lim0["cpus"] or 1)
+    if cpus is None and lim0["cpus"] is None:
+        raise MissingDataError(f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N)")
+    ncpu = int(lim0["cpus"] if cpus is None else cpus)
     if ncpu < 1 or (max_limit is not None and max_limit <= 0):
         raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
     top = float(max_limit or ncpu)
@@ -102,6 +129,7 @@ def advise(
         cand_g = _g_candidates(ncpu, own_g)
     with_requests = all(demand(r)["source"] == "requests" for r in runs)
     burst_set = sorted(set(bursts))
+    _check_candidates(cand_limits, cand_g, burst_set, period)
 
     # each run's replay inputs looked up once for every setting (a lookup checks the run's contents)
     inputs = [(memo(r, "prep", prep_built), r.path) for r in runs]

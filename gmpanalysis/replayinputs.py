@@ -16,7 +16,7 @@ from .analysis import analyze
 from .bundle import Run
 from .cfsreplay import SLICE_US
 from .cgroup import bundle_period_us
-from .errors import GmpError, MissingDataError
+from .errors import BundleError, GmpError, MissingDataError
 from .kernelfacts import tick_ns
 from .served import latency_ms, succeeded
 
@@ -131,10 +131,18 @@ def _settings_built(run: Run) -> dict[str, Any]:
     a = analyze(run)
     own = [x for x in _own_quota(run).values() if not math.isnan(x)]
     outer = [{k: v for k, v in lv.items() if k not in ("phase_ns", "quota_by_period")} for lv in _outer_levels(run)]
+    burst, quota = m.get("burst_us") or 0, own[0] if own else m.get("quota_us")
+    if quota is not None and burst > quota:
+        # tg_set_cfs_bandwidth refuses a burst above the quota: no kernel ran this
+        raise BundleError(
+            f"{run.path / 'meta.json'}: burst_us {burst} is above quota_us {quota}; the kernel refuses a "
+            "burst above the quota, so the file is corrupt: correct burst_us (the cgroup's cpu.max.burst or "
+            "cpu.cfs_burst_us)"
+        )
     return {
-        "quota_us": own[0] if own else m.get("quota_us"),
+        "quota_us": quota,
         "period_us": a.period_ns // 1000,
-        "burst_us": m.get("burst_us") or 0,
+        "burst_us": burst,
         "gomaxprocs": a.gomaxprocs or m.get("ncpu"),
         "cpus": m.get("ncpu"),
         "slice_us": float(m.get("cfs_slice_us") or SLICE_US),

@@ -230,6 +230,10 @@ ADVICE_COLUMNS = {
 }
 
 
+# a limit is shown as it would be set (0.25, 1.75), not rounded like the measured figures
+_LIMIT_AS_SET = {ADVICE_COLUMNS["limit_cpu"]: lambda v: f"{v:g}"}
+
+
 def _advice_html(run: Run) -> str:
     """What the replay says this run should have run with (:func:`gmpanalysis.advise`, for
     p99, without burst), the best five settings, and the usual rules at that limit."""
@@ -245,13 +249,17 @@ def _advice_html(run: Run) -> str:
     out = [
         f"<h3>What should it run with?</h3><p>{html.escape(adv.attrs['recommendation'])} "
         "(a replay of this run's demand: <code>gmp.advise</code>, <code>gmp.what_if</code>)</p>",
-        head.to_html(index=False, float_format=lambda v: f"{v:,.1f}", na_rep="–", border=0),
+        head.to_html(index=False, float_format=lambda v: f"{v:,.1f}", formatters=_LIMIT_AS_SET, na_rep="–", border=0),
     ]
     b = adv.attrs["baselines"]
     if len(b):
         keep = {"setting": "setting", **{k: v for k, v in ADVICE_COLUMNS.items() if k != "gomaxprocs"}}
-        out.append(b[list(keep)].rename(columns=keep).to_html(index=False, float_format=lambda v: f"{v:,.1f}",
-                                                               na_rep="–", border=0))  # fmt: skip
+        rows = b[list(keep)].rename(columns=keep)
+        out.append(
+            rows.to_html(
+                index=False, float_format=lambda v: f"{v:,.1f}", formatters=_LIMIT_AS_SET, na_rep="–", border=0
+            )
+        )
     return "".join(out)
 
 

@@ -55,6 +55,7 @@ import pandas as pd
 from . import runtimecost
 from .bundle import Run
 from .cfsreplay import group_quantiles, replay_columns
+from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .compare import column, stall_ms_per_s
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
@@ -146,10 +147,22 @@ def _what_if(
     if unlimited:
         q = None
     elif quota_us is None:  # the run's own, period by period (on its own period only)
-        q = prep["own_quota"] if P == lim["period_us"] else lim["quota_us"]
+        # another period keeps the CPUs (Kubernetes writes limit × period): the run's first
+        # quota, rescaled
+        own_q = lim["quota_us"]
+        same_p = _num(P) and P == lim["period_us"]
+        q = prep["own_quota"] if same_p or own_q is None else own_q * P / lim["period_us"]
     else:
         q = quota_us
     _check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
+    qs = np.fromiter(q.values(), dtype=np.float64) if isinstance(q, dict) else np.array([np.nan if q is None else q])
+    qs = qs[np.isfinite(qs)]
+    if burst_us is not None and _num(burst_us) and len(qs) and burst_us > qs.min():
+        # tg_set_cfs_bandwidth: -EINVAL where burst > quota
+        raise UsageError(
+            f"what_if(burst_us={burst_us!r}): more than the quota ({qs.min():g} µs); the kernel refuses a "
+            "cpu.max.burst (cpu.cfs_burst_us) above the quota"
+        )
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = prep["demand"]
     phase = prep["phase"]
@@ -209,8 +222,8 @@ def _check_settings(
     bad = [
         f"{k}={v!r}"
         for k, v, ok in (
-            ("period_us", P, _num(P) and P > 0 and float(P).is_integer()),
-            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and quota_us > 0)),
+            ("period_us", P, _num(P) and MIN_PERIOD_US <= P <= MAX_PERIOD_US and float(P).is_integer()),
+            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and MIN_QUOTA_US <= quota_us <= MAX_QUOTA_US)),
             ("burst_us", burst, _num(burst) and burst >= 0),
             ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
             ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
@@ -222,8 +235,9 @@ def _check_settings(
         bad.append(f"unlimited=True with outer={outer!r}")
     if bad:
         raise UsageError(
-            f"what_if({', '.join(bad)}): give a whole positive period (µs), GOMAXPROCS and CPU count "
-            "(cpus= where the bundle does not record them) and a positive quota; burst >= 0, tick_phase_ns >= 0; "
+            f"what_if({', '.join(bad)}): give a whole period of 1,000-1,000,000 µs and a quota of at least "
+            "1,000 µs (the bounds cpu.max and cpu.cfs_period_us/cfs_quota_us accept), a whole positive GOMAXPROCS "
+            "and CPU count (cpus= where the bundle does not record them); burst >= 0, tick_phase_ns >= 0; "
             "unlimited=True takes no levels above"
         )
 
@@ -277,10 +291,6 @@ def _closed_loop_spread(
         p50, p99 = group_quantiles(np.asarray(which), mapped, len(out["period"]), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
     return mapped
-
-
-# the least quota the kernel accepts (cpu.cfs_quota_us / cpu.max), µs
-MIN_QUOTA_US = 1000
 
 
 def outer_specs(

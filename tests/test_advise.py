@@ -124,3 +124,49 @@ def test_measured_range_inverts_an_error_relative_to_the_measured_value():
     # both ends are 25 % away from the value they are measured against
     assert abs(100 - lo) == pytest.approx(0.25 * lo) and abs(100 - hi) == pytest.approx(0.25 * hi)
     assert measured_range(100.0, 100.0)[1] == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("kw", "names"),
+    [
+        ({"limits": []}, "limits=[]"),
+        ({"gomaxprocs": []}, "gomaxprocs=[]"),
+        ({"bursts": []}, "bursts=[]"),
+        ({"limits": [0.001]}, "least quota the kernel accepts"),
+        ({"limits": [0]}, "limits=[0]"),
+        ({"bursts": [1.5]}, "above the quota"),
+        ({"gomaxprocs": [0]}, "gomaxprocs=[0]"),
+        ({"cpus": 0}, "cpus=0"),
+    ],
+)
+def test_candidates_the_kernel_or_go_would_refuse_are_named(kw, names):
+    """What cpu.max refuses (a quota under 1 ms, a burst above the quota), GOMAXPROCS 0,
+    and an empty candidate list: a UsageError naming advise's own argument, not a KeyError
+    or what_if's names."""
+    run = _load(BUNDLES[0])
+    with pytest.raises(UsageError) as e:
+        advise(run, **kw)
+    assert names in str(e.value) and "advise" in str(e.value)
+
+
+def test_a_run_without_its_cpu_count_is_not_advised_for_one_cpu():
+    import copy
+
+    run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    blind = copy.copy(run)
+    blind.meta = {k: v for k, v in run.meta.items() if k != "ncpu"}
+    with pytest.raises(gmp.MissingDataError, match=r"no ncpu: give advise\(\.\.\., cpus=N\)"):
+        advise(blind)
+    assert advise(blind, cpus=run.meta["ncpu"]).attrs["regime"] == advise(run).attrs["regime"]
+
+
+def test_the_report_shows_limits_as_they_would_be_set():
+    """0.25 and 1.75 CPU stay 0.25 and 1.75 in the report's advice (they were rounded to one
+    decimal with the measured figures: 0.2, 1.8)."""
+    import re
+
+    from gmpanalysis.report import _advice_html
+
+    html = _advice_html(_load(Path("fixtures/runs/cpu-0.5cpu-gmp8")))
+    first = re.findall(r"<tr>\s*<td>([0-9.]+)</td>", html)
+    assert first and any(x in {"0.25", "0.75", "1.25", "1.75"} for x in first), first

@@ -335,3 +335,22 @@ def test_one_estimator_for_predict_and_advise(runs):
     # the run's own throughput, measured and replayed under its own settings
     m = W.measured(src)
     assert m["throughput_rps"] == pytest.approx(W.estimate(src, **W.target_setting(src))["throughput_rps"], rel=0.05)
+
+
+def test_another_period_keeps_the_cpus():
+    """what_if(period_us=...) alone keeps the run's limit in CPUs, as Kubernetes writes
+    quota = limit × period (the quota in µs was kept: 0.5 CPU became 1 CPU at 50 ms)."""
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    q = run.meta["quota_us"] / run.meta["period_us"]
+    alone = W.summarize(W.what_if(run, period_us=50_000))
+    explicit = W.summarize(W.what_if(run, period_us=50_000, quota_us=q * 50_000))
+    assert alone == pytest.approx(explicit, nan_ok=True)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"quota_us": 999}, {"period_us": 999}, {"period_us": 1_000_001}, {"quota_us": 20_000, "burst_us": 20_001}]
+)
+def test_settings_the_kernel_refuses_are_refused(kw):
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    with pytest.raises(UsageError, match="kernel|1,000"):
+        W.what_if(run, **kw)
