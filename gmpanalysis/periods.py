@@ -124,6 +124,12 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
     measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
     cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
+    # each CPU's run queue is throttled when its own slice runs out, some before the group's
+    # usage goes flat at the exhaustion read: the ratio overshoots (2.04 on 2 CPUs), but no
+    # more run queues than CPUs can stand throttled
+    ncpu = run.meta.get("ncpu")
+    if isinstance(ncpu, int) and ncpu > 0:
+        cpus = np.minimum(cpus, float(ncpu))
 
     quota, changes = quota_per_period(run, start, end)
     reason = np.full(n, "", dtype=object)
