@@ -27,7 +27,7 @@ from .checks import checks, local_checks
 from .compare import period_summary
 from .errors import BundleError, MissingDataError
 from .gomaxprocs import effective as effective_gomaxprocs
-from .grid import PeriodGrid, check_period, fit_period_grid, timer_late_ns
+from .grid import PeriodGrid, check_period, fit_period_grid, restart_ns, timer_late_ns
 from .levels import level_names, level_run, levels_table, period_changes, table_level
 from .offsets import period_offsets
 from .periods import build_level, build_periods
@@ -98,12 +98,12 @@ class Analysis:
         P = period_ns(self.run.meta)
         if not len(period_changes(self.run)):  # a changed period has its own error (periods)
             self._check_period(P)
-        return fit_period_grid(s, P)
+        return fit_period_grid(s, P, restart_ns(self.run.meta))
 
     def _check_period(self, P: int) -> None:
         """The recorded period against the samples (:func:`gmpanalysis.grid.check_period`):
         a period the timer cannot have is a :class:`BundleError`, a drifting one a note."""
-        verdict = check_period(self.run.samples, P, timer_late_ns(self.run.meta))
+        verdict = check_period(self.run.samples, P, timer_late_ns(self.run.meta), restart_ns(self.run.meta))
         if verdict is None:
             return
         kind, why = verdict

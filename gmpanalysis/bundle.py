@@ -16,6 +16,7 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from .bundlefiles import parse_requests as parse_requests
 from .errors import BundleError, GmpWarning, NotFoundError
 from .errors import TruncatedLineWarning as TruncatedLineWarning
 from .goversion import go_minor
+from .grid import restart_ns
 from .schema import READABLE, check, upgrade
 
 # meta.json is a few kB; anything much larger is not one
@@ -225,7 +227,9 @@ def _check_clock(samples: pd.DataFrame, meta: dict[str, Any], d: Path) -> None:
         )
 
 
-def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[str]:
+def check_counters(
+    samples: pd.DataFrame, source: str = "cpu_stat.csv", restarts_ns: Sequence[int] = (), own: str | None = None
+) -> list[str]:
     """What the cumulative counters of each sampled cgroup say about the file; returns notes.
 
     The kernel counts every throttled period in nr_periods too, so nr_throttled never runs
@@ -234,11 +238,16 @@ def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[
     is corrupt, and raises :class:`BundleError` naming the line. A counter that falls is read
     as a recreated cgroup (a restart: every counter starts again, usage included) and the
     analysis starts a new segment there (:func:`gmpanalysis.grid.split_segments`); one that
-    falls while usage_us does not has no such evidence, and gets a note naming the line.
+    falls while usage_us does not has no such evidence, and gets a note naming the line. A
+    restart the collector saw (``restarts_ns``, of level ``own``: every level where the
+    samples name none) starts a new segment too, counters fallen or not.
     """
     notes: list[str] = []
-    groups = [samples] if "cgroup" not in samples else [g for _, g in samples.groupby("cgroup", sort=False)]
-    for g in groups:
+    if "cgroup" not in samples:
+        groups = [(own, samples)]  # one cgroup: the process's own
+    else:
+        groups = [(str(k), g) for k, g in samples.groupby("cgroup", sort=False)]
+    for name, g in groups:
         if len(g) < 2:
             continue
         line = g.index.to_numpy() + 2
@@ -262,6 +271,9 @@ def check_counters(samples: pd.DataFrame, source: str = "cpu_stat.csv") -> list[
         fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
         usage_fell = np.diff(usage) < 0
         cut = usage_fell.copy()
+        if len(restarts_ns) and name == own:
+            after = np.searchsorted(g["t_ns"].to_numpy(), np.asarray(restarts_ns, dtype=np.int64), side="right")
+            cut[after[(after > 0) & (after < len(g))] - 1] = True
         for c, f in fell.items():
             cut |= f
             odd = np.flatnonzero(f & ~usage_fell)
@@ -369,7 +381,10 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         if not any("no samples" in n for n in notes):
             notes.append(f"{d / 'cpu_stat.csv'}: no samples: the collection stopped before the sampler's first read")
     _check_clock(samples, meta, d)
-    notes += check_counters(samples, str(csv))
+    # the process's own level: meta.json's first, else the first the samples name
+    listed = [x.get("level") for x in meta.get("levels") or () if isinstance(x, dict)]
+    first = str(samples["cgroup"].iloc[0]) if "cgroup" in samples and len(samples) else None
+    notes += check_counters(samples, str(csv), restart_ns(meta), listed[0] if listed else first)
     if requests is not None:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more

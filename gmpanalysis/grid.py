@@ -25,6 +25,8 @@ of ms delays an expiry by as much, now and then, never five periods in a row).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -108,15 +110,33 @@ class PeriodGrid:
         return self.main.uncertainty_ns
 
 
-def split_segments(samples: pd.DataFrame) -> list[tuple[int, int]]:
+def restart_ns(meta: dict[str, Any]) -> tuple[int, ...]:
+    """When the collector saw the container restart (meta.json ``restarts``, CLOCK_MONOTONIC
+    ns): its cgroup was recreated then, whether or not its counters fell (a new cgroup that
+    ran longer than the old one already counts more). The process's own level only: a
+    level run of another level has none (:func:`gmpanalysis.levels.level_run`)."""
+    out = []
+    for r in meta.get("restarts") or ():
+        t = r.get("mono_ns") if isinstance(r, dict) else None
+        if isinstance(t, int) and not isinstance(t, bool):
+            out.append(t)
+    return tuple(sorted(out))
+
+
+def split_segments(samples: pd.DataFrame, restarts_ns: Sequence[int] = ()) -> list[tuple[int, int]]:
     """(first_row, last_row) ranges between counter resets: any cumulative counter falling
-    means the cgroup was recreated."""
+    means the cgroup was recreated, and so does a restart the collector saw
+    (``restarts_ns``: :func:`restart_ns`), between the reads either side of it."""
     if len(samples) == 0:
         return []
     fall = np.zeros(len(samples) - 1, dtype=bool)
     for c in COUNTERS:
         v = samples[c].to_numpy()
         fall |= v[1:] < v[:-1]
+    if len(restarts_ns):
+        after = np.searchsorted(samples["t_ns"].to_numpy(), np.asarray(restarts_ns, dtype=np.int64), side="right")
+        after = after[(after > 0) & (after < len(samples))]
+        fall[after - 1] = True
     cuts = np.flatnonzero(fall) + 1
     edges = np.r_[0, cuts, len(samples)]
     return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]
@@ -215,8 +235,9 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     return None if len(k) == 0 else int(use[k[0] + 1])  # the read that starts the first conflicting bracket
 
 
-def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> PeriodGrid:
-    """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc).
+def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000, restarts_ns: Sequence[int] = ()) -> PeriodGrid:
+    """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc);
+    ``restarts_ns``: when its container restarted (:func:`restart_ns`), a new segment each.
 
     ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
     it, select one first. Raises :class:`MissingDataError` when the samples cannot place
@@ -244,7 +265,7 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     segs = []
     pending, left_out = [], []
     cap = max(len(samples), HOLE_BOUNDARIES_MIN)
-    for a, b in split_segments(samples):
+    for a, b in split_segments(samples, restarts_ns):
         # boundaries inside each stretch between reads, at most (the phase is not known yet):
         # more than cap means a gap of at least cap periods
         for j in (a + np.flatnonzero(t_all[a + 1 : b + 1] - t_all[a:b] >= cap * period_ns)).tolist():
@@ -274,7 +295,9 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000) -> Peri
     return PeriodGrid(period_ns, tuple(segs), tuple(left_out))
 
 
-def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LATE_NS) -> tuple[str, str] | None:
+def check_period(
+    samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LATE_NS, restarts_ns: Sequence[int] = ()
+) -> tuple[str, str] | None:
     """Do the samples of ONE cgroup agree with a CFS period of ``period_ns``? Returns None
     when they do (or hold too few increments to tell), else ``("error", why)`` when the
     period cannot be the timer's, or ``("note", why)`` when its boundaries drift against
@@ -290,7 +313,7 @@ def check_period(samples: pd.DataFrame, period_ns: int, late_ns: int = TIMER_LAT
     read_all = samples["read_ns"].to_numpy(np.int64)
     per_all = samples["nr_periods"].to_numpy()
     P = int(period_ns)
-    segments = split_segments(samples)
+    segments = split_segments(samples, restarts_ns)
     spacing = []  # time per increment between reads that saw one (consecutive periods: ~P)
     rises = 0
     for a, b in segments:

@@ -102,6 +102,9 @@ def _level_meta(run: Run, name: str) -> dict[str, Any]:
             meta["period_us"] = int(first["period_us"].iloc[0])
             meta["burst_us"] = int(first["burst_us"].iloc[0])
     meta["level"] = name
+    if name != level_names(run)[0]:
+        # a container's restart recreates its own cgroup, not the pod's above it
+        meta["restarts"] = []
     return meta
 
 

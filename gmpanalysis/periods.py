@@ -83,6 +83,17 @@ PERIOD_COLUMNS = [
 ]
 
 
+def _cpus_throttled(thr_us: np.ndarray, stall: np.ndarray, measurable: np.ndarray, ncpu: object) -> np.ndarray:
+    """Throttled run-queue time over the stall: how many CPUs stood throttled. Each CPU's run
+    queue is throttled when its own slice runs out, some before the group's usage goes flat
+    at the exhaustion read, so the ratio overshoots (2.04 on 2 CPUs); no more run queues
+    than CPUs (meta.json's ncpu) can stand throttled."""
+    cpus = np.where(measurable, thr_us / np.where(measurable, stall, 1), np.nan)
+    if isinstance(ncpu, int) and ncpu > 0:
+        cpus = np.minimum(cpus, float(ncpu))
+    return cpus
+
+
 def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> tuple[pd.DataFrame, Credits]:
     seg = grid.segments[seg_no]
     P = grid.period_ns
@@ -123,13 +134,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
     measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
-    cpus = np.where(measurable, d_thr_us / np.where(measurable, stall, 1), np.nan)
-    # each CPU's run queue is throttled when its own slice runs out, some before the group's
-    # usage goes flat at the exhaustion read: the ratio overshoots (2.04 on 2 CPUs), but no
-    # more run queues than CPUs can stand throttled
-    ncpu = run.meta.get("ncpu")
-    if isinstance(ncpu, int) and ncpu > 0:
-        cpus = np.minimum(cpus, float(ncpu))
+    cpus = _cpus_throttled(d_thr_us, stall, measurable, run.meta.get("ncpu"))
 
     quota, changes = quota_per_period(run, start, end)
     reason = np.full(n, "", dtype=object)

@@ -143,7 +143,13 @@ FIELDS: dict[str, Field] = {
         },
     ),
     "trace": _f("object|null", "the trace capture: times, status, bytes"),
-    "restarts": _f("array", "container restarts followed during the collection", items="object"),
+    "restarts": _f(
+        "array",
+        "container restarts followed during the collection: mono_ns (the samples' clock: the old container's "
+        "last read, after which the analysis starts a new segment; null: before any read), old and new "
+        "container IDs",
+        items="object",
+    ),
     "notes": _f("array", "what the collector wants the reader to know", items="string"),
     "error": _f("string|null", "why the collection ended early"),
 }

@@ -15,6 +15,7 @@ import urllib.request
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from spinner_truth import ATTEMPTS, MIN_APART_MS, check_against_truth
 
@@ -133,6 +134,14 @@ def test_container_restart_mid_window_is_segmented(cluster, bins, tmp_path):
     assert bool(run.meta["trace"].get("complete")) == (not cut)
     per = gmp.df_periods(run)
     assert set(per["segment"]) == {0, 1}  # the new container's cgroup: counters restart, new phase
+    # the restart is recorded on the samples' clock: the old container's last read, the new
+    # one's first after it, which is where the container level's segment starts
+    own = run.samples[run.samples["cgroup"] == "container"]
+    at = run.meta["restarts"][0]["mono_ns"]
+    first_new = int(np.searchsorted(own["t_ns"].to_numpy(), at, side="right"))
+    assert 0 < first_new < len(own), (at, own["t_ns"].iloc[[0, -1]].tolist())
+    grid = gmp.analyze(run).grid
+    assert [g.first_row for g in grid.segments][1] == first_new, ([g.first_row for g in grid.segments], first_new)
     # the pod's cgroup outlived the container: sampled again by the new exec, the files continued
     assert set(run.samples["cgroup"]) == {"container", "pod"}
     assert run.limits["cgroup"].tolist() == ["container", "pod", "container", "pod"]

@@ -303,7 +303,11 @@ def _record_restart(
         f"{info['pod']}: container restarted ({info['container_id']} -> {new_id}); "
         "sampling the new one (its counters restart: a new segment)"
     )
-    meta["restarts"].append({"mono_ns": time.monotonic_ns(), "old": info["container_id"], "new": new_id})
+    # on the samples' clock (the node's CLOCK_MONOTONIC, not this process's): the old
+    # container's last read; the new one's reads follow it (the analysis cuts there)
+    csv = out / "cpu_stat.csv"
+    last = last_t(csv) if csv.exists() else None
+    meta["restarts"].append({"mono_ns": last, "old": info["container_id"], "new": new_id})
     info["container_id"] = new_id
     to_meta(out / "meta.json", meta)
 
