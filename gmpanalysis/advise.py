@@ -157,7 +157,8 @@ def advise(
     table.attrs["regime"] = reg
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
-    table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err)
+    met = bool(_cost_ok(table, with_requests).any())
+    table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
     table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu)
     return table
 
@@ -185,6 +186,15 @@ def _predict(
     return out
 
 
+def _cost_ok(t: pd.DataFrame, with_requests: bool) -> pd.Series:
+    """The settings the cost objective may choose among: at most 10 % of periods throttled
+    and, with requests, p99 within 25 % of the best."""
+    ok = t["throttled_pct"] <= 10.0
+    if with_requests:
+        ok &= t["p99_ms"] <= 1.25 * t["p99_ms"].min()
+    return ok
+
+
 def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
     if objective == "p99" and not with_requests:
         objective = "throttle"  # no latency to rank by
@@ -195,10 +205,8 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
         t = t.assign(_near=t["p99_ms"] > 1.05 * best)
         t = t.sort_values(["_near", "cost_cpu", "p99_ms", "burst_us", "gomaxprocs"]).drop(columns="_near")
     else:
-        ok = t["throttled_pct"] <= 10.0
-        if with_requests:
-            ok &= t["p99_ms"] <= 1.25 * t["p99_ms"].min()
-        t = t.assign(_bad=~ok).sort_values(["_bad", "cost_cpu", "p99_ms", "throttled_pct", "burst_us", "gomaxprocs"])
+        t = t.assign(_bad=~_cost_ok(t, with_requests))
+        t = t.sort_values(["_bad", "cost_cpu", "p99_ms", "throttled_pct", "burst_us", "gomaxprocs"])
         t = t.drop(columns="_bad")
     t = t.reset_index(drop=True)
     t.insert(0, "rank", np.arange(1, len(t) + 1))
@@ -206,7 +214,12 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
 
 
 def _sentence(
-    best: pd.Series, objective: str, with_requests: bool, reg: str, err: dict[str, tuple[float, float, str]]
+    best: pd.Series,
+    objective: str,
+    with_requests: bool,
+    reg: str,
+    err: dict[str, tuple[float, float, str]],
+    met: bool = True,
 ) -> str:
     burst = f", a burst of {best.burst_us / 1000:.0f} ms (Linux 5.14+)" if best.burst_us > 0 else ""
 
@@ -222,12 +235,21 @@ def _sentence(
         return f" (measured {a:,.0f}-{b} ms at the median held-out error, {c:,.0f}-{d} ms at its p90)"
 
     p99 = f"p99 {best.p99_ms:.0f} ms{p99_range()}, " if with_requests else ""
+    goal = objective
+    if objective == "p99" and not with_requests:
+        goal = "throttle (the run has no requests, so no latency to rank by)"
     said = (
-        f"For {objective}: a CPU limit of {best.limit_cpu:g} ({best.quota_us:.0f} µs per {best.period_us:.0f} µs)"
+        f"For {goal}: a CPU limit of {best.limit_cpu:g} ({best.quota_us:.0f} µs per {best.period_us:.0f} µs)"
         f"{burst} with GOMAXPROCS={best.gomaxprocs:.0f}: predicted {p99}"
         f"{best.throttled_pct:.0f} % of periods throttled{pm('throttled_pct', ' points')}, "
         f"{best.stall_ms_per_s:.0f} ms frozen per second."
     )
+    if objective == "cost" and not met:
+        said += (
+            " No candidate met the cost objective's goals (at most 10 % of periods throttled"
+            + (", p99 within 25 % of the best" if with_requests else "")
+            + "): this is the cheapest of the rest; widen limits= or max_limit=."
+        )
     if not err:
         said += (
             f" The model has not been validated in this regime ({reg}): no error bars; "

@@ -123,6 +123,13 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     periods), frozen_ms_per_s (:func:`frozen_wall` per second of the periods that know it)
     and frozen_by ("pod 153, container 115": periods per level, most first).
     """
+    missing = [c for c in ("nr_periods", "nr_throttled", "throttled_rq_us") if c not in per]
+    if missing:
+        replay = "model" in per.attrs
+        raise UsageError(
+            f"period_summary: the table has no {', '.join(missing)}: it takes gmp.df_periods' table"
+            + ("; a what_if table is summarised by gmpanalysis.whatif.summarize(table)" if replay else "")
+        )
     n = len(per)
     thr_known = per["throttled"].fillna(False).astype(bool)
     groups = per.attrs["ledger"].groups if "ledger" in per.attrs else None

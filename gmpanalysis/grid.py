@@ -180,7 +180,7 @@ def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: 
         raise MissingDataError(
             "no nr_periods increment between two reads closer than half a period: the cgroup has no CPU "
             "limit (no period timer) or the samples are too sparse to place the period grid (sample at "
-            "least every 50 ms for 100 ms periods; ~1 ms gives a precise grid)"
+            f"least every {period_ns / 2e6:g} ms for {period_ns / 1e6:g} ms periods; ~1 ms gives a precise grid)"
         )
     # work relative to a reference so the circle does not wrap: offsets in (-P/2, P/2]; the
     # narrowest bracket's upper end lies closest to a boundary (a wide first bracket, after
@@ -290,7 +290,8 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000, restart
         raise MissingDataError(
             f"{samples.attrs.get('source', 'samples')}: cannot place the CFS period grid: no segment of the "
             "samples has nr_periods rising between reads closer than half a period (is there a CPU limit? "
-            "was the group busy? were the reads at least every 50 ms for 100 ms periods?)"
+            f"was the group busy? were the reads at least every {period_ns / 2e6:g} ms for "
+            f"{period_ns / 1e6:g} ms periods?)"
         )
     return PeriodGrid(period_ns, tuple(segs), tuple(left_out))
 

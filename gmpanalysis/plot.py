@@ -45,7 +45,8 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     exhaustion more than 5 ms open), periods whose throttling is unknown hatched grey, the
     longest STW of each period on the right axis
     (an X where it spanned a throttled boundary), and GOMAXPROCS written where it changes.
-    Takes :func:`gmpanalysis.df_periods` output."""
+    Takes :func:`gmpanalysis.df_periods` output, or :func:`gmpanalysis.what_if`'s (its
+    periods as replayed: no holes, no STW markers)."""
     ax = _axes(ax, (11, 4))
     if per.empty:
         ax.set_title("no periods")
@@ -161,6 +162,8 @@ def _periods_legend(ax: Any, has_quota: bool, holes: bool, brackets: bool) -> li
 def _stw_markers(ax: Any, per: pd.DataFrame, x: np.ndarray, w: np.ndarray) -> list:
     """The longest STW of each period (of 1 ms or more) on a right axis, an X where it
     spanned a throttled boundary; returns their legend entries."""
+    if "stw_max_us" not in per:  # a what_if table: the replay places pauses, not one each
+        return []
     stw = per["stw_max_us"].to_numpy() / 1e3
     has = np.isfinite(stw) & (stw >= 1.0)
     if not has.any():
@@ -185,6 +188,8 @@ def _stw_markers(ax: Any, per: pd.DataFrame, x: np.ndarray, w: np.ndarray) -> li
 
 def _gomaxprocs_notes(ax: Any, per: pd.DataFrame, x: np.ndarray, top: float) -> None:
     """GOMAXPROCS written where it changes (and at the first period)."""
+    if "gomaxprocs" not in per:  # a what_if table: its setting is in attrs["model"]
+        return
     g = per["gomaxprocs"].to_numpy()
     change = np.r_[True, g[1:] != g[:-1]] & np.isfinite(g)
     for i in np.flatnonzero(change):

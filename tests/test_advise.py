@@ -170,3 +170,18 @@ def test_the_report_shows_limits_as_they_would_be_set():
     html = _advice_html(_load(Path("fixtures/runs/cpu-0.5cpu-gmp8")))
     first = re.findall(r"<tr>\s*<td>([0-9.]+)</td>", html)
     assert first and any(x in {"0.25", "0.75", "1.25", "1.75"} for x in first), first
+
+
+def test_the_sentence_says_what_it_ranked_by_and_when_no_candidate_met_the_goals():
+    import copy
+
+    run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    # cost: every candidate under the run's demand throttles most periods
+    said = advise(run, objective="cost", limits=[0.25, 0.3]).attrs["recommendation"]
+    assert said.startswith("For cost:") and "No candidate met the cost objective's goals" in said
+    assert "No candidate met" not in advise(run, objective="cost").attrs["recommendation"]
+    # p99 without requests ranks by throttling, and says so
+    blind = copy.copy(run)
+    blind.requests = None
+    said = advise(blind).attrs["recommendation"]
+    assert said.startswith("For throttle (the run has no requests"), said

@@ -354,3 +354,17 @@ def test_settings_the_kernel_refuses_are_refused(kw):
     run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
     with pytest.raises(UsageError, match="kernel|1,000"):
         W.what_if(run, **kw)
+
+
+def test_a_what_if_table_plots_and_is_summarised_by_its_own_function():
+    """what_if returns a period table: plot_periods draws it; period_summary, which needs
+    the kernel's counters, names the function that summarises a replay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    per = W.what_if(run, gomaxprocs=1)
+    ax = gmp.plot_periods(per)
+    assert len(ax.collections) >= 1
+    with pytest.raises(UsageError, match=r"whatif\.summarize"):
+        gmp.period_summary(per)
