@@ -96,8 +96,9 @@ def advise(
 
     Columns: ``rank``, ``limit_cpu``, ``quota_us``, ``period_us``, ``burst_us``,
     ``gomaxprocs``, ``throttled_pct`` (% of periods), ``stall_ms_per_s`` (frozen wall time per
-    second), ``p99_ms`` (NaN without requests), ``exhausted_p50_ms``, ``cost_cpu`` (CPUs
-    reserved), ``throughput_rps`` (requests answered per second). ``.attrs``:
+    second), ``frozen_pct`` and ``frozen_ms_per_s`` (the same by any level's quota: a pod's
+    too; the throttle and cost objectives rank by them), ``p99_ms`` (NaN without requests),
+    ``exhausted_p50_ms``, ``cost_cpu`` (CPUs reserved), ``throughput_rps`` (requests answered per second). ``.attrs``:
     ``recommendation`` (one sentence), ``baselines`` (what the run's own setting, Go >=
     1.25's default, automaxprocs and the downward API would give at the recommended limit,
     and how much worse each is), ``regime`` (the recommended setting's:
@@ -180,16 +181,24 @@ def _predict(
         "gomaxprocs": g,
         "cost_cpu": lim,
     }
-    for k in ("throttled_pct", "stall_ms_per_s", "p99_ms", "exhausted_p50_ms", "throughput_rps"):
+    for k in (
+        "throttled_pct",
+        "stall_ms_per_s",
+        "frozen_pct",
+        "frozen_ms_per_s",
+        "p99_ms",
+        "exhausted_p50_ms",
+        "throughput_rps",
+    ):
         vals = [f[k] for f in figs if not math.isnan(f[k])]
         out[k] = float(np.mean(vals)) if vals else math.nan
     return out
 
 
 def _cost_ok(t: pd.DataFrame, with_requests: bool) -> pd.Series:
-    """The settings the cost objective may choose among: at most 10 % of periods throttled
-    and, with requests, p99 within 25 % of the best."""
-    ok = t["throttled_pct"] <= 10.0
+    """The settings the cost objective may choose among: at most 10 % of periods frozen (by
+    any level's quota) and, with requests, p99 within 25 % of the best."""
+    ok = t["frozen_pct"] <= 10.0
     if with_requests:
         ok &= t["p99_ms"] <= 1.25 * t["p99_ms"].min()
     return ok
@@ -199,7 +208,10 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
     if objective == "p99" and not with_requests:
         objective = "throttle"  # no latency to rank by
     if objective == "throttle":
-        t = t.sort_values(["throttled_pct", "stall_ms_per_s", "cost_cpu", "burst_us", "gomaxprocs"])
+        # frozen by any level first (a pod's quota too); without levels above, the same as
+        # the own level's throttling and stall
+        keys = ["frozen_pct", "frozen_ms_per_s", "throttled_pct", "stall_ms_per_s", "cost_cpu", "burst_us"]
+        t = t.sort_values([*keys, "gomaxprocs"])
     elif objective == "p99":
         best = t["p99_ms"].min()
         t = t.assign(_near=t["p99_ms"] > 1.05 * best)
@@ -244,6 +256,12 @@ def _sentence(
         f"{best.throttled_pct:.0f} % of periods throttled{pm('throttled_pct', ' points')}, "
         f"{best.stall_ms_per_s:.0f} ms frozen per second."
     )
+    if best.frozen_ms_per_s > best.stall_ms_per_s + 0.5:
+        # the levels above (a pod's quota) freeze the work the own counters never see
+        said += (
+            f" With the levels above: {best.frozen_pct:.0f} % of periods frozen by some quota, "
+            f"{best.frozen_ms_per_s:.0f} ms per second."
+        )
     if objective == "cost" and not met:
         said += (
             " No candidate met the cost objective's goals (at most 10 % of periods throttled"

@@ -34,7 +34,8 @@ The state, as :func:`gmpanalysis.cfsreplay.replay` lays it out:
   (when each was answered / entered the service).
 * ``rows``: per period of the own level from the first, (CPU used, exhausted at (offset
   into the period; NaN: never), stall, CPUs frozen through the stall, throttled at the
-  boundary (0/1)).
+  boundary (0/1), frozen above: how long the work stood still with every CPU it was on
+  throttled by levels above alone, which the own level's stall does not count).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ MIN_RUNTIME_NS = 1e6
 REBASE_NS = 1e9
 # the columns of lv and of rows
 PERIOD, BOUNDARY, START, QUOTA, POOL, BURST = range(6)
-USED, EXHAUSTED, STALL, CPUS, THROTTLED = range(5)
+USED, EXHAUSTED, STALL, CPUS, THROTTLED, FROZEN_ABOVE = range(6)
+ROW_COLUMNS = 6
 # replay_events' answer when rows has no room for the next period
 NO_ROOM = -1
 
@@ -162,6 +164,22 @@ def _settle_cpus(lv: Any, gates: Any, state: Any, runnable: Any, was: int, now: 
         runnable[j] = j < now and _free(frozen, gates, j)
         running += runnable[j]
     return running
+
+
+def _held_above(frozen: Any, busy: int, nrem: int, running: int) -> bool:
+    """Whether the work stands still because levels above throttle every CPU it is on:
+    requests wait, none runs, no CPU of theirs is throttled by the own level (that is the
+    own level's stall: :func:`_mark_exhaustion`) and one is by a level above (which the own
+    cpu.stat does not count)."""
+    if not nrem or running:
+        return False
+    above = False
+    for j in range(busy):
+        if frozen[0][j]:
+            return False
+        for lvl in range(1, len(frozen)):
+            above = above or frozen[lvl][j]
+    return above
 
 
 def _mark_exhaustion(row: Any, lv: Any, frozen: Any, busy: int, nrem: int, running: int, t: float) -> None:
@@ -386,6 +404,8 @@ def _replay_events(
         dt = (t + dt) - t
         if running and dt > 0:
             served = _run_for(row, gates, local, runnable, nrem, running, served, dt)
+        elif dt > 0 and len(lv) > 1 and _held_above(frozen, busy, nrem, running):
+            row[FROZEN_ABOVE] += dt  # a step ends at the next boundary of any level: in this row
         t += dt
         while next_tick <= t + EPS:
             next_tick += tick
@@ -414,6 +434,7 @@ _CHAIN = (
     "_free",
     "_refill",
     "_settle_cpus",
+    "_held_above",
     "_mark_exhaustion",
     "_next_step",
     "_run_for",

@@ -119,7 +119,7 @@ def _kernel_args(arr: np.ndarray, levels: list[dict], C: int, room: int) -> tupl
     state = (np.zeros((L, C)), np.zeros((L, C), dtype=np.bool_), np.full((L, C), np.nan))
     gates = np.array([x for x, lv in enumerate(levels) if lv["limited"]], dtype=np.int64)
     reqs = (np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.full(n, np.nan), arr.copy())
-    rows = np.zeros((room, 5))
+    rows = np.zeros((room, cfskernel.ROW_COLUMNS))
     rows[:, cfskernel.EXHAUSTED] = np.nan
     return lev, state, gates, reqs, np.zeros(C, dtype=np.bool_), rows
 
@@ -167,7 +167,7 @@ def _run(
     return (
         np.asarray(reqs[3], dtype=np.float64),
         np.asarray(reqs[4], dtype=np.float64),
-        np.asarray(rows)[:got].reshape(-1, 5),
+        np.asarray(rows)[:got].reshape(-1, cfskernel.ROW_COLUMNS),
     )
 
 
@@ -281,6 +281,10 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
         "throttled": thr,
         "exhausted_at_us": ex / 1000,
         "stall_us": vals[:, 2] / 1000,
+        # wall time the work stood still, throttled by any level (df_periods' frozen_us):
+        # the own level's stall and what the levels above alone held
+        "frozen_us": (vals[:, 2] + vals[:, cfskernel.FROZEN_ABOVE]) / 1000,
+        "frozen_other_us": vals[:, cfskernel.FROZEN_ABOVE] / 1000,
         # as measured: a stall shorter than a tick gives no CPU count (df_periods)
         "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),
         "requests": np.bincount(which, minlength=len(ks)),

@@ -145,7 +145,6 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     act = int(per["nr_periods"].sum()) + int(extra["nr_periods"])
     # the kernel counts periods (a timer overrun credits several at one boundary)
     thr = int(per["nr_throttled"].sum()) + int(extra["nr_throttled"])
-    period_s = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e9 if n else np.nan
     ex = per.loc[thr_known, "exhausted_at_us"] / 1e3
     thr_us = float(np.nansum(per["throttled_rq_us"])) + extra["throttled_us"]
     return {
@@ -164,22 +163,45 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "throttled_rq_s": thr_us / 1e6,
         # every row's usage (an idle period uses about none), over the kernel's active count
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
-        **_frozen_summary(per, period_s),
+        **_frozen_summary(per),
     }
 
 
-def _frozen_summary(per: pd.DataFrame, period_s: float) -> dict[str, object]:
-    n = len(per)
-    frozen, known = frozen_wall(per)
-    if "frozen_by" in per:
-        hit = int((per["frozen_by"].fillna("").str.len() > 0).sum())
+def frozen_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:
+    """The one definition of the frozen rate: ms the group stood frozen by any level's quota
+    per second of wall time (:func:`frozen_wall`), over the periods that know it; NaN when
+    none does. Of a frame or of a replay's columns (their ``frozen_us``: every period told)."""
+    if isinstance(per, pd.DataFrame):
+        frozen, known = frozen_wall(per)
     else:
-        hit = int(per["throttled"].fillna(False).astype(bool).sum())
+        frozen = column(per, "frozen_us" if "frozen_us" in per else "stall_us")
+        known = np.isfinite(frozen)
+    if not known.any():
+        return np.nan
+    start, end = column(per, "start_ns", np.int64, 0), column(per, "end_ns", np.int64, 0)
+    period_s = float(end[0] - start[0]) / 1e9
+    return float(frozen[known].sum() / 1e3 / (known.sum() * period_s))
+
+
+def frozen_periods(per: pd.DataFrame | Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which periods some level's quota froze: df_periods' ``frozen_by`` (NA: unknown,
+    False), or a replay's own throttling and what the levels above alone held."""
+    if isinstance(per, pd.DataFrame) and "frozen_by" in per:
+        return (per["frozen_by"].fillna("").str.len() > 0).to_numpy()
+    hit = column(per, "throttled", bool, False)
+    if "frozen_other_us" in per:  # a replay's, as a frame or as its columns
+        hit = hit | (column(per, "frozen_other_us", na=0.0) > 0)
+    return hit
+
+
+def _frozen_summary(per: pd.DataFrame) -> dict[str, object]:
+    n = len(per)
+    hit = int(frozen_periods(per).sum())
     by = sorted(frozen_by_levels(per).items(), key=lambda x: (-x[1], x[0]))
     return {
         "frozen_periods": hit,
         "frozen_pct_wall": 100 * hit / n if n else np.nan,
-        "frozen_ms_per_s": float(frozen[known].sum() / 1e3 / (known.sum() * period_s)) if known.any() else np.nan,
+        "frozen_ms_per_s": frozen_ms_per_s(per) if n else np.nan,
         "frozen_by": ", ".join(f"{lv} {k}" for lv, k in by),
     }
 

@@ -56,7 +56,7 @@ from . import runtimecost
 from .bundle import Run
 from .cfsreplay import group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
-from .compare import column, stall_ms_per_s
+from .compare import column, frozen_ms_per_s, frozen_periods, stall_ms_per_s
 from .errors import MissingDataError, UsageError
 from .replayinputs import (
     demand,
@@ -100,7 +100,9 @@ def what_if(
     Columns: ``period`` (index on the grid), ``start_ns``, ``end_ns`` (the boundaries, int64
     ns, same phase as the run's grid), ``quota_us``, ``usage_us`` (CPU used in the period),
     ``throttled`` (the runtime ran out), ``exhausted_at_us`` (offset into the period, NaN if
-    not throttled), ``stall_us`` (wall time frozen to the boundary), ``cpus_throttled`` (CPUs
+    not throttled), ``stall_us`` (wall time frozen to the boundary), ``frozen_us`` (wall time
+    the work stood still throttled by any level: the stall and ``frozen_other_us``, what the
+    levels above alone held, as df_periods' columns of those names), ``cpus_throttled`` (CPUs
     running when it ran out), ``requests`` (scheduled in the period), ``latency_p50_ms`` and
     ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period);
     with a trace, ``stw`` (GC stop-the-world pauses expected to begin in the period, at the
@@ -358,7 +360,9 @@ def summarize(
     ``throttled_pct_wall`` where the samples tell every period's throttling, taken over the
     periods they tell otherwise, as a replay has no holes to set against), exhaustion p50 (ms), CPUs
     frozen p50 (rounded to 0.1), stall per second (ms/s: :func:`~.compare.stall_ms_per_s`,
-    period_summary's), p99 latency (ms), requests
+    period_summary's), the share of periods some level's quota froze and the ms per second
+    it stood frozen by any level (``frozen_pct``, ``frozen_ms_per_s``: a pod's quota too;
+    period_summary's ``frozen_pct_wall`` and ``frozen_ms_per_s``), p99 latency (ms), requests
     answered per second (``per.attrs["throughput_rps"]`` of a what_if table unless given;
     NaN without requests). ``per`` may be a replay's columns (``_what_if``'s), with the
     latencies and the throughput given."""
@@ -379,11 +383,21 @@ def summarize(
     if latency_ms is None:
         latency_ms = attrs.get("latency_ms")
     rps = attrs.get("throughput_rps", math.nan) if throughput_rps is None else throughput_rps
+    thr_pct = 100.0 * thr[known].mean() if known.any() else math.nan
+    stall = stall_ms_per_s(per)
+    if isinstance(per, pd.DataFrame) or column(per, "frozen_other_us").any():
+        # by any level's quota: a pod's freezes too, which the own counters do not see
+        frozen_pct = 100.0 * frozen_periods(per)[known].mean() if known.any() else math.nan
+        frozen = frozen_ms_per_s(per)
+    else:  # a replay with no level above holding the work: its own throttling and stall
+        frozen_pct, frozen = thr_pct, stall
     return {
-        "throttled_pct": 100.0 * thr[known].mean() if known.any() else math.nan,
+        "throttled_pct": thr_pct,
         "exhausted_p50_ms": float(np.median(ex) / 1000) if len(ex) else math.nan,
         "cpus_frozen_p50": round(float(np.median(cpus)), 1) if len(cpus) else math.nan,
-        "stall_ms_per_s": stall_ms_per_s(per),
+        "stall_ms_per_s": stall,
+        "frozen_pct": frozen_pct,
+        "frozen_ms_per_s": frozen,
         "p99_ms": float(np.nanpercentile(latency_ms, 99)) if latency_ms is not None and len(latency_ms) else math.nan,
         "throughput_rps": float(rps),
     }

@@ -30,8 +30,8 @@ def test_advise_ranks_by_each_objective_on_every_shipped_bundle(path):
     small = {"limits": (0.25, 0.5, 1.0, 2.0), "gomaxprocs": (1, 2)}
     t = advise(run, objective="throttle", **small)
     assert len(t) == 4 * 2 * 2 and list(t["rank"]) == list(range(1, len(t) + 1))
-    key = list(zip(t.throttled_pct, t.stall_ms_per_s, t.cost_cpu, strict=True))
-    assert key == sorted(key)  # fewest throttled periods first
+    key = list(zip(t.frozen_pct, t.frozen_ms_per_s, t.throttled_pct, t.stall_ms_per_s, t.cost_cpu, strict=True))
+    assert key == sorted(key)  # fewest frozen periods (by any level) first
     assert t.attrs["recommendation"].startswith("For throttle: a CPU limit of")
     assert run.requests is not None and not t["p99_ms"].isna().any()  # every shipped run has requests
     p = advise(run, objective="p99", **small)

@@ -35,6 +35,8 @@ DTYPES = {
     "throttled": "bool",
     "exhausted_at_us": "float64",
     "stall_us": "float64",
+    "frozen_us": "float64",
+    "frozen_other_us": "float64",
     "cpus_throttled": "float64",
     "requests": "int64",
     "latency_p50_ms": "float64",
