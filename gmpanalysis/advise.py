@@ -114,6 +114,15 @@ def advise(
     if objective not in OBJECTIVES:
         raise UsageError(f"advise(objective={objective!r}): choose one of {list(OBJECTIVES)}")
     lim0 = settings(runs[0])
+    if len(runs) > 1:
+        # one answer for all: the runs must agree on what it is given in
+        each = [settings(r) for r in runs]
+        for key, arg in (("cpus", "cpus=N"), ("period_us", None)):
+            seen = {s[key] for s in each}
+            if len(seen) > 1 and (arg is None or cpus is None):
+                told = ", ".join(f"{r.name}: {s[key]}" for r, s in zip(runs, each, strict=True))
+                how = f"give {arg} for all of them" if arg else "advise them apart"
+                raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
     if cpus is None and lim0["cpus"] is None:
         raise MissingDataError(f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N)")
     ncpu = int(lim0["cpus"] if cpus is None else cpus)

@@ -185,3 +185,17 @@ def test_the_sentence_says_what_it_ranked_by_and_when_no_candidate_met_the_goals
     blind.requests = None
     said = advise(blind).attrs["recommendation"]
     assert said.startswith("For throttle (the run has no requests"), said
+
+
+def test_runs_that_differ_in_cpus_or_period_are_not_advised_as_one():
+    """Several runs get one answer in one setting: runs from machines with other CPU counts
+    need cpus= (the answer took the first run's), other periods are advised apart."""
+    import copy
+
+    a = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    b = copy.copy(_load(Path("fixtures/runs/cpu-0.5cpu-gmp1")))
+    b.meta = {**b.meta, "ncpu": 16}
+    with pytest.raises(UsageError, match=r"differ in cpus.*give cpus=N"):
+        advise([a, b], limits=[0.5], gomaxprocs=[1])
+    assert len(advise([a, b], cpus=2, limits=[0.5], gomaxprocs=[1]))
+    assert len(advise([a, _load(Path("fixtures/runs/cpu-0.5cpu-gmp1"))], limits=[0.5], gomaxprocs=[1]))
