@@ -16,7 +16,7 @@ import pandas as pd
 from .bundle import Run
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
-from .grid import PeriodGrid
+from .grid import PeriodGrid, restart_ns
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import (
     add_frozen_columns,
@@ -378,6 +378,30 @@ def _note_left_out(run: Run, grid: PeriodGrid) -> None:
             f"holds up to {boundaries} period boundaries, more than the file has reads: its periods are not in the "
             f"table, the reads after it start a new segment (across it: {rose}). A sampler stopped for that long, "
             "or a corrupt t_ns?"
+        )
+        if note not in run.notes:
+            run.notes.append(note)
+    # the other places a new segment starts: the stretch between two segments' reads holds
+    # a boundary whose period neither grid's table has (its counts are the ledger's
+    # "outside"); said, with why and what the counters did across it
+    skipped = {(a, b) for a, b, _ in grid.left_out}
+    restarts = restart_ns(run.meta)
+    for one, two in zip(grid.segments[:-1], grid.segments[1:], strict=False):
+        a, b = one.last_row, two.first_row
+        if (a, b) in skipped or b != a + 1:
+            continue
+        if any(s[c].iloc[b] < s[c].iloc[a] for c in ("usage_us", *CREDITED)):
+            why = "a counter fell (a recreated cgroup)"
+        elif any(t[a] < r <= t[b] for r in restarts):
+            why = "the container restarted (meta.json restarts)"
+        else:
+            why = "the period timer's phase moved (the boundaries before and after fit no one grid)"
+        rose = ", ".join(f"{c} {float(s[c].iloc[b] - s[c].iloc[a]):+g}" for c in CREDITED)
+        level = f" (level {run.meta['level']!r})" if isinstance(run.meta.get("level"), str) else ""
+        note = (
+            f"{src}{level}: the reads from t_ns {t[b]} start a new segment: {why}. The period across t_ns "
+            f"{t[a]}-{t[b]} "
+            f"is in neither segment's table (across it: {rose}; df_conservation counts it as outside)"
         )
         if note not in run.notes:
             run.notes.append(note)

@@ -54,6 +54,9 @@ def test_a_restart_without_a_fall_starts_a_segment(tmp_path):
     grid = gmp.analyze(run).grid
     assert [(g.first_row, g.last_row) for g in grid.segments] == [(0, after - 1), (after, len(s) - 1)]
     led = _ledger(gmp.df_periods(run))
+    # said, with why and what the counters did across it
+    (said,) = [n for n in run.notes if "start a new segment" in n]
+    assert f"t_ns {s.t_ns.iloc[after]}" in said and "the container restarted" in said and "nr_periods +" in said
     for c in ("nr_periods", "nr_throttled", "usage_us"):
         parts = [float(s[c].iloc[after - 1] - s[c].iloc[0]), float(s[c].iloc[-1] - s[c].iloc[after])]
         got = [float(led.loc[(k, c), "delta"]) for k in (0, 1)]
