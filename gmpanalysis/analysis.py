@@ -98,7 +98,7 @@ class Analysis:
         P = period_ns(self.run.meta)
         if not len(period_changes(self.run)):  # a changed period has its own error (periods)
             self._check_period(P)
-        return fit_period_grid(s, P, restart_ns(self.run.meta))
+        return fit_period_grid(s, P, restart_ns(self.run.meta), timer_late_ns(self.run.meta))
 
     def _check_period(self, P: int) -> None:
         """The recorded period against the samples (:func:`gmpanalysis.grid.check_period`):

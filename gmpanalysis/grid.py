@@ -203,10 +203,13 @@ def _fit_phase(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: 
     return int(phase), (upper - lower + 1) // 2, int(len(lo)), int(late.sum())
 
 
-def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int) -> int | None:
+def _phase_jump(
+    t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns: int, late_ns: int = TIMER_LATE_NS
+) -> int | None:
     """The first read (row offset) after which the boundaries follow a different phase, or
     None. A recreated cgroup normally restarts its counters (see split_segments); this
-    catches a new timer phase whose counters did not visibly fall."""
+    catches a new timer phase whose counters did not visibly fall. ``late_ns``: how late an
+    expiry may run (:func:`timer_late_ns`)."""
     use, lo, hi = _brackets(t, read, periods, period_ns)
     if len(use) < 3:
         return None
@@ -223,7 +226,9 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     # such brackets in a row make a new phase. A phase moved later looks like late expiries
     # (a VM that loses its vCPU for tens of ms delays them by as much), which are isolated:
     # it must persist for PERSIST_BRACKETS brackets in a row (or to the end of the samples).
-    earlier = d_hi[1:] < lower[:-1] - JUMP_TOL_NS
+    # the lower ends that set the consensus before an upper one holds them may themselves be
+    # late by as much as an expiry can be: an emulated guest's 20 ms is no earlier phase
+    earlier = d_hi[1:] < lower[:-1] - max(JUMP_TOL_NS, late_ns)
     bad = earlier | (d_lo[1:] > upper[:-1] + JUMP_TOL_NS)
     n = len(bad)
     idx = np.arange(n)
@@ -235,9 +240,15 @@ def _phase_jump(t: np.ndarray, read: np.ndarray, periods: np.ndarray, period_ns:
     return None if len(k) == 0 else int(use[k[0] + 1])  # the read that starts the first conflicting bracket
 
 
-def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000, restarts_ns: Sequence[int] = ()) -> PeriodGrid:
+def fit_period_grid(
+    samples: pd.DataFrame,
+    period_ns: int = 100_000_000,
+    restarts_ns: Sequence[int] = (),
+    late_ns: int = TIMER_LATE_NS,
+) -> PeriodGrid:
     """Fit the CFS period grid to cpu.stat samples of ONE cgroup (see module doc);
-    ``restarts_ns``: when its container restarted (:func:`restart_ns`), a new segment each.
+    ``restarts_ns``: when its container restarted (:func:`restart_ns`), a new segment each;
+    ``late_ns``: how late its timer may fire (:func:`timer_late_ns`).
 
     ``samples`` is a frame from :func:`gmpanalysis.read_cpu_stat`; with several cgroups in
     it, select one first. Raises :class:`MissingDataError` when the samples cannot place
@@ -277,7 +288,7 @@ def fit_period_grid(samples: pd.DataFrame, period_ns: int = 100_000_000, restart
         a, b = pending.pop(0)
         if b - a < 2:
             continue
-        j = _phase_jump(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns)
+        j = _phase_jump(t_all[a : b + 1], read_all[a : b + 1], per_all[a : b + 1], period_ns, late_ns)
         if j is not None and 1 <= j <= b - a:
             pending[:0] = [(a, a + j - 1), (a + j, b)]
             continue

@@ -168,3 +168,17 @@ def test_phase_moved_either_way_without_a_reset_is_a_new_segment(shift_ms):
     assert len(a) - 2 <= g.segments[1].first_row <= len(a) + 110
     d = (g.segments[1].phase_ns - g.segments[0].phase_ns - shift + P // 2) % P - P // 2
     assert abs(d) <= g.segments[0].uncertainty_ns + g.segments[1].uncertainty_ns + 8_000
+
+
+@pytest.mark.parametrize("late_ms", [3.0, 10.0, 19.5])
+def test_a_late_first_expiry_in_an_emulated_guest_is_no_new_phase(late_ms):
+    """The first boundary's expiry runs late (an emulated guest's timers run up to 19.5 ms
+    late): its bracket's lower end sets the consensus before any upper end holds it, and the
+    brackets after it look earlier. Within the guest's tolerance (timer_late_ns) that is no
+    new phase: one segment. On a host's tolerance a move of that size is a new phase."""
+    from gmpanalysis.grid import timer_late_ns
+
+    s = synth(31_000_000, 997_000, 6.0, late={0: int(late_ms * 1e6)})
+    tcg = timer_late_ns({"virtualization": "tcg"})
+    assert len(fit_period_grid(s, P, late_ns=tcg).segments) == 1
+    assert len(fit_period_grid(s, P).segments) == 2
