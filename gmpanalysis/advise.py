@@ -18,6 +18,7 @@ are the held-out errors the validation measured in the recommended setting's reg
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 
 import numpy as np
@@ -58,16 +59,20 @@ def _check_candidates(limits: list[float], gs: list[int], bursts: list[float], p
     for name, xs in (("limits", limits), ("gomaxprocs", gs), ("bursts", bursts)):
         if not xs:
             raise UsageError(f"advise({name}=[]): give at least one candidate, or leave it out for the defaults")
-    low = [x for x in limits if not (isinstance(x, (int, float)) and x * period_us >= MIN_QUOTA_US)]
+
+    def real(x: object) -> bool:  # numpy's numbers too; a bool is no number of CPUs
+        return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+    low = [x for x in limits if not (real(x) and x * period_us >= MIN_QUOTA_US)]
     if low:
         raise UsageError(
             f"advise(limits={limits!r}): {low} CPU is below the least quota the kernel accepts "
             f"({MIN_QUOTA_US} µs per {period_us} µs period: {MIN_QUOTA_US / period_us:g} CPU)"
         )
-    bad_g = [g for g in gs if not (isinstance(g, (int, np.integer)) and g >= 1)]
+    bad_g = [g for g in gs if not (isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 1)]
     if bad_g:
         raise UsageError(f"advise(gomaxprocs={gs!r}): {bad_g}: GOMAXPROCS is a whole number of at least 1")
-    bad_b = [b for b in bursts if not (isinstance(b, (int, float)) and 0 <= b <= 1)]
+    bad_b = [b for b in bursts if not (real(b) and 0 <= b <= 1)]
     if bad_b:
         raise UsageError(
             f"advise(bursts={bursts!r}): {bad_b}: a burst is a share of the quota from 0 to 1 (the kernel refuses "
@@ -273,7 +278,7 @@ def _sentence(
         )
     if objective == "cost" and not met:
         said += (
-            " No candidate met the cost objective's goals (at most 10 % of periods throttled"
+            " No candidate met the cost objective's goals (at most 10 % of periods frozen by any quota"
             + (", p99 within 25 % of the best" if with_requests else "")
             + "): this is the cheapest of the rest; widen limits= or max_limit=."
         )

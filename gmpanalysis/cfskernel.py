@@ -34,8 +34,9 @@ The state, as :func:`gmpanalysis.cfsreplay.replay` lays it out:
   (when each was answered / entered the service).
 * ``rows``: per period of the own level from the first, (CPU used, exhausted at (offset
   into the period; NaN: never), stall, CPUs frozen through the stall, throttled at the
-  boundary (0/1), frozen above: how long the work stood still with every CPU it was on
-  throttled by levels above alone, which the own level's stall does not count).
+  boundary (0/1), and how long the work stood still with a level above throttling a CPU
+  it was on: in all, and alone (the own level throttling none of them), which the own
+  level's stall does not count).
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ MIN_RUNTIME_NS = 1e6
 REBASE_NS = 1e9
 # the columns of lv and of rows
 PERIOD, BOUNDARY, START, QUOTA, POOL, BURST = range(6)
-USED, EXHAUSTED, STALL, CPUS, THROTTLED, FROZEN_ABOVE = range(6)
-ROW_COLUMNS = 6
+USED, EXHAUSTED, STALL, CPUS, THROTTLED, FROZEN_ABOVE, FROZEN_ABOVE_ALONE = range(7)
+ROW_COLUMNS = 7
 # replay_events' answer when rows has no room for the next period
 NO_ROOM = -1
 
@@ -166,20 +167,22 @@ def _settle_cpus(lv: Any, gates: Any, state: Any, runnable: Any, was: int, now: 
     return running
 
 
-def _held_above(frozen: Any, busy: int, nrem: int, running: int) -> bool:
-    """Whether the work stands still because levels above throttle every CPU it is on:
-    requests wait, none runs, no CPU of theirs is throttled by the own level (that is the
-    own level's stall: :func:`_mark_exhaustion`) and one is by a level above (which the own
-    cpu.stat does not count)."""
+def _held_above(frozen: Any, busy: int, nrem: int, running: int) -> int:
+    """Whether the work stands still with a level above throttling a CPU it is on (which
+    the own cpu.stat does not count): requests wait and none runs. 0: no; 1: yes, with the
+    own level throttling one of them too (its stall: :func:`_mark_exhaustion`); 2: yes,
+    the levels above alone."""
     if not nrem or running:
-        return False
+        return 0
     above = False
+    own = False
     for j in range(busy):
-        if frozen[0][j]:
-            return False
+        own = own or frozen[0][j]
         for lvl in range(1, len(frozen)):
             above = above or frozen[lvl][j]
-    return above
+    if not above:
+        return 0
+    return 1 if own else 2
 
 
 def _mark_exhaustion(row: Any, lv: Any, frozen: Any, busy: int, nrem: int, running: int, t: float) -> None:
@@ -404,8 +407,12 @@ def _replay_events(
         dt = (t + dt) - t
         if running and dt > 0:
             served = _run_for(row, gates, local, runnable, nrem, running, served, dt)
-        elif dt > 0 and len(lv) > 1 and _held_above(frozen, busy, nrem, running):
-            row[FROZEN_ABOVE] += dt  # a step ends at the next boundary of any level: in this row
+        elif dt > 0 and len(lv) > 1:
+            held = _held_above(frozen, busy, nrem, running)
+            if held:  # a step ends at the next boundary of any level: in this row
+                row[FROZEN_ABOVE] += dt
+                if held == 2:
+                    row[FROZEN_ABOVE_ALONE] += dt
         t += dt
         while next_tick <= t + EPS:
             next_tick += tick

@@ -85,7 +85,7 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
     }
 
 
-# the periods room is made for at first (more where a replay needs them): 40 MB of rows
+# the periods room is made for at first (more where a replay needs them): 56 MB of rows (7 float64 columns)
 MAX_ROOM = 1 << 20
 
 
@@ -282,8 +282,9 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
         "exhausted_at_us": ex / 1000,
         "stall_us": vals[:, 2] / 1000,
         # wall time the work stood still, throttled by any level (df_periods' frozen_us):
-        # the own level's stall and what the levels above alone held
-        "frozen_us": (vals[:, 2] + vals[:, cfskernel.FROZEN_ABOVE]) / 1000,
+        # the own level's stall and what the levels above alone held; and by the levels
+        # above, the own level's stall or not (frozen_other_us)
+        "frozen_us": (vals[:, 2] + vals[:, cfskernel.FROZEN_ABOVE_ALONE]) / 1000,
         "frozen_other_us": vals[:, cfskernel.FROZEN_ABOVE] / 1000,
         # as measured: a stall shorter than a tick gives no CPU count (df_periods)
         "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),

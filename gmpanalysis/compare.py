@@ -21,11 +21,18 @@ def _pct(x: pd.Series | np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else np.nan
 
 
-def told_or_typical(value: np.ndarray, event: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def told_or_typical(
+    value: np.ndarray,
+    event: np.ndarray,
+    known: np.ndarray,
+    least: np.ndarray | None = None,
+    most: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-period values of a rate (stall, frozen time) where some periods froze but the
     reads leave how long open (``event`` and a NaN ``value``): such a period gets the mean
     of the frozen periods that tell theirs, so a rate over the ``known`` periods is not
-    drawn towards the unfrozen ones, which always tell theirs (0). Where no frozen period
+    drawn towards the unfrozen ones, which always tell theirs (0), held to what each such
+    period's own reads allow (``least``..``most``, where given). Where no frozen period
     tells its value, none of them does: every period is then unknown. Returns the values and
     which periods are known."""
     value = np.array(value, dtype=np.float64)
@@ -36,7 +43,10 @@ def told_or_typical(value: np.ndarray, event: np.ndarray, known: np.ndarray) -> 
         return value, known & told
     if not (event & told).any():
         return value, np.zeros(len(value), dtype=bool)
-    value[open_] = value[event & told].mean()
+    fill = np.full(int(open_.sum()), value[event & told].mean())
+    if least is not None and most is not None:
+        fill = np.clip(fill, np.nan_to_num(least[open_], nan=-np.inf), np.nan_to_num(most[open_], nan=np.inf))
+    value[open_] = fill
     return value, known & np.isfinite(value)
 
 
@@ -81,7 +91,11 @@ def stall_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:
     NaN when no period tells it. Of a frame or of a replay's columns."""
     stall = column(per, "stall_us")
     thr = column(per, "throttled", np.float64)
-    stall, known = told_or_typical(stall, thr == 1, np.isfinite(thr))
+    least = most = None
+    if isinstance(per, pd.DataFrame) and "exhausted_lo_us" in per and len(per):
+        P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
+        least, most = P - column(per, "exhausted_hi_us"), P - column(per, "exhausted_lo_us")
+    stall, known = told_or_typical(stall, thr == 1, np.isfinite(thr), least, most)
     if not known.any():
         return np.nan
     start, end = column(per, "start_ns", np.int64, 0), column(per, "end_ns", np.int64, 0)
@@ -113,7 +127,9 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     :func:`gmpanalysis.df_period_groups`), so they equal the kernel's counter deltas.
     Keys: periods, active_periods, throttled_periods, unknown_periods (rows whose
     throttling the samples cannot tell), throttled_pct_wall (%), throttled_pct_active (%),
-    stall_ms_per_s (ms frozen per second of wall time, over periods that know it),
+    stall_ms_per_s (ms frozen per second of wall time, over periods that know it), with
+    stall_ms_per_s_lo and stall_ms_per_s_hi the least and most it can be where the reads
+    leave moments of exhaustion open (:func:`stall_bounds_ms_per_s`),
     exhausted_p10_ms, exhausted_p50_ms, exhausted_p90_ms (quota-exhaustion offset inside
     throttled periods), cpus_throttled_p50, throttled_rq_ms_per_throttled (throttled time, a
     sum over CPUs, per throttled period), throttled_rq_s (all of it: CPU-seconds the group's
@@ -155,6 +171,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
         "throttled_pct_active": 100 * thr / act if act else np.nan,
         "stall_ms_per_s": stall_ms_per_s(per),
+        **dict(zip(("stall_ms_per_s_lo", "stall_ms_per_s_hi"), stall_bounds_ms_per_s(per), strict=True)),
         "exhausted_p10_ms": _pct(ex, 10),
         "exhausted_p50_ms": _pct(ex, 50),
         "exhausted_p90_ms": _pct(ex, 90),
@@ -165,6 +182,31 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
         **_frozen_summary(per),
     }
+
+
+def stall_bounds_ms_per_s(per: pd.DataFrame) -> tuple[float, float]:
+    """The least and the most the stall rate can be (ms per second, over the periods whose
+    throttling is known): a throttled period whose moment of exhaustion the reads leave open
+    stalled from somewhere in its bracket (``exhausted_lo_us``..``exhausted_hi_us``) to the
+    boundary. :func:`stall_ms_per_s` lies between them; equal where every stall is dated."""
+    stall = per["stall_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+    thr = per["throttled"]
+    known = thr.notna().to_numpy()
+    hit = thr.fillna(False).to_numpy(dtype=bool)
+    if not known.any():
+        return np.nan, np.nan
+    P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
+    lo_ex = per["exhausted_lo_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+    hi_ex = per["exhausted_hi_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+    # a dated exhaustion too lies in its bracket; one the reads do not even bound, anywhere
+    # in the period
+    least = np.where(hit, P - np.nan_to_num(hi_ex, nan=P), stall)
+    most = np.where(hit, P - np.nan_to_num(lo_ex, nan=0.0), stall)
+    ok = known & np.isfinite(least) & np.isfinite(most)
+    if not ok.any():
+        return np.nan, np.nan
+    scale = 1e3 * known.sum() * P / 1e6  # ms of stall per second over the known periods
+    return float(np.clip(least[ok], 0, P).sum() / scale), float(np.clip(most[ok], 0, P).sum() / scale)
 
 
 def frozen_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:

@@ -111,13 +111,17 @@ class PeriodGrid:
 
 
 def restart_ns(meta: dict[str, Any]) -> tuple[int, ...]:
-    """When the collector saw the container restart (meta.json ``restarts``, CLOCK_MONOTONIC
-    ns): its cgroup was recreated then, whether or not its counters fell (a new cgroup that
-    ran longer than the old one already counts more). The process's own level only: a
-    level run of another level has none (:func:`gmpanalysis.levels.level_run`)."""
+    """When the collector saw the container restart (meta.json ``restarts`` whose ``clock``
+    is "samples": ``mono_ns`` on the samples' CLOCK_MONOTONIC): its cgroup was recreated
+    then, whether or not its counters fell (a new cgroup that ran longer than the old one
+    already counts more). The process's own level only: a level run of another level has
+    none (:func:`gmpanalysis.levels.level_run`)."""
     out = []
     for r in meta.get("restarts") or ():
-        t = r.get("mono_ns") if isinstance(r, dict) else None
+        # older collectors wrote their own machine's clock, which says nothing of the samples'
+        if not isinstance(r, dict) or r.get("clock") != "samples":
+            continue
+        t = r.get("mono_ns")
         if isinstance(t, int) and not isinstance(t, bool):
             out.append(t)
     return tuple(sorted(out))

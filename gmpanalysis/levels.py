@@ -364,6 +364,12 @@ def add_frozen_columns(
     by = np.full(n, "", dtype=object)
     for lv in pd.unique(freezes["level"]) if len(freezes) else ():
         sel = freezes[freezes["level"] == lv]
+        # which periods a level froze: a freeze whose start the reads leave open from its
+        # bracket's middle (from the bracket's end, its shortest, it often covers none of
+        # the period and the level went unnamed where reads were sparse)
+        exact = sel["exact"].to_numpy(dtype=bool)
+        mid = (sel["start_lo_ns"].to_numpy(np.int64) + sel["start_hi_ns"].to_numpy(np.int64)) // 2
+        sel = sel.assign(start_ns=np.where(exact, sel["start_ns"].to_numpy(np.int64), mid))
         hit = within(sel) >= MIN_FREEZE_US
         by[hit] = np.where(by[hit] == "", lv, by[hit] + "," + lv)
     # the kernel counted a throttled period in the own level's nr_throttled: its quota froze

@@ -392,7 +392,7 @@ def _note_left_out(run: Run, grid: PeriodGrid) -> None:
             continue
         if any(s[c].iloc[b] < s[c].iloc[a] for c in ("usage_us", *CREDITED)):
             why = "a counter fell (a recreated cgroup)"
-        elif any(t[a] < r <= t[b] for r in restarts):
+        elif any(t[a] <= r < t[b] for r in restarts):  # as split_segments cuts
             why = "the container restarted (meta.json restarts)"
         else:
             why = "the period timer's phase moved (the boundaries before and after fit no one grid)"

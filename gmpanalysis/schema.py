@@ -145,8 +145,9 @@ FIELDS: dict[str, Field] = {
     "trace": _f("object|null", "the trace capture: times, status, bytes"),
     "restarts": _f(
         "array",
-        "container restarts followed during the collection: mono_ns (the samples' clock: the old container's "
-        "last read, after which the analysis starts a new segment; null: before any read), old and new "
+        'container restarts followed during the collection: mono_ns with clock "samples" (the samples\' '
+        "clock: the old container's last read, after which the analysis starts a new segment; null: before any "
+        "read; without that clock, the collector's own machine's, which the analysis does not use), old and new "
         "container IDs",
         items="object",
     ),

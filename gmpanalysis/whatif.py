@@ -101,8 +101,9 @@ def what_if(
     ns, same phase as the run's grid), ``quota_us``, ``usage_us`` (CPU used in the period),
     ``throttled`` (the runtime ran out), ``exhausted_at_us`` (offset into the period, NaN if
     not throttled), ``stall_us`` (wall time frozen to the boundary), ``frozen_us`` (wall time
-    the work stood still throttled by any level: the stall and ``frozen_other_us``, what the
-    levels above alone held, as df_periods' columns of those names), ``cpus_throttled`` (CPUs
+    the work stood still throttled by any level: the stall and what the levels above alone
+    held) and ``frozen_other_us`` (the time it stood still with a level above throttling it,
+    the own level too or not), as df_periods' columns of those names, ``cpus_throttled`` (CPUs
     running when it ran out), ``requests`` (scheduled in the period), ``latency_p50_ms`` and
     ``latency_p99_ms`` (scheduled start to end, of the requests scheduled in the period);
     with a trace, ``stw`` (GC stop-the-world pauses expected to begin in the period, at the
@@ -145,18 +146,18 @@ def _what_if(
     C = lim["cpus"] if cpus is None else cpus
     if C is None:
         raise MissingDataError(f"{path}: meta.json records no ncpu: give what_if(..., cpus=N)")
+    _check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
     q: float | dict[int, float] | None
     if unlimited:
         q = None
-    elif quota_us is None:  # the run's own, period by period (on its own period only)
-        # another period keeps the CPUs (Kubernetes writes limit × period): the run's first
-        # quota, rescaled
-        own_q = lim["quota_us"]
-        same_p = _num(P) and P == lim["period_us"]
-        q = prep["own_quota"] if same_p or own_q is None else own_q * P / lim["period_us"]
+    elif quota_us is None:  # the run's own, period by period
+        q = prep["own_quota"]
+        if P != lim["period_us"] and q:
+            q = _own_quota_at(q, lim["period_us"], P, path)
+        elif not q:
+            q = None if lim["quota_us"] is None else lim["quota_us"] * P / lim["period_us"]
     else:
         q = quota_us
-    _check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
     qs = np.fromiter(q.values(), dtype=np.float64) if isinstance(q, dict) else np.array([np.nan if q is None else q])
     qs = qs[np.isfinite(qs)]
     if burst_us is not None and _num(burst_us) and len(qs) and burst_us > qs.min():
@@ -215,6 +216,24 @@ def _what_if(
         ],
     }
     return out, attrs
+
+
+def _own_quota_at(own: dict[int, float], run_p: int, P: int, path: Any) -> dict[int, float]:
+    """The run's quotas, period by period, on a grid of another period: each from the first
+    period of the new grid that starts at or after its own period did, in the same CPUs
+    (Kubernetes writes quota = limit × period). A quota the kernel would refuse at the new
+    period (under MIN_QUOTA_US) is a UsageError."""
+    ks = np.fromiter(own.keys(), dtype=np.int64, count=len(own))
+    v = np.fromiter(own.values(), dtype=np.float64, count=len(own)) * P / run_p
+    new_k = -((-ks * run_p) // P)  # ceil(k·run_p / P): the same phase on both grids
+    low = np.isfinite(v) & (v < MIN_QUOTA_US)
+    if low.any():
+        raise UsageError(
+            f"what_if(period_us={P}) for {path}: the run's limit of {float(v[low][0]) / P:g} CPU is a "
+            f"{float(v[low][0]):g} µs quota at that period, under the least the kernel accepts ({MIN_QUOTA_US} µs); "
+            "give a longer period"
+        )
+    return dict(zip(new_k.tolist(), v.tolist(), strict=True))
 
 
 def _check_settings(
@@ -336,7 +355,7 @@ def outer_specs(
     for i, lv in enumerate(outer):
         ok = isinstance(lv, dict) and all(
             (
-                lv.get("quota_us") is None or (_num(lv["quota_us"]) and lv["quota_us"] > 0),
+                lv.get("quota_us") is None or (_num(lv["quota_us"]) and lv["quota_us"] >= MIN_QUOTA_US),
                 _num(lv.get("period_us")) and lv["period_us"] > 0 and float(lv["period_us"]).is_integer(),
                 _num(lv.get("burst_us", 0)) and lv.get("burst_us", 0) >= 0,
                 _num(lv.get("offset_ns", 0)),
@@ -344,8 +363,9 @@ def outer_specs(
         )
         if not ok:
             raise UsageError(
-                f"what_if(outer[{i}]={lv!r}): each level above is a dict of quota_us (> 0 or None), a whole "
-                "period_us > 0, burst_us >= 0 and offset_ns (its boundary after this level's), as settings() lists them"
+                f"what_if(outer[{i}]={lv!r}): each level above is a dict of quota_us (>= {MIN_QUOTA_US} or None), "
+                "a whole period_us > 0, burst_us >= 0 and offset_ns (its boundary after this level's), as settings() "
+                "lists them"
             )
         P = int(lv["period_us"]) * 1000
         specs.append((lv.get("quota_us"), P, (phase + int(lv.get("offset_ns", 0))) % P, float(lv.get("burst_us", 0))))

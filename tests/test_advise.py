@@ -199,3 +199,11 @@ def test_runs_that_differ_in_cpus_or_period_are_not_advised_as_one():
         advise([a, b], limits=[0.5], gomaxprocs=[1])
     assert len(advise([a, b], cpus=2, limits=[0.5], gomaxprocs=[1]))
     assert len(advise([a, _load(Path("fixtures/runs/cpu-0.5cpu-gmp1"))], limits=[0.5], gomaxprocs=[1]))
+
+
+def test_numpy_candidates_are_numbers():
+    import numpy as np
+
+    run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    t = advise(run, limits=np.array([1, 2]), gomaxprocs=np.array([1, 2]), bursts=[np.float32(0.5)])
+    assert len(t) == 4

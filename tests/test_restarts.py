@@ -33,7 +33,7 @@ def _bundle(tmp_path: Path, name: str, drop: tuple[float, float] | None, restart
         s = s[(s.t_ns < lo) | (s.t_ns > hi)]
         s.to_csv(d / "cpu_stat.csv", index=False, float_format="%.3f")
     meta = json.loads((d / "meta.json").read_text())
-    meta["restarts"] = [{"mono_ns": at, "old": "a" * 64, "new": "b" * 64}]
+    meta["restarts"] = [{"mono_ns": at, "clock": "samples", "old": "a" * 64, "new": "b" * 64}]
     (d / "meta.json").write_text(json.dumps(meta, indent=2))
     return d, at
 
@@ -81,3 +81,23 @@ def test_a_restart_cuts_the_containers_level_only(tmp_path):
 
     assert len(gmp.analyze(level_run(run, lv.index[0])).grid.segments) == 2
     assert len(gmp.analyze(level_run(run, "pod")).grid.segments) == 1
+
+
+def test_a_restart_at_the_old_containers_last_read_as_the_collector_writes_it(tmp_path):
+    """The collector records the restart at the old container's last read (its t_ns): the
+    new segment starts at the next read, and the note names the restart. An entry without
+    the samples' clock (older collectors wrote their own machine's) is not used."""
+    d, _ = _bundle(tmp_path, "cpu-0.5cpu-gmp8", None, 0.5)
+    s = pd.read_csv(d / "cpu_stat.csv")
+    last_old = int(s.t_ns.iloc[len(s) // 2])
+    meta = json.loads((d / "meta.json").read_text())
+    meta["restarts"][0]["mono_ns"] = last_old
+    (d / "meta.json").write_text(json.dumps(meta))
+    run = gmp.load_run(d)
+    gmp.df_periods(run)
+    assert gmp.analyze(run).grid.segments[1].first_row == len(s) // 2 + 1
+    (said,) = [n for n in run.notes if "start a new segment" in n]
+    assert "the container restarted" in said, said
+    del meta["restarts"][0]["clock"]
+    (d / "meta.json").write_text(json.dumps(meta))
+    assert len(gmp.analyze(gmp.load_run(d)).grid.segments) == 1

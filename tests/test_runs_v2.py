@@ -216,10 +216,13 @@ def test_the_headline_counts_what_froze_the_process_at_any_level():
     assert row["frozen_periods"] == frozen >= 10 and row["frozen_by"] == f"pod {frozen}"
     assert row["frozen_pct_wall"] == pytest.approx(100 * frozen / len(per))
     # the pod's freezes are the only ones: the rate is the pod's own stall rate, read from
-    # the pod's own table (half of its exhaustions left open by the TCG guest's late reads
-    # count the mean of the others in both)
+    # the pod's own table. The TCG guest's late reads leave 19 of its 30 exhaustions open;
+    # those count the mean of the others in both, which the pod's table also holds inside
+    # each one's bracket (the container's table does not have the pod's brackets): within
+    # 10 %, and inside the pod's bounds
     pod = gmp.period_summary(gmp.df_periods(run, level="pod"))
-    assert row["frozen_ms_per_s"] == pytest.approx(pod["stall_ms_per_s"], rel=0.05)
+    assert row["frozen_ms_per_s"] == pytest.approx(pod["stall_ms_per_s"], rel=0.10)
+    assert pod["stall_ms_per_s_lo"] <= row["frozen_ms_per_s"] <= pod["stall_ms_per_s_hi"]
     (said,) = findings(gmp.compare_runs([run]))
     assert f"frozen in {row['frozen_pct_wall']:.0f} % of periods" in said and "pod" in said
     assert "another level's quota froze it" in said

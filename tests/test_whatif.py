@@ -390,3 +390,24 @@ def test_freezes_by_the_levels_above_are_predicted_and_ranked():
     adv = gmp.advise(ancestor, objective="throttle", limits=[1, 2, 4], gomaxprocs=[1, 4])
     assert (adv["throttled_pct"] == 0).all() and (adv["frozen_pct"] > 50).all()
     assert "With the levels above" in adv.attrs["recommendation"]
+
+
+def test_another_period_keeps_a_resized_runs_quotas_in_cpus():
+    """A run resized in place (0.5 → 2 CPU) replayed at another period keeps both limits,
+    each from its own time on, in CPUs; a period at which the run's limit is no quota the
+    kernel takes, or a period that is no number, is a UsageError."""
+    run = gmp.load_run("fixtures/runs/resize-0.5to2cpu-default")
+    for period in (50_000, 200_000):
+        per = W.what_if(run, period_us=period)
+        cpus = (per["quota_us"] / ((per["end_ns"] - per["start_ns"]) / 1e3)).round(6)
+        assert set(cpus) == {0.5, 2.0}, period
+        # the resize at the same time on either grid (within one period of the new one)
+        at = per.loc[cpus == 2.0, "start_ns"].iloc[0]
+        same = W.what_if(run)
+        at_run = same.loc[(same["quota_us"] / ((same["end_ns"] - same["start_ns"]) / 1e3)).round(6) == 2.0, "start_ns"]
+        assert abs(int(at) - int(at_run.iloc[0])) <= max(period, 100_000) * 1000
+    for bad in (1_000, "50000"):
+        with pytest.raises(UsageError, match="period_us"):
+            W.what_if(run, period_us=bad)
+    with pytest.raises(UsageError, match=r"outer\[0\]"):
+        W.what_if(run, outer=[{"quota_us": 500, "period_us": 100_000}])

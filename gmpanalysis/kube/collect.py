@@ -307,7 +307,7 @@ def _record_restart(
     # container's last read; the new one's reads follow it (the analysis cuts there)
     csv = out / "cpu_stat.csv"
     last = last_t(csv) if csv.exists() else None
-    meta["restarts"].append({"mono_ns": last, "old": info["container_id"], "new": new_id})
+    meta["restarts"].append({"mono_ns": last, "clock": "samples", "old": info["container_id"], "new": new_id})
     info["container_id"] = new_id
     to_meta(out / "meta.json", meta)
 
