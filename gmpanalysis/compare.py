@@ -274,10 +274,31 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     return out
 
 
+def unlimited_summary() -> dict[str, object]:
+    """:func:`period_summary`'s keys for a run that no quota limited at any level: the
+    kernel keeps no CFS periods for it (its timer never runs), so nothing throttled or froze
+    it; what only periods tell (their count, exhaustion, CPUs throttled) is NaN."""
+    out: dict[str, object] = dict.fromkeys(
+        (
+            "periods", "active_periods", "unknown_periods", "throttled_pct_active", "exhausted_p10_ms",
+            "exhausted_p50_ms", "exhausted_p90_ms", "cpus_throttled_p50", "throttled_rq_ms_per_throttled",
+            "usage_ms_per_active",
+        ),
+        np.nan,
+    )  # fmt: skip
+    out.update(
+        throttled_periods=0, throttled_pct_wall=0.0, stall_ms_per_s=0.0, stall_ms_per_s_lo=0.0,
+        stall_ms_per_s_hi=0.0, throttled_rq_s=0.0, frozen_periods=0, frozen_pct_wall=0.0, frozen_ms_per_s=0.0,
+        frozen_by="",
+    )  # fmt: skip
+    return out
+
+
 def compare_table(
-    runs: Sequence[Run], periods: Sequence[pd.DataFrame], gomaxprocs: Sequence[int | None]
+    runs: Sequence[Run], periods: Sequence[pd.DataFrame | None], gomaxprocs: Sequence[int | None]
 ) -> pd.DataFrame:
-    """:func:`gmpanalysis.compare_runs` from the runs' period tables and their GOMAXPROCS at the start."""
+    """:func:`gmpanalysis.compare_runs` from the runs' period tables (None: a run no quota
+    limited, :func:`unlimited_summary`) and their GOMAXPROCS at the start."""
     rows = []
     for i, run in enumerate(runs):
         per = periods[i]
@@ -289,6 +310,8 @@ def compare_table(
         # a limit resized in place (limits.csv): the quota of the table's last period too
         last = quota_at_end(run)
         limit = m.get("cpu_limit")
+        if not limit and m.get("quota_us") is not None and m.get("period_us"):
+            limit = f"{m['quota_us'] / m['period_us']:g}"  # a collector that wrote the quota alone
         if m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
             first = limit or f"{m['quota_us'] / m['period_us']:g}"
             after = "no limit" if last is None else f"{last / m['period_us']:g}"
@@ -320,9 +343,12 @@ def compare_table(
             )
         else:
             row.update(throughput_rps=np.nan, latency_p50_ms=np.nan, latency_p99_ms=np.nan)
-        row.update(period_summary(per))
-        thr = per["throttled"].fillna(False).astype(bool)
-        row["stall_ms_per_period"] = float(per.loc[thr, "stall_us"].mean() / 1e3) if thr.any() else 0.0
+        if per is None:
+            row.update(unlimited_summary(), stall_ms_per_period=0.0)
+        else:
+            row.update(period_summary(per))
+            thr = per["throttled"].fillna(False).astype(bool)
+            row["stall_ms_per_period"] = float(per.loc[thr, "stall_us"].mean() / 1e3) if thr.any() else 0.0
         tr = run.trace
         if tr is not None:
             d = (tr.stw.end_ns - tr.stw.start_ns) / 1e3
@@ -330,9 +356,14 @@ def compare_table(
             row["gc_cpu_pct"] = gc_cpu(tr)["gc_cpu_pct"]
         else:
             row.update(stw_p50_us=np.nan, stw_p99_us=np.nan, stw_max_us=np.nan, gc_cpu_pct=np.nan)
-        row["stw_spanning_boundary"] = int(per["stw_spans_boundary"].sum())
+        # without a trace nothing tells the pauses; without a quota no boundary froze
+        if tr is None:
+            row["stw_spanning_boundary"] = np.nan
+        else:
+            row["stw_spanning_boundary"] = 0 if per is None else int(per["stw_spans_boundary"].sum())
         row.update(latency_ci(r))
-        row["phase_uncertainty_us"] = per.attrs["grid"].uncertainty_ns / 1e3 if "grid" in per.attrs else np.nan
+        grid = None if per is None else per.attrs.get("grid")
+        row["phase_uncertainty_us"] = grid.uncertainty_ns / 1e3 if grid is not None else np.nan
         rows.append(row)
     return _frame(rows)
 

@@ -24,6 +24,7 @@ from .levels import level_names
 from .offsets import period_offsets
 from .periods import build_periods
 from .periodtrace import stw_periods
+from .replayinputs import no_quota
 
 
 def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = None) -> pd.DataFrame:
@@ -240,10 +241,13 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     confidence interval of the p99 latency (NaN where too few requests bound it, see
     :func:`latency_ci`).
     ``periods``: the runs' :func:`df_periods` tables, if the caller has built them already.
+    A run that no quota limited at any level has no periods and still gets its row: never
+    throttled or frozen (0), what only periods tell NaN (:func:`gmpanalysis.compare.unlimited_summary`).
     """
     runs = list(runs)
     if periods is not None and len(periods) != len(runs):
         raise MissingDataError(f"compare_runs: {len(runs)} runs but {len(periods)} period tables; pass one per run")
     # callers that already hold the per-period tables pass them in ``periods``
-    per = list(periods) if periods is not None else [analyze(r).periods for r in runs]
+    # a run no quota limited has no periods: its row says it never throttled
+    per = list(periods) if periods is not None else [None if no_quota(r) else analyze(r).periods for r in runs]
     return compare_table(runs, per, [analyze(r).gomaxprocs for r in runs])

@@ -34,7 +34,7 @@ def memo(run: Run, key: str, build: Any) -> Any:
 def _grid_phase_built(run: Run) -> int:
     """The run's period grid phase; 0 for a run without a quota, whose group has no
     bandwidth timer (a limit set later gets a phase of the kernel's choosing)."""
-    return 0 if _no_quota(run) else analyze(run).grid.phase_ns
+    return 0 if no_quota(run) else analyze(run).grid.phase_ns
 
 
 def _no_quota_built(run: Run) -> bool:
@@ -51,7 +51,7 @@ def run_periods(run: Run) -> pd.DataFrame:
     """The run's periods (df_periods), or for a run without a quota the same columns where
     they can be told (start_ns, end_ns, usage_us from the samples; never throttled) on a
     100 ms grid of phase 0 over the samples."""
-    if not _no_quota(run):
+    if not no_quota(run):
         return analyze(run).periods
     s = run.samples
     if s.empty:
@@ -100,7 +100,7 @@ def _outer_levels_built(run: Run) -> list[dict[str, Any]]:
     out = []
     for name in names[names.index(table) + 1 :]:  # the levels above the table's
         lr = level_run(run, name)
-        if _no_quota(lr):
+        if no_quota(lr):
             continue
         try:
             g = analyze(lr).grid
@@ -150,7 +150,7 @@ def _settings_built(run: Run) -> dict[str, Any]:
         "outer": outer,
         # where the scheduler ticks fell relative to the boundaries (ticks at multiples of
         # 1/HZ on CLOCK_MONOTONIC); None for a run without a grid
-        "tick_phase_ns": None if _no_quota(run) else a.grid.phase_ns % tick_ns(m),
+        "tick_phase_ns": None if no_quota(run) else a.grid.phase_ns % tick_ns(m),
     }
 
 
@@ -240,7 +240,8 @@ def _grid_phase(run: Run) -> int:
     return memo(run, "grid_phase", _grid_phase_built)
 
 
-def _no_quota(run: Run) -> bool:
+def no_quota(run: Run) -> bool:
+    """No level of the run ever had a quota: no CFS periods, never throttled (memoised)."""
     return memo(run, "no_quota", _no_quota_built)
 
 
@@ -258,16 +259,16 @@ def _stw_model(run: Run) -> dict[str, float] | None:
 
 def prep_built(run: Run) -> dict[str, Any]:
     """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
-    no_quota = _no_quota(run)
+    unlimited = no_quota(run)
     return {
         "settings": memo(run, "settings", _settings_built),
         "demand": memo(run, "demand", demand_built),
         "phase": _grid_phase(run),
-        "no_quota": no_quota,
+        "no_quota": unlimited,
         "own_quota": _own_quota(run),
         "outer_levels": _outer_levels(run),
         "stw": _stw_model(run),
-        "own_period_ns": None if no_quota else analyze(run).period_ns,
+        "own_period_ns": None if unlimited else analyze(run).period_ns,
     }
 
 
@@ -299,7 +300,7 @@ def _stw_model_built(run: Run) -> dict[str, float] | None:
     CPU-second the group used over the trace window
     (``per_cpu_s``), and how long the ones that did not run into a boundary lasted
     (``mean_ms``), with ``count`` and ``stretched`` as measured."""
-    if run.trace_path is None or _no_quota(run):
+    if run.trace_path is None or no_quota(run):
         return None
     try:
         a = analyze(run)

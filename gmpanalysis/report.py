@@ -26,6 +26,7 @@ from .levels import describe as describe_levels
 from .levels import quota_at_end, quota_words
 from .offsets import cpus_available
 from .periods import df_period_groups
+from .replayinputs import no_quota
 from .sampling import sampling_summary
 
 SUMMARY_COLUMNS = {
@@ -77,7 +78,7 @@ def findings(cmp: pd.DataFrame) -> list[str]:
     """Plain-language findings computed from :func:`compare_runs` output."""
     out = []
     for r in cmp.itertuples(index=False):
-        limit = f"a {r.cpu_limit} CPU limit" if r.cpu_limit else "no CPU limit"
+        limit = f"a {r.cpu_limit} CPU limit" if isinstance(r.cpu_limit, str) and r.cpu_limit else "no CPU limit"
         head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with {limit}"
         if r.frozen_periods:
             # what froze the process, at any level, first: a pod's quota freezes a container
@@ -96,12 +97,12 @@ def findings(cmp: pd.DataFrame) -> list[str]:
             s = f"{head} — the quota {_ran_out(r)}."
         else:
             s = f"{head} — never throttled."
-        if r.stw_spanning_boundary:
+        if pd.notna(r.stw_spanning_boundary) and r.stw_spanning_boundary > 0:
             s += (
                 f" The longest stop-the-world pause, {r.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary "
                 f"({r.stw_spanning_boundary} pause(s) did; the median pause was {r.stw_p50_us / 1e3:.2f} ms)."
             )
-        if r.throttled_pct_active - r.throttled_pct_wall >= 5:
+        if pd.notna(r.throttled_pct_active) and r.throttled_pct_active - r.throttled_pct_wall >= 5:
             s += (
                 f" The classic nr_throttled/nr_periods ratio says {r.throttled_pct_active:.0f} %: it leaves out "
                 "the periods in which the group was idle and its timer stopped."
@@ -336,15 +337,18 @@ def _analysed(r: Run, extra: Sequence[str], say: Callable[[str], None], i: int, 
     found += [x for x in extra if x not in found]
     with recording_notes(found):
         a = analyze(r)
-        per = a.periods
         traced = r.trace is not None
-        out = {
-            "per": per,
-            "quality": data_quality(r, per),
-            "off": a.offsets(),
-            "stw": a.stw_periods if traced else None,
-            "mmu": a.mmu if traced else None,
-        }
+        if no_quota(r):  # no CFS periods: what is told without them
+            out = {"per": None, "quality": [], "off": None, "stw": None, "mmu": a.mmu if traced else None}
+        else:
+            per = a.periods
+            out = {
+                "per": per,
+                "quality": data_quality(r, per),
+                "off": a.offsets(),
+                "stw": a.stw_periods if traced else None,
+                "mmu": a.mmu if traced else None,
+            }
     for x in r.notes:  # reading the trace above may have added to them
         if x not in found:
             found.insert(0, x)
@@ -370,15 +374,23 @@ def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> 
     """A run's part of the report: its settings in words, what froze it, its data notes and
     advice, and its figures."""
     m, per, off, stw = run.meta, t["per"], t["off"], t["stw"]
+    env = m.get("gomaxprocs_env")
+    grid = "no CFS periods" if per is None else f"period grid phase ±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs"
     parts = [
         f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
-        f"(env {html.escape(str(m.get('gomaxprocs_env')))}), quota "
+        f"({html.escape('GOMAXPROCS unset' if env is None else f'env {env}')}), quota "
         f"{html.escape(quota_words(m.get('quota_us'), quota_at_end(run), m.get('period_us')))}, "
         f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
-        f"{html.escape(str(m.get('kernel')))}; period grid phase "
-        f"±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs.</p>",
+        f"{html.escape(str(m.get('kernel')))}; {grid}.</p>",
         f"<p>{html.escape(explain_gomaxprocs(run))}</p>",
     ]
+    if per is None:
+        parts.append(
+            "<p>No quota limited this run at any level: the kernel keeps no CFS periods for it, so it never "
+            "throttled, and there is no period to draw. What a limit would do is below.</p>"
+        )
+        parts.append(_advice_html(run))
+        return parts
     parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(analyze(run))]
     if t["notes"]:
         parts.append(

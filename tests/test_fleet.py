@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
 from gmpanalysis.fleet import df_fleet_workloads, fleet, fleet_periods, list_bundles, put_bundle
-from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, read_summary, summarize_bundle
+from gmpanalysis.fleet.compute import ADVICE_TRIES, advice_todo, read_advice, read_summary
+from gmpanalysis.fleet.rows import summarize_bundle
 from gmpanalysis.fleet.store import BUNDLES, newest_first
 from gmpanalysis.location import fetch_bundle
 from gmpanalysis.periods import df_conservation
@@ -325,7 +326,8 @@ def test_fleet_on_a_local_cluster(tmp_path, scheduler):
         if r.workload.startswith("nested"):
             assert r.stall_s > want.loc[known, "stall_us"].sum() / 1e6 + 0.5
     wl = df_fleet_workloads(s)
-    assert list(wl["frozen_cpu_s_per_h"]) == sorted(wl["frozen_cpu_s_per_h"], reverse=True)
+    rank = list(zip(wl["frozen_wall_pct"], wl["frozen_cpu_s_per_h"], strict=True))
+    assert rank == sorted(rank, reverse=True)  # frozen by any level first (a pod's quota too)
     assert wl["advice"].notna().all() and (wl["limit_cpus"] == 0.5).all()
     # the advisor ran once per workload (here one bundle each) and said what advise() says
     assert len(read_advice(str(store / "derived"))) == len(wl) == 4
@@ -576,3 +578,24 @@ def test_the_summary_kept_in_memory_has_the_read_back_dtypes_without_advice(tmp_
 
     empty = read_advice(str(tmp_path / "nothing-here"))
     assert advice_frame([]).dtypes.to_dict() == empty.dtypes.to_dict()
+
+
+def test_a_bundle_no_quota_limited_is_a_row_not_a_failure(tmp_path):
+    """A container without a CPU limit is routine in a fleet: its summary row says it never
+    throttled or froze (over its samples' span), it has no periods, and the workloads ranked
+    first are the ones frozen by any level's quota."""
+    import math
+
+    from gmpanalysis.fleet.compute import analyse_bundle
+
+    out = str(tmp_path / "derived")
+    parts = {"cluster": "c", "namespace": "n", "workload": "free", "pod": "free-0", "capture": "1"}
+    free = analyse_bundle("fixtures/whatif/unlimited-cpu-gmp2", "free", parts, out)
+    assert free["error"] is None and free["throttled_periods"] == 0 and free["stall_s"] == 0.0
+    assert free["span_s"] > 5 and math.isnan(free["limit_cpus"])
+    assert not list((tmp_path / "derived").rglob("periods.parquet"))
+    limited = analyse_bundle(str(RUNS / "cpu-0.5cpu-gmp8"), "hot", {**parts, "workload": "hot"}, out)
+    wl = df_fleet_workloads(pd.DataFrame([free, limited]).assign(advice=None, advice_limit_cpus=np.nan,
+                                                                  advice_gomaxprocs=np.nan))  # fmt: skip
+    assert list(wl["workload"]) == ["hot", "free"] and list(wl["errors"]) == [0, 0]
+    assert wl.set_index("workload").loc["free", "frozen_wall_pct"] == 0.0

@@ -176,3 +176,31 @@ def test_plain_text_keeps_names_literal():
     ax.set_title(plain_text(r"$\foo{x}$"))
     fig.canvas.draw()  # would raise ValueError (ParseFatalException) on the raw name
     plt.close(fig)
+
+
+def test_a_run_no_quota_limited_has_its_row_and_section(tmp_path):
+    """One container without a CPU limit among limited runs: summary and report go on. Its
+    row says it never throttled or froze (no periods to count: NaN), its findings say so in
+    words, its section says why there is no period to draw and gives the advice; the
+    limited run's part is unchanged."""
+    from pathlib import Path
+
+    from gmpanalysis.report import findings
+
+    free = gmp.load_run(Path("fixtures/whatif/unlimited-cpu-gmp2"))
+    hot = gmp.load_run(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    cmp = gmp.compare_runs([hot, free]).set_index("name")
+    row = cmp.loc["unlimited-cpu-gmp2"]
+    assert row["throttled_periods"] == 0 and row["frozen_pct_wall"] == 0 and row["stall_ms_per_s"] == 0
+    assert np.isnan(row["periods"]) and row["latency_p99_ms"] > 0
+    own = gmp.period_summary(gmp.df_periods(hot))
+    assert cmp.loc["cpu-0.5cpu-gmp8", "throttled_periods"] == own["throttled_periods"]
+    said = findings(gmp.compare_runs([free]))[0]
+    assert said == "unlimited-cpu-gmp2: GOMAXPROCS 2 with no CPU limit — never throttled.", said
+    out = gmp.to_report([hot, free], tmp_path / "r.html")
+    html = out.read_text()
+    assert "No quota limited this run at any level" in html and "What should it run with?" in html
+    import re
+
+    text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
+    assert not re.search(r"\bnan\b", text, re.I)

@@ -95,77 +95,46 @@ def _write_parquet(df: pd.DataFrame, out: str, rel: str) -> None:
     fs.mv(tmp, dest)
 
 
-def summarize_bundle(run: Any, per: pd.DataFrame) -> dict[str, Any]:
-    """The summary row's figures from a run and its periods. The counts are
-    :func:`gmpanalysis.compare.period_summary`'s, so with holes in the samples they still
-    equal the kernel's counter deltas over the table (what ambiguous groups hold included):
-    ``periods`` (every CFS period of the table: wall clock), ``active_periods``
-    (nr_periods), ``throttled_periods`` (nr_throttled), ``unknown_periods`` (rows whose
-    throttling the samples cannot tell); ``span_s`` the table's wall seconds;
-    ``frozen_cpu_s`` CPU-seconds the group's run queues stood throttled (cpu.stat's
-    throttled time, a sum over CPUs); ``stall_s`` wall seconds frozen by any level (Σ
-    frozen_us, a pod's quota too; Σ stall_us for a table without it) over the
-    ``stall_known_s`` seconds of periods that know it; ``stw_spanning`` stop-the-world
-    pauses still open when a throttled period ended; ``gomaxprocs`` (in force at the start),
-    ``limit_cpus`` (quota / period, NaN: none), ``ncpu``; ``wall_start`` (meta.json, ISO)
-    and ``trace_s`` the seconds of periods the trace covers."""
-    from ..compare import frozen_wall, period_summary
-
-    ps = period_summary(per)
-    m = run.meta
-    q, p = m.get("quota_us"), m.get("period_us")
-    g = per["gomaxprocs"].dropna()
-    frozen, known = frozen_wall(per)
-    length = (per["end_ns"] - per["start_ns"]).to_numpy(dtype=np.float64) / 1e9
-    traced = per["stw_count"].notna().to_numpy() if "stw_count" in per else np.zeros(len(per), dtype=bool)
-    return {
-        "wall_start": str(m.get("wall_start") or ""),
-        "span_s": float(length.sum()),
-        "trace_s": float(length[traced].sum()),
-        "periods": int(ps["periods"]),
-        "active_periods": int(ps["active_periods"]),
-        "throttled_periods": int(ps["throttled_periods"]),
-        "unknown_periods": int(ps["unknown_periods"]),
-        "frozen_cpu_s": float(ps["throttled_rq_s"]),
-        "stall_s": float(frozen[known].sum() / 1e6),
-        "stall_known_s": float(length[known].sum()),
-        "stw_spanning": int(per["stw_spans_boundary"].fillna(False).astype(bool).sum()),
-        "gomaxprocs": float(g.iloc[0]) if len(g) else float(m.get("gomaxprocs_effective") or math.nan),
-        "limit_cpus": q / p if isinstance(q, (int, float)) and isinstance(p, (int, float)) and p else math.nan,
-        "ncpu": float(m.get("ncpu") or math.nan),
-    }
-
-
 def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:
     """One task: a bundle's periods and summary row written under ``out``; returns the row.
     A bundle that cannot be analysed (a :class:`GmpError`: damaged, missing data) gives a
-    row with its ``error`` and no periods: the fleet goes on."""
+    row with its ``error`` and no periods: the fleet goes on. One no quota limited gets a
+    row too (:func:`summarize_unlimited`), without periods."""
     import warnings
 
     from ..analysis import analyze
     from ..bundle import load_run
     from ..location import fetch_bundle
+    from ..replayinputs import no_quota
+    from .rows import summarize_bundle, summarize_unlimited
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
     row.update({"key": key, **parts, "path": path, "error": None})
+    per = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = load_run(fetch_bundle(path) if "://" in path else path)
-            per = analyze(run).periods.copy()
-            row.update(summarize_bundle(run, per))
+            if no_quota(run):
+                row.update(summarize_unlimited(run))
+            else:
+                per = analyze(run).periods.copy()
+                row.update(summarize_bundle(run, per))
+    except GmpError as e:  # the bundle itself: analysing it again gives the same answer
+        row["error"] = str(e)
+        per = None
+    where = f"{PERIODS_DIR}/{partition_path(parts)}/periods.parquet"
+    if per is None:
+        fs, root = fs_of(out)
+        if fs.exists(f"{root}/{where}"):  # from an earlier version of this bundle
+            fs.rm(f"{root}/{where}")
+    else:
         per.insert(0, "bundle", key)
         for c in per.columns:  # Parquet keeps pandas' nullable types; plain objects become text
             if per[c].dtype == object:
                 per[c] = per[c].astype("string")
-        _write_parquet(per, out, f"{PERIODS_DIR}/{partition_path(parts)}/periods.parquet")
-    except GmpError as e:  # the bundle itself: analysing it again gives the same answer
-        row["error"] = str(e)
-        fs, root = fs_of(out)
-        stale = f"{root}/{PERIODS_DIR}/{partition_path(parts)}/periods.parquet"
-        if fs.exists(stale):  # from an earlier run of a bundle that has since changed
-            fs.rm(stale)
+        _write_parquet(per, out, where)
     # anything else (a lost connection to the store, a bug) propagates: Dask retries the
     # task, and the fleet names the bundles that still failed; they stay unprocessed
     row["analysis_s"] = time.perf_counter() - t0

@@ -17,8 +17,10 @@ def _pct(num: pd.Series, den: pd.Series) -> float:
 
 
 def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per workload (cluster, namespace, workload), ranked by frozen CPU-seconds per
-    hour, from the fleet's summary rows (:func:`gmpanalysis.fleet.compute.read_summary`).
+    """One row per workload (cluster, namespace, workload), ranked by the share of time it
+    stood frozen by any level's quota (a pod's too, which its own counters do not see), then
+    by frozen CPU-seconds per hour, from the fleet's summary rows
+    (:func:`gmpanalysis.fleet.compute.read_summary`).
 
     Columns: ``cluster``, ``namespace``, ``workload``; ``bundles`` analysed and ``errors``
     (bundles that could not be); ``hours`` of periods covered; ``frozen_cpu_s_per_h``
@@ -74,14 +76,14 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows, columns=cols)
-    return out.sort_values("frozen_cpu_s_per_h", ascending=False, na_position="last", kind="stable").reset_index(
-        drop=True
-    )
+    order = ["frozen_wall_pct", "frozen_cpu_s_per_h"]
+    return out.sort_values(order, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
 def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
     """Write the fleet report (HTML, one file) and return its path: workloads ranked by
-    frozen CPU-seconds per hour, then every bundle, failures with their messages."""
+    the share of time frozen by any level's quota, then every bundle, failures with their
+    messages."""
     from ..location import fs_of
 
     wl = df_fleet_workloads(summary)
@@ -97,7 +99,7 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:nth-child(-n+3){text-align:left}</style>",
         "</head><body><h1>Fleet report</h1>",
         f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
-        "<h2>Workloads by frozen CPU-seconds per hour</h2>",
+        "<h2>Workloads by the share of time frozen (any level's quota)</h2>",
         "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "
         "Frozen wall %: share of wall-clock time the group stood frozen (by any level). Throttled % wall: share "
         "of all CFS periods (idle ones too) that ended throttled; throttled % active: the classic "
