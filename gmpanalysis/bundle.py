@@ -324,6 +324,18 @@ def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, 
     return requests, notes
 
 
+def _optional(p: Path, read: Any, notes: list[str]) -> pd.DataFrame | None:
+    """An optional file of a bundle, read where it is there (even as a broken link: what is
+    wrong with it is said, not skipped); an empty one (0 bytes: its writer had not written
+    its header yet) is taken as absent, with a note."""
+    if not os.path.lexists(p):
+        return None
+    if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == 0:
+        notes.append(f"{p}: empty (0 bytes, not even its header): taken as absent")
+        return None
+    return read(p)
+
+
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load and validate a run bundle directory.
 
@@ -364,9 +376,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
             samples = read_cpu_stat(csv)
         # an optional file that is there (even as a broken link) is read, so that what is
         # wrong with it is said rather than the file silently skipped
-        requests = read_requests(d / "requests.csv") if os.path.lexists(d / "requests.csv") else None
-        host_stat = read_host_stat(d / "host_stat.csv") if os.path.lexists(d / "host_stat.csv") else None
-        limits = read_limits(d / "limits.csv") if os.path.lexists(d / "limits.csv") else None
+        requests = _optional(d / "requests.csv", read_requests, notes)
+        host_stat = _optional(d / "host_stat.csv", read_host_stat, notes)
+        limits = _optional(d / "limits.csv", read_limits, notes)
     for w in caught:
         if issubclass(w.category, GmpWarning):
             notes.append(str(w.message))

@@ -13,8 +13,10 @@ from pathlib import Path
 
 from .cliargs import (
     cgroup_parent,
+    check_not_inside,
     check_out_dir,
     check_out_file,
+    check_writable_dir,
     duration,
     existing_dir,
     float_in,
@@ -100,6 +102,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     from .fleet.compute import REPORT, default_out
 
     out = a.out or default_out(a.sources)
+    check_writable_dir(out, "-o")  # before the workers start: each would fail alone
     summary = fleet(a.sources, out, scheduler=a.scheduler, workers=a.workers, progress=not a.no_progress)
     wl = df_fleet_workloads(summary)
     cols = ["namespace", "workload", "bundles", "frozen_cpu_s_per_h", "frozen_wall_pct", "throttled_pct_wall",
@@ -220,6 +223,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     out = check_out_file(a.out, "-o")
     paths = [Path(p) for p in a.bundles] or _default_bundles()
+    check_not_inside(out, paths, "-o")
     if not paths:
         print("no bundles given and no example runs found; pass bundle directories", file=sys.stderr)
         return 2
@@ -246,6 +250,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .export import to_chrome_trace
 
     out = check_out_file(a.out, "-o")
+    check_not_inside(out, [a.bundle], "-o")
     print(to_chrome_trace(load_run(a.bundle), out))
     return 0
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import UsageError
@@ -34,6 +35,33 @@ def check_out_file(text: str, opt: str) -> Path:
         raise UsageError(f"{opt} {p}: is a directory; give a file path, e.g. {p / 'out'}")
     _check_parent(p, opt)
     return p
+
+
+def check_not_inside(out: Path, inputs: Sequence[str | Path], opt: str) -> None:
+    """Refuse an output file that is one of the data files of a bundle read (it would be
+    overwritten by what is made from it); a new file beside them (a report) is fine."""
+    from .location import BUNDLE_FILES
+
+    o = out.resolve()
+    for d in inputs:
+        b = Path(d).resolve()
+        if b.is_dir() and o.parent == b and o.name in BUNDLE_FILES:
+            raise UsageError(f"{opt} {out}: the bundle {d}'s own {o.name}, the data read; write elsewhere")
+
+
+def check_writable_dir(text: str, opt: str) -> None:
+    """A local directory a command will write into, made and written once before any work
+    (a URL is the store's to check): refused with the reason where it cannot be."""
+    if "://" in text:
+        return
+    p = check_out_dir(text, opt, empty=False)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".gmp-write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{opt} {p}: cannot write there ({e.strerror or e}); choose another directory") from None
 
 
 def _check_parent(p: Path, opt: str) -> None:

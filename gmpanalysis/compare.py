@@ -274,6 +274,19 @@ def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.
     return out
 
 
+def shown_names(runs: Sequence[Run]) -> list[str]:
+    """Each run's name as tables and reports show it: its own (meta.json's, else its
+    directory's), with its directory where another run has the same, and its whole path
+    where that is not enough (copies of one bundle say the same name)."""
+    names = [r.name for r in runs]
+    if len(set(names)) == len(names):
+        return names
+    dup = {n for n in names if names.count(n) > 1}
+    out = [f"{r.name} ({r.path.name})" if r.name in dup else r.name for r in runs]
+    dup = {n for n in out if out.count(n) > 1}
+    return [f"{r.name} ({r.path})" if o in dup else o for r, o in zip(runs, out, strict=True)]
+
+
 def unlimited_summary() -> dict[str, object]:
     """:func:`period_summary`'s keys for a run that no quota limited at any level: the
     kernel keeps no CFS periods for it (its timer never runs), so nothing throttled or froze
@@ -300,6 +313,7 @@ def compare_table(
     """:func:`gmpanalysis.compare_runs` from the runs' period tables (None: a run no quota
     limited, :func:`unlimited_summary`) and their GOMAXPROCS at the start."""
     rows = []
+    shown = shown_names(runs)
     for i, run in enumerate(runs):
         per = periods[i]
         m = run.meta
@@ -317,7 +331,7 @@ def compare_table(
             after = "no limit" if last is None else f"{last / m['period_us']:g}"
             limit = f"{first} → {after}"
         row: dict[str, object] = {
-            "name": run.name,
+            "name": shown[i],
             "gomaxprocs": gomaxprocs[i],
             "cpu_limit": limit,
             "quota_us": m.get("quota_us"),

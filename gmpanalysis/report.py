@@ -18,6 +18,7 @@ import pandas as pd
 
 from .analysis import analyze
 from .bundle import Run
+from .compare import shown_names
 from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
@@ -200,8 +201,8 @@ def _data_notes_html(runs: Sequence[Run], notes: Sequence[Sequence[str]], genera
         "<p>Read these first: some data below was dropped, cut short or tolerated while reading. "
         "The figures rest on what was left.</p>"
     )
-    for run, ns in zip(runs, notes, strict=True):
-        parts.append(f"<h3>{html.escape(run.name)}</h3>")
+    for name, ns in zip(shown_names(runs), notes, strict=True):
+        parts.append(f"<h3>{html.escape(name)}</h3>")
         if ns:
             parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in ns) + "</ul>")
         else:
@@ -317,8 +318,8 @@ def to_report(
         )
     if any(t["mmu"] is not None for t in tables):
         parts.append(_mmu_figure(plot, runs, [t["mmu"] for t in tables]))
-    for run, t in zip(runs, tables, strict=True):
-        parts += _run_section(plot, run, t, vmax)
+    for run, name, t in zip(runs, shown_names(runs), tables, strict=True):
+        parts += _run_section(plot, run, name, t, vmax)
     out = Path(path)
     try:
         # a lone surrogate (an undecodable byte in a run's name) becomes U+FFFD: the file is UTF-8
@@ -359,9 +360,9 @@ def _analysed(r: Run, extra: Sequence[str], say: Callable[[str], None], i: int, 
 def _mmu_figure(plot: Any, runs: Sequence[Run], mmus: list[pd.DataFrame | None]) -> str:
     def draw_mmu(f: Any) -> None:
         ax = f.add_subplot()
-        for r, m in zip(runs, mmus, strict=True):
+        for name, m in zip(shown_names(runs), mmus, strict=True):
             if m is not None:
-                plot.plot_mmu(m, ax=ax, label=r.name)
+                plot.plot_mmu(m, ax=ax, label=name)
 
     return _img(
         _png(draw_mmu, (8, 4)),
@@ -370,14 +371,14 @@ def _mmu_figure(plot: Any, runs: Sequence[Run], mmus: list[pd.DataFrame | None])
     )
 
 
-def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> list[str]:
+def _run_section(plot: Any, run: Run, name: str, t: dict[str, Any], vmax: float | None) -> list[str]:
     """A run's part of the report: its settings in words, what froze it, its data notes and
     advice, and its figures."""
     m, per, off, stw = run.meta, t["per"], t["off"], t["stw"]
     env = m.get("gomaxprocs_env")
     grid = "no CFS periods" if per is None else f"period grid phase ±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs"
     parts = [
-        f"<h2>{html.escape(run.name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
+        f"<h2>{html.escape(name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
         f"({html.escape('GOMAXPROCS unset' if env is None else f'env {env}')}), quota "
         f"{html.escape(quota_words(m.get('quota_us'), quota_at_end(run), m.get('period_us')))}, "
         f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
@@ -402,20 +403,20 @@ def _run_section(plot: Any, run: Run, t: dict[str, Any], vmax: float | None) -> 
     parts.append(
         _img(
             _png(lambda f: plot.plot_periods(per, ax=f.add_subplot()), (12, 4.2)),
-            f"{run.name}: CPU per period against the quota",
+            f"{name}: CPU per period against the quota",
         )
     )
     parts.append(
         _img(
             _png(lambda f: plot.plot_period_heatmap(off, ax=f.add_subplot(), vmax=vmax), (12, 4)),
-            f"{run.name}: inside each period",
+            f"{name}: inside each period",
         )
     )
     if stw is not None:
         parts.append(
             _img(
                 _png(lambda f: plot.plot_stw_vs_boundary(stw, ax=f.add_subplot()), (8, 4)),
-                f"{run.name}: stop-the-world pauses against the period boundary",
+                f"{name}: stop-the-world pauses against the period boundary",
             )
         )
     return parts

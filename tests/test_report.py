@@ -204,3 +204,29 @@ def test_a_run_no_quota_limited_has_its_row_and_section(tmp_path):
 
     text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)
     assert not re.search(r"\bnan\b", text, re.I)
+
+
+def test_copies_of_one_bundle_are_told_apart(tmp_path):
+    """Two bundles whose meta.json give one name (a copy, a rerun under the same name):
+    tables and report name each with its directory."""
+    import re
+    from pathlib import Path
+
+    for d in ("a", "b"):
+        shutil.copytree(Path("fixtures/runs/cpu-0.5cpu-gmp1"), tmp_path / d)
+    (tmp_path / "b" / "requests.csv").unlink()
+    runs = [gmp.load_run(tmp_path / d) for d in ("a", "b")]
+    names = list(gmp.compare_runs(runs)["name"])
+    assert names == ["cpu-0.5cpu-gmp1 (a)", "cpu-0.5cpu-gmp1 (b)"], names
+    html = gmp.to_report(runs, tmp_path / "r.html").read_text()
+    assert re.findall(r"<h2>(cpu-0\.5cpu-gmp1[^<]*)</h2>", html) == names
+
+
+def test_an_output_inside_a_bundle_is_refused(tmp_path, capsys):
+    from pathlib import Path
+
+    shutil.copytree(Path("fixtures/runs/cpu-0.5cpu-gmp1"), tmp_path / "b")
+    before = (tmp_path / "b" / "cpu_stat.csv").read_bytes()
+    assert main(["report", "-o", str(tmp_path / "b" / "cpu_stat.csv"), str(tmp_path / "b")]) == 2
+    assert "the data read" in capsys.readouterr().err
+    assert (tmp_path / "b" / "cpu_stat.csv").read_bytes() == before
