@@ -599,3 +599,28 @@ def test_a_bundle_no_quota_limited_is_a_row_not_a_failure(tmp_path):
                                                                   advice_gomaxprocs=np.nan))  # fmt: skip
     assert list(wl["workload"]) == ["hot", "free"] and list(wl["errors"]) == [0, 0]
     assert wl.set_index("workload").loc["free", "frozen_wall_pct"] == 0.0
+
+
+def test_a_bundle_still_being_written_is_analysed_again_until_finished(tmp_path):
+    """A bundle whose meta.json says "complete": false is analysed as it is, its row kept
+    apart, and not counted as processed: the next fleet run analyses it again, and once it
+    is finished its row replaces the partial one; the fleet report names it meanwhile."""
+    from gmpanalysis.fleet.compute import PARTIAL_ROW, ROW, analyse_bundle, processed
+    from gmpanalysis.fleet.report import to_fleet_report
+
+    d = tmp_path / "b"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", d)
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps({**meta, "complete": False}))
+    out = str(tmp_path / "derived")
+    parts = {"cluster": "c", "namespace": "n", "workload": "w", "pod": "w-0", "capture": "1"}
+    row = analyse_bundle(str(d), "k", parts, out)
+    assert row["complete"] is False and processed(out) == set()
+    assert [p.name for p in (tmp_path / "derived").rglob("bundle*.parquet")] == [PARTIAL_ROW]
+    summary = read_summary(out)
+    assert list(summary["complete"]) == [False]
+    assert "still being written" in open(to_fleet_report(summary, tmp_path / "r.html")).read()
+    (d / "meta.json").write_text(json.dumps({**meta, "complete": True}))
+    row = analyse_bundle(str(d), "k", parts, out)
+    assert row["complete"] is True and processed(out) == {"c/n/w/w-0/1"}
+    assert [p.name for p in (tmp_path / "derived").rglob("bundle*.parquet")] == [ROW]

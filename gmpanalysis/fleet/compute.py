@@ -65,6 +65,7 @@ SUMMARY_COLUMNS = [
     "limit_cpus",
     "ncpu",
     "analysis_s",
+    "complete",
 ]
 # the advisor's row of a bundle: its key, the sentence (null: the advisor did not apply), the
 # setting it recommends and the seconds it took
@@ -112,10 +113,14 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
     row.update({"key": key, **parts, "path": path, "error": None})
     per = None
+    partial = False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = load_run(fetch_bundle(path) if "://" in path else path)
+            # still being written (meta.json "complete": false): analysed as it is, and
+            # again by every fleet run until it is finished (its row is kept apart)
+            partial = run.meta.get("complete") is False
             if no_quota(run):
                 row.update(summarize_unlimited(run))
             else:
@@ -142,7 +147,12 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     advised = f"{root}/{ADVICE_DIR}/{partition_path(parts)}/advice.parquet"
     if fs.exists(advised):  # an answer about an earlier version of this bundle
         fs.rm(advised)
-    _write_parquet(summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/bundle.parquet")
+    row["complete"] = not partial
+    here = f"{root}/{SUMMARY_DIR}/{partition_path(parts)}"
+    name, other = (PARTIAL_ROW, ROW) if partial else (ROW, PARTIAL_ROW)
+    _write_parquet(summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/{name}")
+    if fs.exists(f"{here}/{other}"):  # the row of the bundle before it was finished
+        fs.rm(f"{here}/{other}")
     return row
 
 
@@ -221,6 +231,10 @@ def _text(v: object) -> object:
     return v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+# a bundle's summary row, and the row of one still being written (analysed again next time)
+ROW, PARTIAL_ROW = "bundle.parquet", "bundle-partial.parquet"
+
+
 def summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Summary rows as a frame of :data:`SUMMARY_COLUMNS`, with the dtypes Parquet gives back."""
     df = pd.DataFrame([{k: _text(v) for k, v in r.items()} for r in rows], columns=SUMMARY_COLUMNS)
@@ -228,6 +242,7 @@ def summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         df[c] = df[c].astype("string")
     for c in ("periods", "active_periods", "throttled_periods", "unknown_periods", "stw_spanning"):
         df[c] = pd.array(df[c].to_numpy(dtype=np.float64), dtype="Float64").round().astype("Int64")
+    df["complete"] = df["complete"].astype("boolean")
     return df
 
 
@@ -242,9 +257,10 @@ def default_out(sources: list[str]) -> str:
 
 
 def processed(out: str) -> set[str]:
-    """The keys whose summary row is already under ``out``."""
+    """The keys whose summary row is already under ``out`` (a bundle still being written
+    has its row apart, :data:`PARTIAL_ROW`, and is analysed again)."""
     fs, root = fs_of(out)
-    found = fs.glob(f"{glob_root(root)}/{SUMMARY_DIR}/" + "/".join(f"{p}=*" for p in PARTS) + "/bundle.parquet")
+    found = fs.glob(f"{glob_root(root)}/{SUMMARY_DIR}/" + "/".join(f"{p}=*" for p in PARTS) + f"/{ROW}")
     keys = set()
     for f in found:
         segs = f.split("/")[-len(PARTS) - 1 : -1]
@@ -283,7 +299,7 @@ def read_summary(out: str) -> pd.DataFrame:
 
 
 def _summary_rows(out: str) -> pd.DataFrame:
-    frames = _read_rows(out, SUMMARY_DIR, "bundle.parquet", "summary")
+    frames = [*_read_rows(out, SUMMARY_DIR, ROW, "summary"), *_read_rows(out, SUMMARY_DIR, PARTIAL_ROW, "summary")]
     return pd.concat(frames, ignore_index=True) if frames else summary_frame([])
 
 

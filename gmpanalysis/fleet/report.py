@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 
 import numpy as np
@@ -80,6 +81,20 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(order, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
+def _partial_html(summary: pd.DataFrame) -> str:
+    """The bundles still being written when analysed (meta.json "complete": false)."""
+    if "complete" not in summary:
+        return ""
+    keys = summary.loc[summary["complete"].eq(False).fillna(False).to_numpy(dtype=bool), "key"]
+    if not len(keys):
+        return ""
+    shown = ", ".join(html.escape(str(k)) for k in keys[:20]) + (" ..." if len(keys) > 20 else "")
+    return (
+        f"<p>{len(keys)} bundle(s) were still being written: analysed as they were, and again by the next "
+        f"fleet run: {shown}</p>"
+    )
+
+
 def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
     """Write the fleet report (HTML, one file) and return its path: workloads ranked by
     the share of time frozen by any level's quota, then every bundle, failures with their
@@ -99,6 +114,7 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:nth-child(-n+3){text-align:left}</style>",
         "</head><body><h1>Fleet report</h1>",
         f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
+        _partial_html(summary),
         "<h2>Workloads by the share of time frozen (any level's quota)</h2>",
         "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "
         "Frozen wall %: share of wall-clock time the group stood frozen (by any level). Throttled % wall: share "
