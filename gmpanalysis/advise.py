@@ -28,6 +28,7 @@ from .bundle import Run
 from .cgroup import MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
+from .levels import quota_at_end
 from .modelerror import load as load_validation
 from .modelerror import measured_range, model_error, regime
 from .replayinputs import memo, prep_built
@@ -174,19 +175,17 @@ def advise(
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
-    table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu)
+    table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu, runs)
     return table
 
 
 def _predict(
-    inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int
+    inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int, own: bool = False
 ) -> dict[str, float]:
-    figs = [
-        estimate_from_prep(
-            prep, path, quota_us=lim * period, period_us=period, burst_us=burst_us, gomaxprocs=g, cpus=ncpu
-        )
-        for prep, path in inputs
-    ]
+    """The figures of one setting, averaged over the runs; ``own``: each run's own quotas
+    and burst as they were, period by period (a limit resized in place too), at ``g``."""
+    setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us}
+    figs = [estimate_from_prep(prep, path, gomaxprocs=g, cpus=ncpu, **setting) for prep, path in inputs]
     out: dict[str, float] = {
         "limit_cpu": lim,
         "quota_us": lim * period,
@@ -292,7 +291,7 @@ def _sentence(
     return said
 
 
-def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu: int) -> pd.DataFrame:
+def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu: int, runs: list[Run]) -> pd.DataFrame:
     """At the recommended limit: the GOMAXPROCS each rule would set, its predicted figures
     and how much worse than the recommendation; and the run's own setting as it was."""
     period = int(best.period_us)
@@ -306,8 +305,13 @@ def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu
         rows.append({"setting": f"{name} (GOMAXPROCS={g})", **p})
     if lim0["quota_us"] is not None:
         g0 = int(lim0["gomaxprocs"] or ncpu)
-        own = _predict(inputs, lim0["quota_us"] / period, period, float(lim0["burst_us"] or 0), g0, ncpu)
-        rows.append({"setting": "the run as it was", **own})
+        # replayed with its own quotas period by period: a limit resized in place as it was;
+        # its limit and cost shown as at the end
+        last = quota_at_end(runs[0])
+        at_end = (lim0["quota_us"] if last is None else last) / period
+        own = _predict(inputs, at_end, period, float(lim0["burst_us"] or 0), g0, ncpu, own=True)
+        resized = f", {lim0['quota_us'] / period:g} → {at_end:g} CPU" if at_end != lim0["quota_us"] / period else ""
+        rows.append({"setting": f"the run as it was{resized}", **own})
     out = pd.DataFrame(rows)
     if len(out):
         out["p99_worse_pct"] = math.nan if math.isnan(best.p99_ms) else 100 * (out["p99_ms"] / best.p99_ms - 1)

@@ -207,3 +207,17 @@ def test_numpy_candidates_are_numbers():
     run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
     t = advise(run, limits=np.array([1, 2]), gomaxprocs=np.array([1, 2]), bursts=[np.float32(0.5)])
     assert len(t) == 4
+
+
+def test_the_run_as_it_was_is_replayed_with_its_resize():
+    """A limit resized in place (0.5 → 2 CPU) is replayed as it was, quota period by period:
+    the baseline row comes within the validation's goals of what the run measured (it was
+    replayed at 0.5 CPU throughout: 98 % throttled, p99 1.5 s, against 47 % and 0.5 s)."""
+    from gmpanalysis import whatif as W
+
+    run = _load(Path("fixtures/runs/resize-0.5to2cpu-default"))
+    b = advise(run).attrs["baselines"].set_index("setting")
+    row = b.loc["the run as it was, 0.5 → 2 CPU"]
+    m = W.measured(run)
+    assert abs(row["throttled_pct"] - m["throttled_pct"]) <= 5
+    assert row["p99_ms"] == pytest.approx(m["p99_ms"], rel=0.30)
