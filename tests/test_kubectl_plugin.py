@@ -101,6 +101,24 @@ def test_collect_failure_stops_the_verb(monkeypatch, capsys):
     assert plugin.main(["report", "web", "-n", "shop"]) == 2
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["advise", "web", "-n", "shop", "--objective", "latency"], "invalid choice: 'latency'"),
+        (["advise", "web", "-n", "shop", "--top", "0"], "--top"),
+        (["report", "web", "-n", "shop", "-o", "/nonexistent/dir/r.html"], "no such directory /nonexistent/dir"),
+        (["collect", "web", "-n", "shop", "--duration", "soon"], "--duration"),
+    ],
+)
+def test_options_are_refused_before_the_collection(monkeypatch, capsys, argv, said):
+    """A wrong option of the verb after the collection, or a report file that cannot be
+    written, is refused before collecting (found after a 30 s collection, it cost it)."""
+    monkeypatch.setattr(cli, "cmd_collect", lambda a: pytest.fail("collected before refusing the options"))
+    assert plugin.main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "nothing was collected" in err, err
+
+
 def _script() -> list[str]:
     exe = Path(sys.executable).parent / "kubectl-gmp"
     if exe.exists():

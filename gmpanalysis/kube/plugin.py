@@ -17,6 +17,7 @@ import argparse
 import io
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 PROG = "kubectl gmp"
 BUNDLES = "{bundles}"  # in Plan.then: where the collected bundles' paths go
@@ -134,12 +135,37 @@ class _Tee(io.TextIOBase):
         self.out.flush()
 
 
+def _checked(p: Plan, cli: Any) -> bool:
+    """Both command lines parsed, and the report's file checked, before the collection (a
+    wrong option or output path found after a 30 s collection costs the collection)."""
+    from ..cliargs import check_out_file
+    from ..errors import UsageError
+
+    parser = cli.build_parser()
+    lines = [p.collect] + ([] if p.then is None else [p.then_with(["BUNDLE"])])
+    for line in lines:
+        try:
+            args = parser.parse_args(line)
+        except SystemExit:  # argparse said why, as gmpanalysis VERB
+            print(f"{PROG}: error: {line[0]}: the options above are refused; nothing was collected", file=sys.stderr)
+            return False
+        if line[0] == "report":
+            try:
+                check_out_file(args.out, "-o")
+            except UsageError as e:
+                print(f"{PROG}: error: {e}; nothing was collected", file=sys.stderr)
+                return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     from contextlib import redirect_stdout
 
     from .. import cli
 
     p = plan(sys.argv[1:] if argv is None else argv)
+    if not _checked(p, cli):
+        return 2
     tee = _Tee(sys.stdout)
     with redirect_stdout(tee):
         rc = cli.main(p.collect)
