@@ -336,6 +336,17 @@ def _optional(p: Path, read: Any, notes: list[str]) -> pd.DataFrame | None:
     return read(p)
 
 
+def without_trace(run: Run, why: Exception) -> Run:
+    """The run without its trace, which cannot be read (``why``), and a note saying so: what
+    needs no trace (the periods, the freezes, the advice) goes on; the trace's columns are
+    empty."""
+    out = dataclasses.replace(run, trace_path=None)
+    out._trace = None
+    note = f"{run.trace_path}: cannot be read ({why}); analysed without the trace (its STW and GC columns are empty)"
+    out.notes = [*run.notes, note]
+    return out
+
+
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load and validate a run bundle directory.
 

@@ -9,7 +9,9 @@ import stat
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .cliargs import (
     cgroup_parent,
@@ -27,6 +29,8 @@ from .cliargs import (
 )
 from .clilab import add_lab_args, cmd_lab_clean, cmd_lab_run, cmd_lab_sweep
 from .errors import GmpError, GmpWarning, UsageError
+
+T = TypeVar("T")
 
 
 def _default_bundles() -> list[Path]:
@@ -57,10 +61,27 @@ def cmd_summary(a: argparse.Namespace) -> int:
             for n in run.notes:
                 print(f"{p}: note: {n}", file=sys.stderr)
             runs.append(run)
-    df = compare_runs(runs)
+    df = _tolerating_traces(runs, compare_runs)
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.1f}".format):
         print(df.set_index("name").T.to_string())
     return 0
+
+
+def _tolerating_traces(runs: list[Any], work: Callable[[list[Any]], T]) -> T:
+    """``work(runs)``, again without a run's trace each time one cannot be read (a
+    TraceFormatError naming it): a damaged trace costs its own columns, not the command."""
+    from .bundle import without_trace
+    from .errors import TraceFormatError
+
+    while True:
+        try:
+            return work(runs)
+        except TraceFormatError as e:
+            hit = [i for i, r in enumerate(runs) if r.trace_path is not None and str(r.trace_path) in str(e)]
+            if not hit:
+                raise
+            runs[hit[0]] = without_trace(runs[hit[0]], e)
+            print(f"{runs[hit[0]].path}: note: {runs[hit[0]].notes[-1]}", file=sys.stderr)
 
 
 def cmd_advise(a: argparse.Namespace) -> int:
@@ -75,7 +96,7 @@ def cmd_advise(a: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")
         for p in paths:
             runs.append(load_run(p))
-        t = advise(runs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit)
+        t = _tolerating_traces(runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit))
     cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
         print(t[cols].head(a.top).to_string(index=False))
@@ -237,7 +258,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             with recording_notes([]) as found:
                 runs.append(load_run(p))
             loading_notes.append(found)
-        out = to_report(runs, out, notes=loading_notes, progress=progress)
+        out = _tolerating_traces(runs, lambda rs: to_report(rs, out, notes=loading_notes, progress=progress))
     for p, run, found in zip(paths, runs, loading_notes, strict=True):
         for n in dict.fromkeys([*run.notes, *found]):
             print(f"{p}: note: {n}", file=sys.stderr)

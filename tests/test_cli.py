@@ -87,3 +87,22 @@ def test_missing_inputs_are_not_found_errors(tmp_path, capsys):
     assert "nope.out: no such file" in capsys.readouterr().err
     assert main(["summary", str(tmp_path / "nope")]) == 2
     assert "nope: no such directory" in capsys.readouterr().err
+
+
+def test_a_trace_that_cannot_be_read_costs_its_columns_not_the_command(tmp_path, capsys):
+    """A damaged trace.out (bytes flipped across it): summary, report and advise go on
+    without the trace, and say so on stderr and in the report's data notes."""
+    import shutil
+
+    d = tmp_path / "b"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp8", d)
+    b = bytearray((d / "trace.out").read_bytes())
+    for i in range(2000, len(b), 997):
+        b[i] ^= 0xFF
+    (d / "trace.out").write_bytes(bytes(b))
+    out = tmp_path / "r.html"
+    for argv in (["summary", str(d)], ["report", "-o", str(out), str(d)], ["advise", str(d)]):
+        assert main(argv) == 0, argv
+        err = capsys.readouterr().err
+        assert "trace.out: cannot be read" in err and "analysed without the trace" in err, (argv, err)
+    assert "analysed without the trace" in out.read_text()
