@@ -162,6 +162,12 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         raw = read_bytes(p, limit=META_MAX_BYTES)
     except NotFoundError:
+        inside = _bundles_below(p.parent)
+        if inside:
+            raise BundleError(
+                f"{p.parent}: a directory of {inside} bundle(s), not a bundle (it has no meta.json): give the "
+                f"bundles ({p.parent}/*), or run gmpanalysis fleet on the directory"
+            ) from None
         raise BundleError(f"{p}: missing; every bundle needs meta.json (is this a bundle directory?)") from None
     try:
         text = raw.decode("utf-8")
@@ -334,6 +340,14 @@ def _optional(p: Path, read: Any, notes: list[str]) -> pd.DataFrame | None:
         notes.append(f"{p}: empty (0 bytes, not even its header): taken as absent")
         return None
     return read(p)
+
+
+def _bundles_below(d: Path) -> int:
+    """How many directories right under ``d`` hold a meta.json (0 where it cannot be read)."""
+    try:
+        return sum(1 for c in d.iterdir() if (c / "meta.json").is_file())
+    except OSError:
+        return 0
 
 
 def without_trace(run: Run, why: Exception) -> Run:

@@ -96,6 +96,8 @@ def cmd_advise(a: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")
         for p in paths:
             runs.append(load_run(p))
+            for n in runs[-1].notes:  # what the data lacks, before the answer built on it
+                print(f"{p}: note: {n}", file=sys.stderr)
         t = _tolerating_traces(runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit))
     cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):

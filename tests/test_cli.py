@@ -106,3 +106,19 @@ def test_a_trace_that_cannot_be_read_costs_its_columns_not_the_command(tmp_path,
         err = capsys.readouterr().err
         assert "trace.out: cannot be read" in err and "analysed without the trace" in err, (argv, err)
     assert "analysed without the trace" in out.read_text()
+
+
+def test_a_directory_of_bundles_given_as_one_is_named_so(capsys):
+    assert main(["summary", "fixtures/runs"]) == 2
+    err = capsys.readouterr().err
+    assert "fixtures/runs: a directory of" in err and "fixtures/runs/*" in err and "fleet" in err
+
+
+def test_advise_prints_the_runs_notes(tmp_path, capsys):
+    import shutil
+
+    d = tmp_path / "b"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp8", d)
+    (d / "host_stat.csv").write_bytes(b"")
+    assert main(["advise", str(d)]) == 0
+    assert "host_stat.csv: empty" in capsys.readouterr().err
