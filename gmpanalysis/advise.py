@@ -123,14 +123,16 @@ def advise(
     if len(runs) > 1:
         # one answer for all: the runs must agree on what it is given in
         each = [settings(r) for r in runs]
-        for key, arg in (("cpus", "cpus=N"), ("period_us", None)):
+        for key, arg in (("cpus", "cpus=N (--cpus N)"), ("period_us", None)):
             seen = {s[key] for s in each}
             if len(seen) > 1 and (arg is None or cpus is None):
                 told = ", ".join(f"{r.name}: {s[key]}" for r, s in zip(runs, each, strict=True))
                 how = f"give {arg} for all of them" if arg else "advise them apart"
                 raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
     if cpus is None and lim0["cpus"] is None:
-        raise MissingDataError(f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N)")
+        raise MissingDataError(
+            f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"
+        )
     ncpu = int(lim0["cpus"] if cpus is None else cpus)
     if ncpu < 1 or (max_limit is not None and max_limit <= 0):
         raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
@@ -279,7 +281,7 @@ def _sentence(
         said += (
             " No candidate met the cost objective's goals (at most 10 % of periods frozen by any quota"
             + (", p99 within 25 % of the best" if with_requests else "")
-            + "): this is the cheapest of the rest; widen limits= or max_limit=."
+            + "): this is the cheapest of the rest; widen limits= or max_limit= (--max-limit)."
         )
     if not err:
         said += (
