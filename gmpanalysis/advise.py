@@ -184,10 +184,11 @@ def advise(
 def _predict(
     inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int, own: bool = False
 ) -> dict[str, float]:
-    """The figures of one setting, averaged over the runs; ``own``: each run's own quotas
-    and burst as they were, period by period (a limit resized in place too), at ``g``."""
-    setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us}
-    figs = [estimate_from_prep(prep, path, gomaxprocs=g, cpus=ncpu, **setting) for prep, path in inputs]
+    """The figures of one setting, averaged over the runs; ``own``: each run's own setting
+    as it was (quotas period by period, a limit resized in place too, its burst and its
+    GOMAXPROCS; ``g`` is then only shown)."""
+    setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us, "gomaxprocs": g}
+    figs = [estimate_from_prep(prep, path, cpus=ncpu, **setting) for prep, path in inputs]
     out: dict[str, float] = {
         "limit_cpu": lim,
         "quota_us": lim * period,
@@ -313,7 +314,8 @@ def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu
         at_end = (lim0["quota_us"] if last is None else last) / period
         own = _predict(inputs, at_end, period, float(lim0["burst_us"] or 0), g0, ncpu, own=True)
         resized = f", {lim0['quota_us'] / period:g} → {at_end:g} CPU" if at_end != lim0["quota_us"] / period else ""
-        rows.append({"setting": f"the run as it was{resized}", **own})
+        who = "the run as it was" if len(runs) == 1 else "the runs as they were"
+        rows.append({"setting": f"{who}{resized}", **own})
     out = pd.DataFrame(rows)
     if len(out):
         out["p99_worse_pct"] = math.nan if math.isnan(best.p99_ms) else 100 * (out["p99_ms"] / best.p99_ms - 1)

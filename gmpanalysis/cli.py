@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import stat
 import sys
 import time
@@ -67,9 +68,11 @@ def cmd_summary(a: argparse.Namespace) -> int:
     return 0
 
 
-def _tolerating_traces(runs: list[Any], work: Callable[[list[Any]], T]) -> T:
+def _tolerating_traces(runs: list[Any], work: Callable[[list[Any]], T], say: bool = True) -> T:
     """``work(runs)``, again without a run's trace each time one cannot be read (a
-    TraceFormatError naming it): a damaged trace costs its own columns, not the command."""
+    TraceFormatError, whose text begins with the trace's path): a damaged trace costs its own
+    columns, not the command. ``say``: print the note (the caller prints the runs' notes
+    otherwise)."""
     from .bundle import without_trace
     from .errors import TraceFormatError
 
@@ -77,11 +80,18 @@ def _tolerating_traces(runs: list[Any], work: Callable[[list[Any]], T]) -> T:
         try:
             return work(runs)
         except TraceFormatError as e:
-            hit = [i for i, r in enumerate(runs) if r.trace_path is not None and str(r.trace_path) in str(e)]
+            text = str(e)
+            hit = [
+                i
+                for i, r in enumerate(runs)
+                if r.trace_path is not None and re.match(re.escape(str(r.trace_path)) + r"[ :]", text)
+            ]
             if not hit:
                 raise
-            runs[hit[0]] = without_trace(runs[hit[0]], e)
-            print(f"{runs[hit[0]].path}: note: {runs[hit[0]].notes[-1]}", file=sys.stderr)
+            i = max(hit, key=lambda i: len(str(runs[i].trace_path)))
+            runs[i] = without_trace(runs[i], e)
+            if say:
+                print(f"{runs[i].path}: note: {runs[i].notes[-1]}", file=sys.stderr)
 
 
 def cmd_advise(a: argparse.Namespace) -> int:
@@ -260,7 +270,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             with recording_notes([]) as found:
                 runs.append(load_run(p))
             loading_notes.append(found)
-        out = _tolerating_traces(runs, lambda rs: to_report(rs, out, notes=loading_notes, progress=progress))
+        out = _tolerating_traces(runs, lambda rs: to_report(rs, out, notes=loading_notes, progress=progress), say=False)
     for p, run, found in zip(paths, runs, loading_notes, strict=True):
         for n in dict.fromkeys([*run.notes, *found]):
             print(f"{p}: note: {n}", file=sys.stderr)

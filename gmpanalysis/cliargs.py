@@ -42,7 +42,9 @@ def check_not_inside(out: Path, inputs: Sequence[str | Path], opt: str) -> None:
     overwritten by what is made from it); a new file beside them (a report) is fine."""
     from .location import BUNDLE_FILES
 
-    o = out.resolve()
+    # the file's own name, its directory resolved (a data file may be a link: resolving it
+    # would take the name of what it points at)
+    o = out.parent.resolve() / out.name
     for d in inputs:
         b = Path(d).resolve()
         if b.is_dir() and o.parent == b and o.name in BUNDLE_FILES:

@@ -282,7 +282,7 @@ def shown_names(runs: Sequence[Run]) -> list[str]:
     if len(set(names)) == len(names):
         return names
     dup = {n for n in names if names.count(n) > 1}
-    out = [f"{r.name} ({r.path.name})" if r.name in dup else r.name for r in runs]
+    out = [f"{r.name} ({r.path.resolve().name})" if r.name in dup else r.name for r in runs]
     dup = {n for n in out if out.count(n) > 1}
     return [f"{r.name} ({r.path})" if o in dup else o for r, o in zip(runs, out, strict=True)]
 

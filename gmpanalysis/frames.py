@@ -235,7 +235,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     sampled span); ``requests_unsampled`` (requests begun before the first or after the last
     sample, left out of those; absent for runs without requests); every key of :func:`period_summary`;
     ``stall_ms_per_period`` (mean over throttled periods); ``stw_p50_us``, ``stw_p99_us``,
-    ``stw_max_us``; ``stw_spanning_boundary`` (count); ``gc_cpu_pct`` (GC workers + mark
+    ``stw_max_us``; ``stw_spanning_boundary`` (count; NaN without a trace); ``gc_cpu_pct`` (GC workers + mark
     assists while on a P, as % of goroutine running time in the trace window);
     ``phase_uncertainty_us``; ``latency_p99_lo_ms``, ``latency_p99_hi_ms`` the 95 %
     confidence interval of the p99 latency (NaN where too few requests bound it, see

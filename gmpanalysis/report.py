@@ -101,7 +101,7 @@ def findings(cmp: pd.DataFrame) -> list[str]:
         if pd.notna(r.stw_spanning_boundary) and r.stw_spanning_boundary > 0:
             s += (
                 f" The longest stop-the-world pause, {r.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary "
-                f"({r.stw_spanning_boundary} pause(s) did; the median pause was {r.stw_p50_us / 1e3:.2f} ms)."
+                f"({int(r.stw_spanning_boundary)} pause(s) did; the median pause was {r.stw_p50_us / 1e3:.2f} ms)."
             )
         if pd.notna(r.throttled_pct_active) and r.throttled_pct_active - r.throttled_pct_wall >= 5:
             s += (
@@ -390,6 +390,11 @@ def _run_section(plot: Any, run: Run, name: str, t: dict[str, Any], vmax: float 
             "<p>No quota limited this run at any level: the kernel keeps no CFS periods for it, so it never "
             "throttled, and there is no period to draw. What a limit would do is below.</p>"
         )
+        if t["notes"]:
+            parts.append(
+                f'<p class="data-note">{len(t["notes"])} data note(s) for this run: see <a href="#data-notes">Data '
+                "notes</a> at the top.</p>"
+            )
         parts.append(_advice_html(run))
         return parts
     parts += [f"<p>{html.escape(x)}</p>" for x in describe_levels(analyze(run))]

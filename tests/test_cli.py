@@ -122,3 +122,42 @@ def test_advise_prints_the_runs_notes(tmp_path, capsys):
     (d / "host_stat.csv").write_bytes(b"")
     assert main(["advise", str(d)]) == 0
     assert "host_stat.csv: empty" in capsys.readouterr().err
+
+
+def test_a_damaged_trace_is_told_apart_from_one_whose_path_ends_alike(tmp_path, capsys):
+    """Two bundles run1 and x/run1, the second's trace damaged: only its trace is dropped
+    (its path contains the first's: a substring match dropped the good one)."""
+    import os
+    import shutil
+
+    for d in ("run1", "x/run1"):
+        shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp8", tmp_path / d)
+    bad = tmp_path / "x/run1/trace.out"
+    b = bytearray(bad.read_bytes())
+    for i in range(2000, len(b), 997):
+        b[i] ^= 0xFF
+    bad.write_bytes(bytes(b))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["summary", "run1", "x/run1"]) == 0
+    finally:
+        os.chdir(cwd)
+    cap = capsys.readouterr()
+    dropped = [ln for ln in cap.err.splitlines() if "analysed without the trace" in ln]
+    assert len(dropped) == 1 and dropped[0].startswith("x/run1: note: x/run1/trace.out"), cap.err
+    stw = [ln for ln in cap.out.splitlines() if ln.startswith("stw_p50_us")][0].split()
+    assert stw[1] != "NaN" and stw[2] == "NaN", stw
+
+
+def test_a_linked_data_file_is_not_written_over(tmp_path, capsys):
+    import shutil
+
+    d = tmp_path / "b"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp1", d)
+    real = tmp_path / "real.csv"
+    (d / "cpu_stat.csv").rename(real)
+    (d / "cpu_stat.csv").symlink_to(real)
+    before = real.read_bytes()
+    assert main(["report", "-o", str(d / "cpu_stat.csv"), str(d)]) == 2
+    assert "the data read" in capsys.readouterr().err and real.read_bytes() == before

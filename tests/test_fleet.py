@@ -624,3 +624,24 @@ def test_a_bundle_still_being_written_is_analysed_again_until_finished(tmp_path)
     row = analyse_bundle(str(d), "k", parts, out)
     assert row["complete"] is True and processed(out) == {"c/n/w/w-0/1"}
     assert [p.name for p in (tmp_path / "derived").rglob("bundle*.parquet")] == [ROW]
+
+
+def test_a_collection_that_ended_early_is_finished_and_a_partial_that_fails_is_asked_again(tmp_path):
+    """complete: false with an error is a collection that ended early and says why: done,
+    its row final. One still being written whose samples do not load yet is asked again."""
+    from gmpanalysis.fleet.compute import analyse_bundle, processed
+
+    parts = {"cluster": "c", "namespace": "n", "workload": "w", "pod": "w-0", "capture": "1"}
+    ended = tmp_path / "ended"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", ended)
+    meta = json.loads((ended / "meta.json").read_text())
+    (ended / "meta.json").write_text(json.dumps({**meta, "complete": False, "error": "the container went away"}))
+    out = str(tmp_path / "d1")
+    assert analyse_bundle(str(ended), "k", parts, out)["complete"] is True and processed(out) == {"c/n/w/w-0/1"}
+    busy = tmp_path / "busy"
+    shutil.copytree(RUNS / "cpu-0.5cpu-gmp8", busy)
+    (busy / "meta.json").write_text(json.dumps({**meta, "complete": False}))
+    (busy / "cpu_stat.csv").write_text("t_ns,read_ns,usa")
+    out = str(tmp_path / "d2")
+    row = analyse_bundle(str(busy), "k", parts, out)
+    assert row["complete"] is False and row["error"] and processed(out) == set()

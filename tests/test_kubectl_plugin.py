@@ -96,9 +96,11 @@ def test_report_verb_end_to_end(monkeypatch, tmp_path, capsys):
 
 
 def test_collect_failure_stops_the_verb(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "cmd_collect", lambda a: 2)
+    called = []
+    monkeypatch.setattr(cli, "cmd_collect", lambda a: called.append(a) or 2)
     monkeypatch.setattr(cli, "cmd_report", lambda a: pytest.fail("report ran after a failed collect"))
     assert plugin.main(["report", "web", "-n", "shop"]) == 2
+    assert called  # the collection ran (and failed): not refused before it
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from .store import BUNDLES, DERIVED, PARTS, glob_root, list_bundles, newest_firs
 PERIODS_DIR = "periods"
 # the summary rows' layout version is in the directory's name: rows of an earlier layout
 # (other columns, counts of other meaning) are neither read nor taken as processed
-SUMMARY_DIR = "summary-v3"
+SUMMARY_DIR = "summary-v4"
 ADVICE_DIR = "advice-v1"
 REPORT = "report.html"
 # the latest bundles of a workload the advisor is asked about, newest first, until one answers
@@ -104,7 +105,7 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     import warnings
 
     from ..analysis import analyze
-    from ..bundle import load_run
+    from ..bundle import load_run, read_meta
     from ..location import fetch_bundle
     from ..replayinputs import no_quota
     from .rows import summarize_bundle, summarize_unlimited
@@ -117,10 +118,14 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run = load_run(fetch_bundle(path) if "://" in path else path)
-            # still being written (meta.json "complete": false): analysed as it is, and
-            # again by every fleet run until it is finished (its row is kept apart)
-            partial = run.meta.get("complete") is False
+            local = fetch_bundle(path) if "://" in path else path
+            # still being written (meta.json "complete": false, and no error: a collection
+            # that ended early says why and is finished): analysed as it is, and again by
+            # every fleet run until it is finished (its row is kept apart); read first, so
+            # that one whose samples do not load yet is asked again too
+            meta = read_meta(Path(local) / "meta.json")
+            partial = meta.get("complete") is False and not meta.get("error")
+            run = load_run(local)
             if no_quota(run):
                 row.update(summarize_unlimited(run))
             else:
@@ -150,9 +155,9 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     row["complete"] = not partial
     here = f"{root}/{SUMMARY_DIR}/{partition_path(parts)}"
     name, other = (PARTIAL_ROW, ROW) if partial else (ROW, PARTIAL_ROW)
-    _write_parquet(summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/{name}")
-    if fs.exists(f"{here}/{other}"):  # the row of the bundle before it was finished
+    if fs.exists(f"{here}/{other}"):  # the row of the bundle before it was finished: one row a bundle
         fs.rm(f"{here}/{other}")
+    _write_parquet(summary_frame([row]), out, f"{SUMMARY_DIR}/{partition_path(parts)}/{name}")
     return row
 
 
@@ -291,7 +296,8 @@ def read_advice(out: str) -> pd.DataFrame:
 
 
 def read_summary(out: str) -> pd.DataFrame:
-    """Every summary row under ``out``, one per bundle, sorted by key, with the advisor's
+    """Every summary row under ``out``, one per bundle (its finished row, or the row of it
+    still being written), sorted by key, with the advisor's
     answer where it was asked (columns: :data:`SUMMARY_COLUMNS`, then ``advice``,
     ``advice_limit_cpus``, ``advice_gomaxprocs``, ``advice_s``: null/NaN for bundles not
     asked, :func:`advise_bundle`)."""

@@ -24,7 +24,8 @@ def df_fleet_workloads(summary: pd.DataFrame) -> pd.DataFrame:
     (:func:`gmpanalysis.fleet.compute.read_summary`).
 
     Columns: ``cluster``, ``namespace``, ``workload``; ``bundles`` analysed and ``errors``
-    (bundles that could not be); ``hours`` of periods covered; ``frozen_cpu_s_per_h``
+    (bundles that could not be); ``hours`` covered (its periods; a bundle no quota
+    limited, its samples' span); ``frozen_cpu_s_per_h``
     CPU-seconds its run queues stood throttled per hour (cpu.stat throttled time);
     ``frozen_wall_pct`` share of wall-clock time the group stood frozen (Σ stall over the
     periods that know it: what users feel); ``throttled_pct_wall`` the share of its CFS
@@ -113,7 +114,7 @@ def to_fleet_report(summary: pd.DataFrame, path: str | os.PathLike[str]) -> str:
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:nth-child(-n+3){text-align:left}</style>",
         "</head><body><h1>Fleet report</h1>",
-        f"<p>{n} bundles, {hours:.2f} hours of CFS periods, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
+        f"<p>{n} bundles, {hours:.2f} hours covered, {len(wl)} workloads, {len(bad)} bundles not analysed.</p>",
         _partial_html(summary),
         "<h2>Workloads by the share of time frozen (any level's quota)</h2>",
         "<p>Frozen CPU-seconds: time the group's run queues stood throttled (cpu.stat), summed over CPUs. "

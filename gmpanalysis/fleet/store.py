@@ -6,7 +6,7 @@ partition values as columns::
 
     STORE/bundles/cluster=C/namespace=N/workload=W/pod=P/capture=ID/   the bundle's files
     STORE/derived/periods/cluster=C/.../capture=ID/periods.parquet     df_periods, keyed
-    STORE/derived/summary-v3/.../capture=ID/bundle.parquet             one summary row
+    STORE/derived/summary-v4/.../capture=ID/bundle.parquet             one summary row
                                            (bundle-partial.parquet: a bundle still being written)
     STORE/derived/advice-v1/.../capture=ID/advice.parquet              the advisor's answer
                                                                        (latest bundles only)
