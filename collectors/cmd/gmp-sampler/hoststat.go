@@ -195,6 +195,13 @@ func openHostStat(dest string, every int64) (*hostStat, error) {
 func (h *hostStat) sample() {
 	t0 := monoNs()
 	n, err := unix.Pread(h.fd, h.buf, 0)
+	// a read that fills the buffer may have been cut (one cpuN line per CPU: about 1,100
+	// CPUs fill 64 KiB): read again into a buffer twice the size, kept for the next reads
+	for err == nil && n == len(h.buf) && len(h.buf) < 1<<24 {
+		h.buf = make([]byte, 2*len(h.buf))
+		t0 = monoNs()
+		n, err = unix.Pread(h.fd, h.buf, 0)
+	}
 	t1 := monoNs()
 	if err != nil || n <= 0 {
 		h.errs++

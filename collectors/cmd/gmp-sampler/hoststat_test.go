@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Table-driven over testdata/proc-stat: one file per case, named for it.
@@ -89,5 +92,40 @@ func TestReadRealProcStat(t *testing.T) {
 	}
 	if h.ncpu < 1 || h.ticks[3] == 0 {
 		t.Fatalf("implausible %+v", h)
+	}
+}
+
+// TestBigProcStatIsReadWhole: one cpuN line per CPU, so /proc/stat outgrows the first
+// 64 KiB read at about 1,100 CPUs (long-running counters): the read grows its buffer and
+// counts every CPU, instead of parsing a cut file.
+func TestBigProcStatIsReadWhole(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("cpu  2592000000 0 259200000 25920000000 0 0 0 0 0 0\n")
+	for i := 0; i < 1920; i++ {
+		b.WriteString("cpu" + strconv.Itoa(i) + " 1350000000 0 135000000 13500000000 0 0 0 0 0 0\n")
+	}
+	b.WriteString("intr 1 0\nctxt 1\nbtime 1\nprocesses 1\nprocs_running 1\nprocs_blocked 0\n")
+	if b.Len() <= 1<<16 {
+		t.Fatalf("the file must outgrow the first read: %d bytes", b.Len())
+	}
+	path := filepath.Join(t.TempDir(), "stat")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	out, err := os.Create(filepath.Join(t.TempDir(), "host_stat.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	h := &hostStat{fd: fd, buf: make([]byte, 1<<16), userHz: 100, every: 1e9, row: make([]byte, 0, 512), w: out}
+	h.sample()
+	row, err := os.ReadFile(out.Name())
+	if err != nil || h.errs != 0 || !strings.HasSuffix(strings.TrimSpace(string(row)), ",1920") {
+		t.Fatalf("errs %d, row %q, %v", h.errs, row, err)
 	}
 }

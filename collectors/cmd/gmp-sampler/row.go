@@ -153,7 +153,7 @@ func appendRow(row []byte, name string, tNs, readNs int64, c *cgroup.Stat, cols 
 	}
 	if cols.cgroup {
 		row = append(row, ',')
-		row = append(row, name...)
+		row = append(row, csvField(name)...) // a --cgroup name may hold a comma or a quote
 	}
 	return append(row, '\n')
 }

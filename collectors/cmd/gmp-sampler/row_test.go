@@ -171,3 +171,14 @@ func TestOpenOutputColumns(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestCgroupNameIsQuoted: a --cgroup name given on the command line may hold a comma or a
+// quote; the cgroup column is quoted as CSV then, as limits.csv's is, so the row keeps its
+// columns.
+func TestCgroupNameIsQuoted(t *testing.T) {
+	var st cgroup.Stat
+	got := string(appendRow(nil, `web,"app"`, 100, 7, &st, columns{cgroup: true}))
+	if !strings.HasSuffix(got, `,"web,""app"""`+"\n") {
+		t.Fatalf("%q", got)
+	}
+}

@@ -247,3 +247,23 @@ func TestSignalsRewritten(t *testing.T) {
 	r.pressure.f = nil
 	r.pressure.fd = -1
 }
+
+// TestEmptyStatLocalIsNone: cpu.stat.local is a core file (6.6+) that the kernel leaves
+// empty in a cgroup whose cpu controller is not enabled (cgroup_local_stat_show finds no
+// cpu css; its cpu.stat then holds only the usage keys): no cpu.stat.local, as before 6.6,
+// not a cpu.stat.local without its throttled_usec line.
+func TestEmptyStatLocalIsNone(t *testing.T) {
+	dir := copyCase(t, "v2", "signals")
+	rewrite(t, filepath.Join(dir, "cpu.stat"), "usage_usec 39401699023\nuser_usec 33999426286\nsystem_usec 5402272737\nnice_usec 604665911\n")
+	rewrite(t, filepath.Join(dir, "cpu.stat.local"), "")
+	c := &Cgroup{Version: 2, StatPath: filepath.Join(dir, "cpu.stat")}
+	r, err := c.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var s Stat
+	if err := r.Read(&s); err != nil || r.HasLocal() || s.HasLocal || s.Usage != 39401699023 {
+		t.Fatalf("%+v %v (local %v)", s, err, r.HasLocal())
+	}
+}

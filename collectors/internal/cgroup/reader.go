@@ -94,8 +94,8 @@ func (c *Cgroup) Open() (*Reader, error) {
 var probeRead = unix.Pread
 
 // openSide opens an optional file for pread; a zero sideFile (fd -1) where the cgroup has
-// none: the file does not exist, or PSI is disabled (psi=0: a kernel that still shows
-// cpu.pressure answers every read with EOPNOTSUPP).
+// none: the file does not exist, PSI is disabled (psi=0: a kernel that still shows
+// cpu.pressure answers every read with EOPNOTSUPP), or it reads empty.
 func openSide(path string) (sideFile, error) {
 	none := sideFile{fd: -1}
 	f, err := openRegular(path)
@@ -106,12 +106,19 @@ func openSide(path string) (sideFile, error) {
 		return none, err
 	}
 	buf := make([]byte, SideBufSize)
-	if _, err := probeRead(int(f.Fd()), buf, 0); err != nil {
+	n, err := probeRead(int(f.Fd()), buf, 0)
+	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return none, nil
 		}
 		return none, &GoneError{Path: path, Err: err}
+	}
+	if n == 0 {
+		// cpu.stat.local is a core file (6.6+) that the kernel leaves empty where the cpu
+		// controller is not enabled (cgroup_local_stat_show finds no cpu css): none there
+		f.Close()
+		return none, nil
 	}
 	return sideFile{path: path, f: f, fd: int(f.Fd()), buf: buf}, nil
 }
