@@ -754,3 +754,49 @@ func TestFacts(t *testing.T) {
 		t.Errorf("%+v", f)
 	}
 }
+
+// TestKubeletCgroupRoot: a kubelet with a --cgroup-root of its own puts the pods under it:
+// kind runs it with the systemd driver and cgroupRoot /kubelet, so a burstable pod is at
+// kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/
+// kubelet-kubepods-burstable-pod<UID_>.slice (each slice named after its whole path); with
+// cgroupfs, kubelet/kubepods/burstable/pod<UID>. The collector's kube- arguments find both.
+func TestKubeletCgroupRoot(t *testing.T) {
+	var doc pathsDoc
+	loadJSON(t, "paths.json", &doc)
+	uid := "0f2c9c1e-6a41-4a8e-9d0b-5d1c2e3f4a5b"
+	us := strings.ReplaceAll(uid, "-", "_")
+	cid := strings.Repeat("ab", 32)
+	for _, c := range []struct{ qos, pod, ctr string }{
+		{"Burstable", "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" + us + ".slice",
+			"cri-containerd-" + cid + ".scope"},
+		{"Guaranteed", "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod" + us + ".slice", "cri-containerd-" + cid + ".scope"},
+		{"BestEffort", "kubelet/kubepods/besteffort/pod" + uid, cid},
+	} {
+		t.Run(c.qos, func(t *testing.T) {
+			root := t.TempDir()
+			tree := doc.Trees["2"]
+			writeFiles(t, root, tree.Root)
+			path := c.pod + "/" + c.ctr
+			parts := strings.Split(path, "/")
+			for i := 1; i <= len(parts); i++ {
+				files := map[string]*string{}
+				for p, content := range tree.Cgroup {
+					files[strings.ReplaceAll(p, "{}", strings.Join(parts[:i], "/"))] = content
+				}
+				writeFiles(t, root, files)
+			}
+			m, err := Detect(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := m.Resolve("kube-container:" + uid + ":" + c.qos + ":containerd://" + cid)
+			if err != nil || got.Rel != path {
+				t.Fatalf("kube-container: %+v %v, want %s", got, err, path)
+			}
+			got, err = m.Resolve("pod=kube-pod:" + uid + ":" + c.qos)
+			if err != nil || got.Rel != c.pod {
+				t.Fatalf("kube-pod: %+v %v, want %s", got, err, c.pod)
+			}
+		})
+	}
+}

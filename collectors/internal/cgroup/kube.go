@@ -2,6 +2,8 @@ package cgroup
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -91,6 +93,56 @@ func ContainerCandidates(podUID, qos, containerID string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// UnderKubeletRoot is a kube alternative (rooted at kubepods, ExpandKube) under a kubelet
+// --cgroup-root other than "/": a cgroupfs root ("kubelet": kubelet/kubepods/...), or a
+// systemd one ("kubelet.slice", as kind runs it: the systemd driver names each slice after
+// its whole path, so kubepods-burstable.slice becomes kubelet-kubepods-burstable.slice).
+// "" where alt is not of that root's driver.
+func UnderKubeletRoot(alt, root string) string {
+	name, systemd := strings.CutSuffix(root, ".slice")
+	if systemd != strings.HasPrefix(alt, "kubepods.slice/") {
+		return ""
+	}
+	if !systemd {
+		if !strings.HasPrefix(alt, "kubepods/") {
+			return ""
+		}
+		return root + "/" + alt
+	}
+	parts := strings.Split(alt, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, "kubepods") {
+			parts[i] = name + "-" + p
+		}
+	}
+	return root + "/" + strings.Join(parts, "/")
+}
+
+// KubeletRoots are the kubelet --cgroup-root directories found at the top of a cgroup
+// tree (dir: the mount's cpu hierarchy root), besides "/": a directory holding kubepods
+// (cgroupfs) or NAME.slice holding NAME-kubepods.slice (systemd).
+func KubeletRoots(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), "kubepods") {
+			continue
+		}
+		n := e.Name()
+		inner := "kubepods"
+		if name, ok := strings.CutSuffix(n, ".slice"); ok {
+			inner = name + "-kubepods.slice"
+		}
+		if st, err := os.Stat(filepath.Join(dir, n, inner)); err == nil && st.IsDir() {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // KubePrefix starts a --cgroup argument that names a Kubernetes container or pod instead

@@ -177,13 +177,24 @@ func SplitSpec(spec string) (name string, alts []string) {
 
 // Resolve resolves a --cgroup argument under mount m: the first alternative that exists
 // (Lookup) wins. A "kube-container:UID:QOS:ID" or "kube-pod:UID:QOS" argument stands for
-// every layout the kubelet may give that container or pod (ExpandKube). The name defaults to that alternative's cleaned path ("/" for the root).
+// every layout the kubelet may give that container or pod (ExpandKube), also under a
+// kubelet --cgroup-root found at the top of the tree (KubeletRoots). The name defaults to
+// that alternative's cleaned path ("/" for the root).
 func (m Mount) Resolve(spec string) (*Target, error) {
 	name, alts := SplitSpec(spec)
 	if len(alts) == 1 && strings.HasPrefix(alts[0], KubePrefix) {
 		var err error
 		if alts, err = ExpandKube(alts[0]); err != nil {
 			return nil, fmt.Errorf("cgroup %q: %w", spec, err)
+		}
+		// a kubelet with its own --cgroup-root (kind runs it under kubelet.slice)
+		base := alts
+		for _, root := range KubeletRoots(m.CPU) {
+			for _, a := range base {
+				if u := UnderKubeletRoot(a, root); u != "" {
+					alts = append(alts, u)
+				}
+			}
 		}
 	}
 	var firstErr error
