@@ -278,3 +278,31 @@ func TestHelpNamesTheSpoolValue(t *testing.T) {
 		t.Fatalf("--max-spool-bytes shows its value as %q", name)
 	}
 }
+
+// A native sidecar (an init container with restartPolicy Always, Kubernetes 1.29+) runs for
+// the pod's life with a limit of its own: watched beside the app, never its primary; a
+// plain init container, finished before the app starts, is not.
+func TestNativeSidecarIsWatched(t *testing.T) {
+	body := `{"items":[{"metadata":{"name":"p","namespace":"n","uid":"0b6c4a3e-1f2d-4c5b-8a7e-9d0c1b2a3f4e"},
+	 "spec":{"initContainers":[{"name":"migrate","resources":{"limits":{"cpu":"1"}}},
+	   {"name":"mesh","restartPolicy":"Always","resources":{"limits":{"cpu":"200m"}}}],
+	   "containers":[{"name":"app","resources":{"limits":{"cpu":"1"}}}]},
+	 "status":{"phase":"Running","qosClass":"Burstable",
+	   "initContainerStatuses":[{"name":"migrate","containerID":"containerd://aaaaaaaaaaaaaaaa","state":{}},
+	     {"name":"mesh","containerID":"containerd://0123456789abcdef","state":{"running":{}}}],
+	   "containerStatuses":[{"name":"app","containerID":"containerd://fedcba9876543210","state":{"running":{}}}]}}]}`
+	specs, err := specsFrom([]byte(body))
+	if err != nil || len(specs) != 2 {
+		t.Fatalf("%v %+v", err, specs)
+	}
+	got := map[string]spec{}
+	for _, s := range specs {
+		got[s.Container] = s
+	}
+	if got["mesh"].CPULimit != "200m" || got["mesh"].ContainerID != "containerd://0123456789abcdef" || got["mesh"].Primary {
+		t.Errorf("sidecar: %+v", got["mesh"])
+	}
+	if !got["app"].Primary {
+		t.Errorf("app: %+v", got["app"])
+	}
+}

@@ -77,37 +77,44 @@ type podList struct {
 			} `json:"ownerReferences"`
 		} `json:"metadata"`
 		Spec struct {
-			NodeName    string `json:"nodeName"`
-			HostNetwork bool   `json:"hostNetwork"`
-			Containers  []struct {
-				Name      string `json:"name"`
-				Resources struct {
-					Limits map[string]string `json:"limits"`
-				} `json:"resources"`
-				Env []struct {
-					Name      string     `json:"name"`
-					Value     *string    `json:"value"`
-					ValueFrom *envSource `json:"valueFrom"`
-				} `json:"env"`
-				Ports []struct {
-					ContainerPort int `json:"containerPort"`
-				} `json:"ports"`
-			} `json:"containers"`
+			NodeName       string          `json:"nodeName"`
+			HostNetwork    bool            `json:"hostNetwork"`
+			Containers     []containerSpec `json:"containers"`
+			InitContainers []containerSpec `json:"initContainers"`
 		} `json:"spec"`
 		Status struct {
-			Phase             string `json:"phase"`
-			QOSClass          string `json:"qosClass"`
-			PodIP             string `json:"podIP"`
-			ContainerStatuses []struct {
-				Name         string `json:"name"`
-				ContainerID  string `json:"containerID"`
-				RestartCount int    `json:"restartCount"`
-				State        struct {
-					Running *struct{} `json:"running"`
-				} `json:"state"`
-			} `json:"containerStatuses"`
+			Phase                 string            `json:"phase"`
+			QOSClass              string            `json:"qosClass"`
+			PodIP                 string            `json:"podIP"`
+			ContainerStatuses     []containerStatus `json:"containerStatuses"`
+			InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
 		} `json:"status"`
 	} `json:"items"`
+}
+
+type containerSpec struct {
+	Name          string `json:"name"`
+	RestartPolicy string `json:"restartPolicy"` // "Always" on an init container: a native sidecar
+	Resources     struct {
+		Limits map[string]string `json:"limits"`
+	} `json:"resources"`
+	Env []struct {
+		Name      string     `json:"name"`
+		Value     *string    `json:"value"`
+		ValueFrom *envSource `json:"valueFrom"`
+	} `json:"env"`
+	Ports []struct {
+		ContainerPort int `json:"containerPort"`
+	} `json:"ports"`
+}
+
+type containerStatus struct {
+	Name         string `json:"name"`
+	ContainerID  string `json:"containerID"`
+	RestartCount int    `json:"restartCount"`
+	State        struct {
+		Running *struct{} `json:"running"`
+	} `json:"state"`
 }
 
 // specsFrom turns a PodList into the containers worth watching: running, in a running
@@ -137,8 +144,20 @@ func specsFrom(body []byte) ([]spec, error) {
 		// the annotated port belongs to the container that declares it (limited or not:
 		// an unlimited app's trace is no one else's); only where no container of the pod
 		// declares any port does a pod's one limited container get it
+		// native sidecars (init containers with restartPolicy Always, Kubernetes 1.29+) run
+		// beside the app for the pod's life, with limits of their own: watched as the
+		// containers are
+		containers, statuses := p.Spec.Containers, p.Status.ContainerStatuses
+		for _, c := range p.Spec.InitContainers {
+			if c.RestartPolicy == "Always" {
+				containers = append(containers[:len(containers):len(containers)], c)
+			}
+		}
+		if len(containers) > len(p.Spec.Containers) {
+			statuses = append(statuses[:len(statuses):len(statuses)], p.Status.InitContainerStatuses...)
+		}
 		traced, limited, declares := -1, []int{}, false
-		for i, c := range p.Spec.Containers {
+		for i, c := range containers {
 			if c.Resources.Limits["cpu"] != "" {
 				limited = append(limited, i)
 			}
@@ -153,15 +172,15 @@ func specsFrom(body []byte) ([]spec, error) {
 			traced = limited[0]
 		}
 		primary := traced
-		if (primary < 0 || p.Spec.Containers[primary].Resources.Limits["cpu"] == "") && len(limited) > 0 {
+		if (primary < 0 || containers[primary].Resources.Limits["cpu"] == "") && len(limited) > 0 {
 			primary = limited[0]
 		}
-		for i, c := range p.Spec.Containers {
+		for i, c := range containers {
 			lim := c.Resources.Limits["cpu"]
 			if lim == "" {
 				continue
 			}
-			for _, st := range p.Status.ContainerStatuses {
+			for _, st := range statuses {
 				if st.Name != c.Name || st.State.Running == nil || st.ContainerID == "" {
 					continue
 				}
