@@ -306,3 +306,25 @@ func TestNativeSidecarIsWatched(t *testing.T) {
 		t.Errorf("app: %+v", got["app"])
 	}
 }
+
+// Pod-level resources (KEP-2837): a CPU limit on the pod, none on its containers. The pod's
+// cgroup carries the quota and freezes them all: its containers are watched, the first the
+// pod's primary (the one whose pod level fires), each with the limit that binds it.
+func TestPodLevelLimitIsWatched(t *testing.T) {
+	body := `{"items":[{"metadata":{"name":"p","namespace":"n","uid":"0b6c4a3e-1f2d-4c5b-8a7e-9d0c1b2a3f4e"},
+	 "spec":{"resources":{"limits":{"cpu":"700m"}},
+	   "containers":[{"name":"app"},{"name":"helper","resources":{"limits":{"cpu":"100m"}}}]},
+	 "status":{"phase":"Running","qosClass":"Burstable","containerStatuses":[
+	   {"name":"app","containerID":"containerd://fedcba9876543210","state":{"running":{}}},
+	   {"name":"helper","containerID":"containerd://0123456789abcdef","state":{"running":{}}}]}}]}`
+	specs, err := specsFrom([]byte(body))
+	if err != nil || len(specs) != 2 {
+		t.Fatalf("%v %+v", err, specs)
+	}
+	if specs[0].Container != "app" || specs[0].CPULimit != "700m" || !specs[0].Primary {
+		t.Errorf("app: %+v", specs[0])
+	}
+	if specs[1].CPULimit != "100m" || specs[1].Primary {
+		t.Errorf("helper: %+v", specs[1])
+	}
+}

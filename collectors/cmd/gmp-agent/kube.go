@@ -77,8 +77,12 @@ type podList struct {
 			} `json:"ownerReferences"`
 		} `json:"metadata"`
 		Spec struct {
-			NodeName       string          `json:"nodeName"`
-			HostNetwork    bool            `json:"hostNetwork"`
+			NodeName    string `json:"nodeName"`
+			HostNetwork bool   `json:"hostNetwork"`
+			// pod-level resources (KEP-2837): the pod's cgroup carries this quota
+			Resources struct {
+				Limits map[string]string `json:"limits"`
+			} `json:"resources"`
 			Containers     []containerSpec `json:"containers"`
 			InitContainers []containerSpec `json:"initContainers"`
 		} `json:"spec"`
@@ -118,7 +122,8 @@ type containerStatus struct {
 }
 
 // specsFrom turns a PodList into the containers worth watching: running, in a running
-// pod, with a CPU limit (no limit, no quota, nothing to throttle).
+// pod, with a CPU limit of their own or their pod's (no limit, no quota, nothing to
+// throttle).
 func specsFrom(body []byte) ([]spec, error) {
 	var pl podList
 	if err := json.Unmarshal(body, &pl); err != nil {
@@ -156,9 +161,18 @@ func specsFrom(body []byte) ([]spec, error) {
 		if len(containers) > len(p.Spec.Containers) {
 			statuses = append(statuses[:len(statuses):len(statuses)], p.Status.InitContainerStatuses...)
 		}
+		// a pod-level CPU limit (pod-level resources) quotas the pod's cgroup: each of its
+		// containers is frozen by it, limited itself or not; the limit that binds it
+		podLimit := p.Spec.Resources.Limits["cpu"]
+		limitOf := func(c containerSpec) string {
+			if l := c.Resources.Limits["cpu"]; l != "" {
+				return l
+			}
+			return podLimit
+		}
 		traced, limited, declares := -1, []int{}, false
 		for i, c := range containers {
-			if c.Resources.Limits["cpu"] != "" {
+			if limitOf(c) != "" {
 				limited = append(limited, i)
 			}
 			for _, cp := range c.Ports {
@@ -172,11 +186,11 @@ func specsFrom(body []byte) ([]spec, error) {
 			traced = limited[0]
 		}
 		primary := traced
-		if (primary < 0 || containers[primary].Resources.Limits["cpu"] == "") && len(limited) > 0 {
+		if (primary < 0 || limitOf(containers[primary]) == "") && len(limited) > 0 {
 			primary = limited[0]
 		}
 		for i, c := range containers {
-			lim := c.Resources.Limits["cpu"]
+			lim := limitOf(c)
 			if lim == "" {
 				continue
 			}
