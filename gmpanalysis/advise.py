@@ -32,7 +32,7 @@ from .levels import quota_at_end
 from .modelerror import load as load_validation
 from .modelerror import measured_range, model_error, regime
 from .replayinputs import memo, prep_built
-from .whatif import demand, estimate_from_prep, settings
+from .whatif import demand, estimate_from_prep, measured, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
 # GOMAXPROCS tried by default (with the CPUs and the run's own; what each rule gives at the
@@ -177,6 +177,16 @@ def advise(
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
+    if not with_requests:
+        # the CPU a throttled run used is less than it wanted: what it held back came later
+        # or never, so a replay of it at that limit or below understates the throttling
+        thr = max(float(measured(r)["throttled_pct"]) for r in runs)
+        if thr > 0:
+            table.attrs["recommendation"] += (
+                f" Without requests the demand replayed is the CPU the run used, which its quota held down "
+                f"({thr:.0f} % of its periods throttled): at its own limit or below, the throttling predicted "
+                "is a lower bound."
+            )
     table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu, runs)
     return table
 

@@ -221,3 +221,17 @@ def test_the_run_as_it_was_is_replayed_with_its_resize():
     m = W.measured(run)
     assert abs(row["throttled_pct"] - m["throttled_pct"]) <= 5
     assert row["p99_ms"] == pytest.approx(m["p99_ms"], rel=0.30)
+
+
+def test_without_requests_the_advice_says_its_throttling_is_a_lower_bound():
+    """A run without requests is replayed as the CPU it used, which its quota held down:
+    the advice says so where the run throttled."""
+    import copy
+
+    run = copy.copy(_load(Path("fixtures/runs/cpu-0.5cpu-gmp8")))
+    run.requests = None
+    said = advise(run).attrs["recommendation"]
+    from gmpanalysis import whatif as W
+
+    thr = W.measured(run)["throttled_pct"]
+    assert "the throttling predicted is a lower bound" in said and f"({thr:.0f} % of its periods throttled)" in said
