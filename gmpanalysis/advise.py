@@ -81,6 +81,41 @@ def _check_candidates(limits: list[float], gs: list[int], bursts: list[float], p
         )
 
 
+def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | None) -> int:
+    """The CPUs the advice is for: ``cpus``, else the runs' own (which must agree, and be
+    recorded); the runs must agree on their period too (one answer for all)."""
+    if len(runs) > 1:
+        each = [settings(r) for r in runs]
+        for key, arg in (("cpus", "cpus=N (--cpus N)"), ("period_us", None)):
+            seen = {s[key] for s in each}
+            if len(seen) > 1 and (arg is None or cpus is None):
+                told = ", ".join(f"{r.name}: {s[key]}" for r, s in zip(runs, each, strict=True))
+                how = f"give {arg} for all of them" if arg else "advise them apart"
+                raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
+    if cpus is None and lim0["cpus"] is None:
+        raise MissingDataError(
+            f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"
+        )
+    ncpu = int(lim0["cpus"] if cpus is None else cpus)
+    if ncpu < 1 or (max_limit is not None and max_limit <= 0):
+        raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
+    return ncpu
+
+
+def _usage_caveat(runs: list[Run]) -> str:
+    """For runs without requests: the CPU a throttled run used is less than it wanted (what
+    its quota held back came later or never), so a replay of it at that limit or below
+    understates the throttling. "" where none throttled."""
+    thr = max(float(measured(r)["throttled_pct"]) for r in runs)
+    if not thr > 0:
+        return ""
+    return (
+        f" Without requests the demand replayed is the CPU the run used, which its quota held down "
+        f"({thr:.0f} % of its periods throttled): at its own limit or below, the throttling predicted "
+        "is a lower bound."
+    )
+
+
 def advise(
     runs: Run | Iterable[Run],
     *,
@@ -120,22 +155,7 @@ def advise(
     if objective not in OBJECTIVES:
         raise UsageError(f"advise(objective={objective!r}): choose one of {list(OBJECTIVES)}")
     lim0 = settings(runs[0])
-    if len(runs) > 1:
-        # one answer for all: the runs must agree on what it is given in
-        each = [settings(r) for r in runs]
-        for key, arg in (("cpus", "cpus=N (--cpus N)"), ("period_us", None)):
-            seen = {s[key] for s in each}
-            if len(seen) > 1 and (arg is None or cpus is None):
-                told = ", ".join(f"{r.name}: {s[key]}" for r, s in zip(runs, each, strict=True))
-                how = f"give {arg} for all of them" if arg else "advise them apart"
-                raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
-    if cpus is None and lim0["cpus"] is None:
-        raise MissingDataError(
-            f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"
-        )
-    ncpu = int(lim0["cpus"] if cpus is None else cpus)
-    if ncpu < 1 or (max_limit is not None and max_limit <= 0):
-        raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
+    ncpu = _cpus_of(runs, lim0, cpus, max_limit)
     top = float(max_limit or ncpu)
     period = int(lim0["period_us"])
     own = None if lim0["quota_us"] is None else lim0["quota_us"] / period
@@ -178,15 +198,7 @@ def advise(
     met = bool(_cost_ok(table, with_requests).any())
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
     if not with_requests:
-        # the CPU a throttled run used is less than it wanted: what it held back came later
-        # or never, so a replay of it at that limit or below understates the throttling
-        thr = max(float(measured(r)["throttled_pct"]) for r in runs)
-        if thr > 0:
-            table.attrs["recommendation"] += (
-                f" Without requests the demand replayed is the CPU the run used, which its quota held down "
-                f"({thr:.0f} % of its periods throttled): at its own limit or below, the throttling predicted "
-                "is a lower bound."
-            )
+        table.attrs["recommendation"] += _usage_caveat(runs)
     table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu, runs)
     return table
 
