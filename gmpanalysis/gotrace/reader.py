@@ -242,12 +242,14 @@ def parse_trace(
         for decoded in decode_chunk(data, buf, chunk, version, source, info, keep, need):
             builder.feed(*decoded)
             del decoded
-            trim()
         builder.flush()
         if progress is not None:
             progress(chunk[-1].end)
         if release is not None:
             release(chunk[-1].end)
+        # freed memory back to the system once per group: after each piece it cost as much
+        # as the read itself in page faults (a 38 MB trace: 1.0 s against 0.6 s), for a
+        # peak a few MB lower
         trim()
     del buf
     truncated_at = splitter.truncated_at
