@@ -106,10 +106,13 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
 
     from ..analysis import analyze
     from ..bundle import load_run, read_meta
+    from ..gotrace import parallel
     from ..location import fetch_bundle
     from ..replayinputs import no_quota
     from .rows import summarize_bundle, summarize_unlimited
 
+    # the fleet runs a worker per CPU already: each reads its traces on one core
+    parallel.WORKERS = 1
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
     row.update({"key": key, **parts, "path": path, "error": None})

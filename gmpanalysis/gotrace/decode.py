@@ -193,9 +193,12 @@ def _hold_threads(
     when nothing needs holding (real traces). Updates ``m_last`` (ns) and records each step
     back in ``info["clock_steps_back"]``."""
     floor = None
+    first = info.get("m_first")  # a part read beside others: each thread's first batch start
     for i, tf, tl in zip(nonempty.tolist(), ns_first.tolist(), ns_last.tolist(), strict=True):
         b = batches[i]
         last = m_last.get(b.m, -1)
+        if first is not None and b.m not in m_last:
+            first[b.m] = tf
         if tf < last:
             if floor is None:
                 floor = np.full(len(batches), -1, dtype=np.int64)

@@ -10,6 +10,8 @@ mark assists are few and paired in plain Python.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -65,6 +67,22 @@ RUN_ROWS_PER_BYTE = 1 / 8
 HEAP_ROWS_PER_BYTE = 1 / 32
 
 
+@dataclasses.dataclass
+class Edge:
+    """What a builder that starts at a later part of a trace sees of the parts before it:
+    the references to their rows and threads it could not resolve, and its own rows' first
+    appearances, for :mod:`gotrace.parallel` to join the parts as one builder would have."""
+
+    touched: set[int] = dataclasses.field(default_factory=set)  # threads with events here
+    first_stop: dict[int, int] = dataclasses.field(default_factory=dict)  # thread -> its first stop (ns)
+    first_sweep: dict[int, tuple[int, int, int]] = dataclasses.field(default_factory=dict)  # thread -> end, bytes
+    orphans: list[tuple[int, str]] = dataclasses.field(default_factory=list)  # labels of no start here
+    # per chunk with rows: the first row of each goroutine not seen before here (goroutine,
+    # id, start), and the chunk's last start; and the goroutines seen so far
+    heads: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = dataclasses.field(default_factory=list)
+    seen: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+
+
 class Builder:
     """The tables, built one chunk (whole generations, in file order) at a time.
 
@@ -112,6 +130,9 @@ class Builder:
         self.names: dict[str, int] = {"": 0}  # label -> provisional id
         self.last_procs = -1  # GOMAXPROCS and heap values in force after the rows taken so far
         self.last_heap = {"heap_alloc_bytes": np.nan, "heap_goal_bytes": np.nan}
+        # set when this builder reads a later part of the trace beside others (see
+        # gotrace.parallel): what the chunks before it would have been told is kept there
+        self.edge: Edge | None = None
 
     def feed(self, c: dict[str, np.ndarray], strings: dict[tuple[int, int], str]) -> None:
         """Take one chunk's decoded event columns (file order; released as used)."""
@@ -172,6 +193,9 @@ class Builder:
                 for k in FEW_COLS
             }
         )
+        if self.edge is not None:
+            for p in groups:
+                self.edge.touched.update(p["m_ids"].tolist())
         for p in groups:
             for m, g, r, pp in zip(
                 p["m_ids"].tolist(), p["g_end"].tolist(), p["run_end"].tolist(), p["p_end"].tolist(), strict=True
@@ -250,6 +274,8 @@ class Builder:
         kernels.goroutine_before(
             c["mi"], c["m"], c["type"], c["a0"], c["a1"], c["a2"], ROLE, state, s.GO_RUNNING, s.GO_SYSCALL, g_before
         )
+        if self.edge is not None:
+            self.edge.touched.update(m_ids.tolist())
         for m, g in zip(m_ids.tolist(), state.tolist(), strict=True):
             self.m_state[m] = (g, 0, -1)
         self.few_parts.append(
@@ -289,19 +315,20 @@ class Builder:
             lab[pos] = v
         run = self.run
         # close what earlier chunks left open on these threads, at each thread's first stop
+        edge = self.edge
         for p in groups:
             for m, t in zip(p["m_ids"].tolist(), p["first_stop_t"].tolist(), strict=True):
+                if t >= 0 and edge is not None:
+                    edge.first_stop.setdefault(m, t)
                 if t >= 0 and m in self.pending_run:
                     at = run.positions(self.pending_run.pop(m))
                     at = at[at >= 0]
                     run.col("end")[at] = t
             for m, x in p["orphan_labels"]:
                 if m in self.last_start:
-                    at = int(run.positions([self.last_start[m]])[0])
-                    if at >= 0:
-                        v = self.names.setdefault(x, len(self.names))
-                        self._label_room()
-                        run.col("lab")[at] = v
+                    self.label_row(self.last_start[m], x)
+                elif edge is not None:
+                    edge.orphans.append((m, x))
         # rows in file order for now; flush() puts the chunk's rows in time order
         rows["lab"] = lab
         del lab
@@ -323,17 +350,31 @@ class Builder:
         for p in groups:
             t_end, a0, a1 = p["first_sweep_end"]
             for m, t, sw, rc in zip(p["m_ids"].tolist(), t_end.tolist(), a0.tolist(), a1.tolist(), strict=True):
+                if t >= 0 and edge is not None:
+                    edge.first_sweep.setdefault(m, (t, sw, rc))
                 if t >= 0 and m in self.pending_sweep:
-                    at = self.sweeps.positions(self.pending_sweep.pop(m))
-                    at = at[at >= 0]
-                    self.sweeps.col("end_ns")[at] = t
-                    self.sweeps.col("swept_bytes")[at] = sw
-                    self.sweeps.col("reclaimed_bytes")[at] = rc
-                    self.sweeps.col("done")[at] = True
+                    self.end_sweeps(self.pending_sweep.pop(m), t, sw, rc)
         sw = {k: np.concatenate([p["sweep"][k] for p in groups]) for k in SWEEP_COLS}
         sfirst = self.sweeps.append(sw)
         for r in np.flatnonzero(~sw["done"]).tolist():
             self.pending_sweep.setdefault(int(sw["m"][r]), []).append(sfirst + r)
+
+    def label_row(self, row_id: int, name: str) -> None:
+        """Name the goroutine of a held running row (a GoLabel after its start)."""
+        at = int(self.run.positions([row_id])[0])
+        if at >= 0:
+            v = self.names.setdefault(name, len(self.names))
+            self._label_room()
+            self.run.col("lab")[at] = v
+
+    def end_sweeps(self, ids: list[int], t: int, swept: int, reclaimed: int) -> None:
+        """End held sweeps at a thread's sweep end."""
+        at = self.sweeps.positions(ids)
+        at = at[at >= 0]
+        self.sweeps.col("end_ns")[at] = t
+        self.sweeps.col("swept_bytes")[at] = swept
+        self.sweeps.col("reclaimed_bytes")[at] = reclaimed
+        self.sweeps.col("done")[at] = True
 
     def flush(self) -> None:
         """A chunk (whole generations) is all in: its running rows and heap samples go in
@@ -396,6 +437,11 @@ class Builder:
         new_g = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])  # each goroutine's first row
         heads, tails = new_g, np.r_[new_g[1:] - 1, len(gs) - 1]
         hg, hpos = gs[heads], order[heads]
+        if self.edge is not None:
+            e = self.edge
+            fresh = ~np.isin(hg, e.seen, assume_unique=True)
+            e.heads.append((hg[fresh], hpos[fresh] + first, start[hpos[fresh]], int(start[-1])))
+            e.seen = np.union1d(e.seen, hg)
         cg, cid, cend, cdone = self.carry
         at = np.searchsorted(cg, hg)
         known = at < len(cg)

@@ -1,0 +1,290 @@
+"""A trace read in parts by several processes gives the tables of a one-core read, on every
+trace: the real ones (parts cut at every generation), hostile mutants (the same tables, or
+the same error and warnings), and when a part starts from a wrong guess of its threads'
+states or its process dies."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FIXTURES, REPO
+
+from gmpanalysis.errors import UsageError
+from gmpanalysis.gotrace import kernels, parallel, parse_trace, read_trace
+from gmpanalysis.gotrace import reader as R
+from gmpanalysis.gotrace import tables as T
+
+sys.path.insert(0, str(Path(__file__).parent))
+import trace_mutants as tm  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not parallel.available(), reason="parts are read by forked processes: Linux only")
+
+SHARED = REPO.parent / "shared" / "data" / "16cpu-v2"
+TRACES = sorted((FIXTURES / "traces").glob("*.trace")) + sorted((FIXTURES / "runs").glob("*/trace.out"))
+SHARED_TRACES = sorted(SHARED.glob("*/trace.out"))
+
+
+class Joins(list):
+    planned: list[int]
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Every generation a chunk of its own, and parts of any size: the joins fall between
+    generations everywhere a small trace has them. Gives the outcome of each join and the
+    number of parts each read was planned in."""
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
+    joins, planned = Joins(), []
+    real_join, real_plan = parallel.join, parallel.plan
+
+    def join(b, info, got):
+        joins.append(real_join(b, info, got))
+        return joins[-1]
+
+    def plan(chunks, workers):
+        parts = real_plan(chunks, workers)
+        planned.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(parallel, "join", join)
+    monkeypatch.setattr(parallel, "plan", plan)
+    joins.planned = planned
+    return joins
+
+
+def outcome(read, *args, **kw):
+    """The tables (or the error) and the warnings of one read."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = read(*args, **kw)
+        except Exception as e:  # noqa: BLE001 (the same error is what is compared)
+            got = (type(e).__name__, str(e))
+    return got, [(type(w.message).__name__, str(w.message)) for w in caught]
+
+
+def assert_same(a, b, what=""):
+    (ta, wa), (tb, wb) = a, b
+    assert wa == wb, what
+    if isinstance(ta, tuple) or isinstance(tb, tuple):
+        assert ta == tb, what
+        return
+    for name in R.TABLES:
+        pd.testing.assert_frame_equal(getattr(ta, name), getattr(tb, name), check_exact=True, obj=f"{what} {name}")
+    assert ta.meta == tb.meta, what
+
+
+@pytest.mark.parametrize("path", TRACES + SHARED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_parts_give_the_tables_of_one_core(path, small_parts):
+    one = outcome(read_trace, path, workers=1)
+    for workers in (2, 3, 7):
+        assert_same(one, outcome(read_trace, path, workers=workers), f"{path} in {workers} parts")
+    assert small_parts.planned == [min(one[0].meta["generations"], w) for w in (2, 3, 7)] or (
+        one[0].meta["generations"] > 3 and min(small_parts.planned) > 1
+    )
+    assert len(small_parts) == sum(n - 1 for n in small_parts.planned)  # a join per part but the first
+    assert all(small_parts)
+
+
+@pytest.mark.parametrize("tables", [("stw", "gc", "gomaxprocs"), ("running",), ("assist", "labels"), ("heap",)])
+def test_parts_of_some_tables_and_without_the_compiled_code(tables, small_parts, monkeypatch):
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    for compiled in (True, False):
+        monkeypatch.setattr(kernels, "ENABLED", compiled)
+        one = outcome(read_trace, path, workers=1, tables=tables)
+        assert_same(one, outcome(read_trace, path, workers=4, tables=tables), f"{tables} compiled={compiled}")
+    assert len(small_parts) == sum(n - 1 for n in small_parts.planned) > 0 and all(small_parts)
+
+
+def test_the_tables_do_not_depend_on_the_guess_of_the_threads_states(small_parts, monkeypatch):
+    """Each part guesses its threads' states from the generation before it; a part whose
+    guess was wrong for a thread it uses is read again from the true states. Here every
+    guess is wrong: each thread is said to run goroutine 999 on P 7."""
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    one = outcome(read_trace, path, workers=1)
+    real, missed = parallel._read_part, []
+
+    def wrong(*args, warm=None, start=None, **kw):
+        if warm is not None:
+            w = T.Builder(args[5])
+            args[6](w, parallel.new_info(), [warm])
+            start = {m: (999, 1, 7) for m in w.m_state}
+        return real(*args, start=start, **kw)
+
+    real_missed = parallel._guess_missed
+
+    def counted(b, got):
+        missed.append(real_missed(b, got))
+        return missed[-1]
+
+    monkeypatch.setattr(parallel, "_read_part", wrong)
+    monkeypatch.setattr(parallel, "_guess_missed", counted)
+    assert_same(one, outcome(read_trace, path, workers=4))
+    assert len(missed) == small_parts.planned[-1] - 1 > 0 and all(missed), missed  # every part read again
+    assert all(small_parts)
+
+
+def test_a_part_whose_process_dies_is_read_on_one_core(small_parts, monkeypatch):
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    one = outcome(read_trace, path, workers=1)
+    monkeypatch.setattr(parallel, "_read_part", lambda *a, **k: os._exit(3))
+    before = set(os.listdir("/proc/self/fd"))
+    assert_same(one, outcome(read_trace, path, workers=3))
+    assert not small_parts  # nothing joined: read again on one core
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every process it started was reaped
+    assert set(os.listdir("/proc/self/fd")) <= before  # and its files closed
+
+
+def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
+    """Without ``workers``, a trace of several parts is read by as many processes as there
+    are CPUs (four or more), and on one core below that; the fleet's workers read on one."""
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
+    parts = []
+    real = parallel.read
+    monkeypatch.setattr(parallel, "read", lambda *a, **k: parts.append(len(a[4])) or real(*a, **k))
+    for n in (2, 4, 16):  # the trace has 4 generations
+        parts.clear()
+        monkeypatch.setattr(parallel, "cpus", lambda n=n: n)
+        read_trace(path)
+        assert (bool(parts) and parts[0] > 1) == (n >= 4), (n, parts)
+    monkeypatch.setattr(parallel, "WORKERS", 1)
+    parts.clear()
+    read_trace(path)
+    assert parts == []
+    for bad in (0, -2, 1.5, "4", True):
+        with pytest.raises(UsageError, match="workers"):
+            read_trace(path, workers=bad)
+
+
+def test_mutants_read_in_parts_as_on_one_core(small_parts):
+    """Hostile traces: the same tables, or the same error, and the same warnings."""
+    seeds = [FIXTURES / "traces" / n for n in ("tiny-go1.22.trace", "tiny-go1.26.trace")]
+    seeds += sorted((FIXTURES / "runs").glob("cpu-*/trace.out"))
+    models = [tm.parse(p.read_bytes()) for p in seeds]
+    for k in range(200):
+        data, what = tm.mutant(models, 21, k)
+        one = outcome(parse_trace, data, source="m", workers=1)
+        assert_same(one, outcome(parse_trace, data, source="m", workers=3), f"mutant {k} [{what}]")
+    assert sum(small_parts) > 50  # many read in parts, not all sent back to one core
+
+
+def _group(rows, m_ids, *, first_stop=None, last_start=None, orphans=(), sweeps=(), sweep_end=None):
+    """What the compiled pass gives for one chunk (see Builder._threads_compiled)."""
+    n = len(rows["g"])
+    group = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
+    group["done"] = group["end"] >= 0
+    group["gen"], group["seq"] = group["gen"].astype(np.int32), group["seq"].astype(np.int32)
+    ends = sweep_end or {}
+    group.update(
+        p=np.zeros(n, np.int32),
+        label_pos=np.zeros(0, np.int64),
+        label_names=[],
+        orphan_labels=list(orphans),
+        m_ids=np.asarray(m_ids),
+        first_stop_t=np.array([(first_stop or {}).get(m, -1) for m in m_ids]),
+        last_start_row=np.array([(last_start or {}).get(m, -1) for m in m_ids]),
+        first_sweep_end=tuple(np.array([ends.get(m, (-1, 0, 0))[i] for m in m_ids]) for i in range(3)),
+        sweep={
+            "p": np.zeros(len(sweeps), np.int64),
+            "m": np.array([s[0] for s in sweeps], np.int64),
+            "start_ns": np.array([s[1] for s in sweeps], np.int64),
+            "end_ns": np.array([s[2] for s in sweeps], np.int64),
+            "swept_bytes": np.zeros(len(sweeps), np.int64),
+            "reclaimed_bytes": np.zeros(len(sweeps), np.int64),
+            "done": np.array([s[2] >= 0 for s in sweeps], bool),
+        },
+    )
+    return group
+
+
+def test_a_join_resolves_what_the_part_before_left_open():
+    """Thread 1's interval and thread 2's sweep are open when the first part ends; the
+    second part's first stop and sweep end close them, and a label on thread 1 before any
+    start there names the goroutine it started in the first part. Goroutine 7 starts on
+    thread 2 before its interval on thread 1 ends (clocks that disagree): the overlap
+    across the join is settled as one builder settles it."""
+    want = frozenset({"running", "sweep"})
+    first = _group(
+        {"g": [5, 7], "m": [1, 1], "start": [100, 120], "end": [110, -1], "gen": [1, 1], "seq": [1, 2]},
+        [1, 2],
+        last_start={1: 1},
+        sweeps=[(2, 105, -1)],
+    )
+    second = _group(
+        {"g": [7, 9], "m": [2, 1], "start": [140, 160], "end": [170, 180], "gen": [2, 2], "seq": [3, 1]},
+        [1, 2],
+        first_stop={1: 150},
+        orphans=[(1, "GC (dedicated)")],
+        sweep_end={2: (130, 8192, 4096)},
+    )
+
+    def fed(b, *groups):
+        for g in groups:
+            b.feed_running([{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in g.items()}])
+            b.flush()
+        return b
+
+    one = fed(T.Builder(want), first, second).finish(1000)
+    a = fed(T.Builder(want), first)
+    b = T.Builder(want)
+    b.edge = T.Edge()
+    fed(b, second)
+    info = {**parallel.new_info(), "m_first": {}}
+    assert parallel.join(a, parallel.new_info(), parallel.export(b, {}, info))
+    two = a.finish(1000)
+    for name in ("running", "sweep"):
+        pd.testing.assert_frame_equal(one[name], two[name], check_exact=True)
+    run = two["running"]
+    assert run.end_ns.tolist() == [110, 150, 170, 180]  # closed at thread 1's first stop
+    assert run.start_ns.tolist() == [100, 120, 150, 160]  # 7 on thread 2 waits for thread 1
+    assert run.label.tolist() == ["", "GC (dedicated)", "", ""]
+    sweep = two["sweep"][["end_ns", "swept_bytes", "reclaimed_bytes", "open"]]
+    assert sweep.values.tolist() == [[130, 8192, 4096, False]]
+
+
+def test_cpus_are_held_to_the_cgroup_limit(tmp_path):
+    """The limit on the reader's cgroup or one above it caps the processes (a fixture tree:
+    the lab test below checks a real cgroup)."""
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods" / "pod1").mkdir(parents=True)
+    (v2 / "kubepods" / "cpu.max").write_text("max 100000\n")
+    (v2 / "kubepods" / "pod1" / "cpu.max").write_text("150000 100000\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/kubepods/pod1\n")
+    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 1.5
+    (v2 / "kubepods" / "cpu.max").write_text("50000 100000\n")
+    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 0.5  # the tighter one above
+    proc.write_text("0::/\n")
+    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) is None
+    assert parallel._cgroup_cpu_limit(str(tmp_path / "none"), str(v2)) is None
+
+
+@pytest.mark.lab
+def test_a_reader_in_a_limited_cgroup_counts_its_limit():
+    from gmpanalysis.lab import LabCgroup
+
+    code = "import os; from gmpanalysis.gotrace import parallel; print(parallel.cpus(), len(os.sched_getaffinity(0)))"
+    got = {}
+    for quota in (50_000, None):
+        cg = LabCgroup(f"gmp-lab-test-{os.getpid()}-{os.urandom(3).hex()}")
+        cg.create(quota_us=quota, period_us=100_000)
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", code], preexec_fn=cg.join_in_child, capture_output=True, text=True, check=True
+            )
+            got[quota] = [int(x) for x in out.stdout.split()]
+        finally:
+            cg.remove()
+    assert got[50_000][0] == 1  # half a CPU: one process
+    assert got[None][0] == got[None][1]  # no limit: every CPU of the affinity mask
