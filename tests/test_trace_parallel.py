@@ -238,7 +238,7 @@ def test_a_join_resolves_what_the_part_before_left_open():
     one = fed(T.Builder(want), first, second).finish(1000)
     a = fed(T.Builder(want), first)
     b = T.Builder(want)
-    b.edge = T.Edge()
+    b.edge = parallel.Edge()
     fed(b, second)
     info = {**parallel.new_info(), "m_first": {}}
     assert parallel.join(a, parallel.new_info(), parallel.export(b, {}, info))

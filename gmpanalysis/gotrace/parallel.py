@@ -45,6 +45,7 @@ import numpy as np
 
 from . import tables as _tables
 from .decode import new_info
+from .edge import Edge
 from .memory import trim
 from .wire import Generation
 
@@ -340,7 +341,7 @@ def _read_part(
             size = chunks[-1][-1].end - chunks[0][0].start
             b = _tables.Builder(want, size)
             b.m_state = dict(start)
-            b.edge = _tables.Edge()
+            b.edge = Edge()
             info = new_info()
             info["m_first"] = {}
             for chunk in chunks:
@@ -391,7 +392,7 @@ def join(b: _tables.Builder, info: dict[str, Any], got: dict[str, Any]) -> bool:
     gi = got["info"]
     if gi["clock_steps_back"] or any(t < info["m_last"].get(m, -1) for m, t in gi["m_first"].items()):
         return False
-    e: _tables.Edge = got["edge"]
+    e: Edge = got["edge"]
     run = b.run
     off = run.next_id
     # the intervals and sweeps left open before: closed by the thread's first stop here
@@ -443,7 +444,7 @@ def join(b: _tables.Builder, info: dict[str, Any], got: dict[str, Any]) -> bool:
 
 
 def _cross_clashes(
-    b: _tables.Builder, e: _tables.Edge, off: int, part_carry: tuple[np.ndarray, ...]
+    b: _tables.Builder, e: Edge, off: int, part_carry: tuple[np.ndarray, ...]
 ) -> list[tuple[int, int, int, bool]]:
     """The pairs of a goroutine's last interval before the part and its first in it that
     may overlap, as one builder finds them chunk by chunk (see Builder._find_clashes), and
