@@ -42,7 +42,7 @@ from .bundlefiles import parse_cpu_stat as parse_cpu_stat
 from .bundlefiles import parse_host_stat as parse_host_stat
 from .bundlefiles import parse_limits as parse_limits
 from .bundlefiles import parse_requests as parse_requests
-from .errors import BundleError, GmpWarning, NotFoundError
+from .errors import BundleError, ForeignTraceError, GmpWarning, NotFoundError
 from .errors import TruncatedLineWarning as TruncatedLineWarning
 from .goversion import go_minor
 from .grid import restart_ns
@@ -126,7 +126,7 @@ def check_trace_belongs(run: Run, tr: Any) -> None:
     """A trace.out of another run (another collection, another host, another binary) is not
     used as if it were this one's: its clock span must overlap the collection's (the
     samples', and meta.json's mono_start_ns..mono_end_ns), and its format version must be
-    the one the recorded Go version writes. Raises :class:`BundleError` naming both files."""
+    the one the recorded Go version writes. Raises :class:`ForeignTraceError` naming both files."""
     first, last = tr.meta.get("first_ns"), tr.meta.get("last_ns")
     t = run.samples["t_ns"].to_numpy()
     lo = [int(t.min())] if len(t) else []
@@ -137,7 +137,7 @@ def check_trace_belongs(run: Run, tr: Any) -> None:
     if tr.meta.get("events") and first is not None and lo and hi:
         start, end = min(lo), max(hi)
         if last < start or first > end:
-            raise BundleError(
+            raise ForeignTraceError(
                 f"{run.trace_path}: its clock spans {first}..{last} ns, which misses the collection's "
                 f"{start}..{end} ns (meta.json and cpu_stat.csv of {run.path}): the trace comes from another run "
                 "or host. Put this run's trace there, or remove trace.out"
@@ -148,7 +148,7 @@ def check_trace_belongs(run: Run, tr: Any) -> None:
         return
     want = TRACE_FORMAT_OF_GO.get(minor)
     if (want is not None and version != want) or (want is None and (minor < 22 or version > minor)):
-        raise BundleError(
+        raise ForeignTraceError(
             f"{run.trace_path}: written in the go 1.{version} trace format, but meta.json says the target ran "
             f"{run.meta['go_version']}, which writes {f'go 1.{want}' if want else 'another format'}: the trace comes "
             "from another binary. Put this run's trace there, or correct go_version in meta.json"
@@ -351,12 +351,12 @@ def _bundles_below(d: Path) -> int:
 
 
 def without_trace(run: Run, why: Exception) -> Run:
-    """The run without its trace, which cannot be read (``why``), and a note saying so: what
-    needs no trace (the periods, the freezes, the advice) goes on; the trace's columns are
-    empty."""
+    """The run without its trace, which cannot be read or is another run's (``why``), and a
+    note saying so: what needs no trace (the periods, the freezes, the advice) goes on; the
+    trace's columns are empty."""
     out = dataclasses.replace(run, trace_path=None)
     out._trace = None
-    note = f"{run.trace_path}: cannot be read ({why}); analysed without the trace (its STW and GC columns are empty)"
+    note = f"{run.trace_path}: cannot be used ({why}); analysed without the trace (its STW and GC columns are empty)"
     out.notes = [*run.notes, note]
     return out
 

@@ -69,17 +69,17 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 
 def _tolerating_traces(runs: list[Any], work: Callable[[list[Any]], T], say: bool = True) -> T:
-    """``work(runs)``, again without a run's trace each time one cannot be read (a
-    TraceFormatError, whose text begins with the trace's path): a damaged trace costs its own
-    columns, not the command. ``say``: print the note (the caller prints the runs' notes
-    otherwise)."""
+    """``work(runs)``, again without a run's trace each time one cannot be read or is
+    another run's (a TraceFormatError or ForeignTraceError, whose text begins with the
+    trace's path): a damaged or foreign trace costs its own columns, not the command.
+    ``say``: print the note (the caller prints the runs' notes otherwise)."""
     from .bundle import without_trace
-    from .errors import TraceFormatError
+    from .errors import ForeignTraceError, TraceFormatError
 
     while True:
         try:
             return work(runs)
-        except TraceFormatError as e:
+        except (TraceFormatError, ForeignTraceError) as e:
             text = str(e)
             hit = [
                 i

@@ -10,6 +10,7 @@ Errors::
     GmpError
     ├── TraceFormatError    a Go execution trace that cannot be read
     ├── BundleError         a run bundle with a missing, malformed or inconsistent piece
+    │   └── ForeignTraceError   its trace.out is another run's (another collection, host, binary)
     ├── MissingDataError    an analysis needs data the run does not have
     ├── CgroupFormatError   a cgroup interface file not in the kernel's format
     ├── LabError            a lab experiment (or the local cluster) cannot run here
@@ -32,6 +33,7 @@ __all__ = [
     "CgroupFormatError",
     "ClockWarning",
     "CollectError",
+    "ForeignTraceError",
     "GmpError",
     "GmpWarning",
     "LabError",
@@ -55,6 +57,12 @@ class TraceFormatError(GmpError):
 
 class BundleError(GmpError):
     """A run bundle with missing, malformed or inconsistent pieces."""
+
+
+class ForeignTraceError(BundleError):
+    """A bundle's trace.out that comes from another run: its clock misses the collection's,
+    or its format is not the one the recorded Go version writes. The command line analyses
+    the run without it, as it does a trace that cannot be read."""
 
 
 class NotFoundError(GmpError, FileNotFoundError):

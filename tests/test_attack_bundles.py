@@ -26,7 +26,7 @@ from conftest import FULL_ATTACK
 import gmpanalysis as gmp
 from gmpanalysis import bundle
 from gmpanalysis.degrade import counter_reset
-from gmpanalysis.errors import BundleError, GmpError
+from gmpanalysis.errors import BundleError, ForeignTraceError, GmpError
 
 RUN = next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp2")
 NESTED = next(p for p in RUNS if p.name == "nested-0.5cpu-pod0.5-gmp2")
@@ -258,13 +258,13 @@ def test_a_huge_time_jump_is_a_hole_not_a_huge_table(tmp_path, jump):
 def test_a_foreign_trace_is_refused(tmp_path):
     d = _copy(tmp_path)
     shutil.copy(NESTED / "trace.out", d / "trace.out")  # another run, hours apart
-    _refused(d, "trace.out: its clock spans", "another run")
+    _refused(d, "trace.out: its clock spans", "another run", what=ForeignTraceError)
 
 
 def test_a_trace_of_another_go_version_is_refused(tmp_path):
     d = _copy(tmp_path)
     _meta(d, go_version="go1.22.5")
-    _refused(d, "trace.out: written in the go 1.26 trace format", "go1.22.5")
+    _refused(d, "trace.out: written in the go 1.26 trace format", "go1.22.5", what=ForeignTraceError)
     _meta(d, go_version="go1.27.1")  # writes the 1.26 format
     _pipeline(d)
 

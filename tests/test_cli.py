@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import RUNS
 
 from gmpanalysis.cli import main
@@ -104,8 +105,26 @@ def test_a_trace_that_cannot_be_read_costs_its_columns_not_the_command(tmp_path,
     for argv in (["summary", str(d)], ["report", "-o", str(out), str(d)], ["advise", str(d)]):
         assert main(argv) == 0, argv
         err = capsys.readouterr().err
-        assert "trace.out: cannot be read" in err and "analysed without the trace" in err, (argv, err)
+        assert "trace.out: cannot be used" in err and "analysed without the trace" in err, (argv, err)
     assert "analysed without the trace" in out.read_text()
+
+
+def test_a_trace_of_another_run_costs_its_columns_not_the_command(tmp_path, capsys):
+    """Another run's trace.out (hours apart): the library refuses it, the commands go on
+    without it and say why."""
+    import shutil
+
+    import gmpanalysis as gmp
+
+    d = tmp_path / "b"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp8", d)
+    shutil.copy("fixtures/runs/nested-0.5cpu-pod0.5-gmp2/trace.out", d / "trace.out")
+    with pytest.raises(gmp.ForeignTraceError, match="another run"):
+        _ = gmp.load_run(d).trace
+    for argv in (["summary", str(d)], ["advise", str(d)]):
+        assert main(argv) == 0, argv
+        err = capsys.readouterr().err
+        assert "trace.out: cannot be used" in err and "another run" in err and "without the trace" in err, err
 
 
 def test_a_directory_of_bundles_given_as_one_is_named_so(capsys):

@@ -188,7 +188,7 @@ def read(
                 if got is not None and _guess_missed(builder, got):
                     # rare: read it again, here, from the state the parts before it left
                     got = _read_part(data, buf, version, source, parts[k], builder.want, feed, start=builder.m_state)
-                joined = got is not None and join(builder, info, got)
+                joined = got is not None and join(builder, info, got, _releaser(mm))
                 del got
                 if mm is not None:
                     with contextlib.suppress(BufferError):  # a view still held: unmapped when it goes
@@ -385,10 +385,35 @@ def _guess_missed(b: _tables.Builder, got: dict[str, Any]) -> bool:
     return any(b.m_state.get(m, NO_STATE) != g for m, g in got["guess"].items())
 
 
-def join(b: _tables.Builder, info: dict[str, Any], got: dict[str, Any]) -> bool:
+def _releaser(mm: mmap.mmap | None) -> Callable[[np.ndarray], None] | None:
+    """A function that drops from this process the pages of an array mapped from ``mm``
+    once it is copied (they stay in the file; mapped, they count in this process's
+    resident size until the whole part is joined)."""
+    if mm is None:
+        return None
+    base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+
+    def release(a: np.ndarray) -> None:
+        lo = a.ctypes.data - base
+        if a.nbytes and 0 <= lo < len(mm):
+            start = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+            end = (lo + a.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+            if end > start:
+                mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    return release
+
+
+def join(
+    b: _tables.Builder,
+    info: dict[str, Any],
+    got: dict[str, Any],
+    copied: Callable[[np.ndarray], None] | None = None,
+) -> bool:
     """Append one part to the builder of the parts before it, as if one builder had read
     them all; False when the threads' clocks go back across the join (a damaged trace:
-    read on one core, it warns)."""
+    read on one core, it warns). ``copied`` is given each of the part's columns once it is
+    in the builder."""
     gi = got["info"]
     if gi["clock_steps_back"] or any(t < info["m_last"].get(m, -1) for m, t in gi["m_first"].items()):
         return False
@@ -415,17 +440,17 @@ def join(b: _tables.Builder, info: dict[str, Any], got: dict[str, Any]) -> bool:
         remap[i] = b.names.setdefault(name, len(b.names))
     b._label_room()
     cols["lab"] = remap[cols["lab"]].astype(run.dtypes["lab"])
-    run.append(cols)
+    run.append(cols, copied)
     del cols
     for m, ids in got["pending_run"].items():
         b.pending_run.setdefault(m, []).extend(i + off for i in ids)
     for m, i in got["last_start"].items():
         b.last_start[m] = i + off
     soff = b.sweeps.next_id
-    b.sweeps.append(got["sweeps"])
+    b.sweeps.append(got["sweeps"], copied)
     for m, ids in got["pending_sweep"].items():
         b.pending_sweep.setdefault(m, []).extend(i + soff for i in ids)
-    b.heap.append(got["heap"])
+    b.heap.append(got["heap"], copied)
     b.few_parts.extend(got["few_parts"])
     b.glob_parts.extend(got["glob_parts"])
     b.clashes.extend(cross)

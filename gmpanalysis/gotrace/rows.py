@@ -11,6 +11,8 @@ ids still find them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .memory import small_pages
@@ -43,8 +45,9 @@ class RowStore:
     def col(self, k: str) -> np.ndarray:
         return self._cols[k][: self.n]
 
-    def append(self, cols: dict[str, np.ndarray]) -> int:
-        """Add rows (every column, equal lengths); the id of the first."""
+    def append(self, cols: dict[str, np.ndarray], done: Callable[[np.ndarray], None] | None = None) -> int:
+        """Add rows (every column, equal lengths); the id of the first. ``done`` is given each
+        column of ``cols`` once it is copied."""
         m = len(next(iter(cols.values())))
         first = self.next_id
         if self.n + m > self._cap:
@@ -58,6 +61,8 @@ class RowStore:
             self._cap = cap
         for k, a in self._cols.items():
             a[self.n : self.n + m] = cols[k]
+            if done is not None:
+                done(cols[k])
         self.n += m
         return first
 
