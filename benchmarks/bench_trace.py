@@ -34,6 +34,7 @@ docs/benchmarks.md (docs/benchmarks/results/trace-reader.md).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import subprocess
@@ -87,14 +88,14 @@ for i in range(repeat):
 TINY = ROOT / "fixtures" / "traces" / "tiny-go1.26.trace"
 
 
-def ours(  # noqa: ANN201
+def ours(
     path: Path,
     repeat: int = 1,
-    tables=None,
-    window=None,
+    tables: tuple[str, ...] | None = None,
+    window: tuple[int, int] | None = None,
     runtime_in_base: bool = False,
-    workers: int | None = 1,  # noqa: ANN001
-):
+    workers: int | None = 1,
+) -> list[dict]:
     cmd = [sys.executable, "-c", PY, str(path), str(repeat), json.dumps(tables), json.dumps(window)]
     cmd += ["1" if runtime_in_base else "0", str(TINY), json.dumps(workers)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -125,10 +126,10 @@ def cell(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} s [{min(xs):.2f}-{max(xs):.2f}]"
 
 
-def markdown() -> str:
+def markdown(machine: str, rounds: int) -> str:
     lines = [
         "<!-- rewritten by: .venv/bin/python benchmarks/bench_trace.py --markdown PATH -->",
-        "<!-- median [min-max] of the rounds -->",
+        f"<!-- {datetime.date.today()}, {machine}; {rounds} rounds, median [min-max] -->",
         "",
         "| | ours | Go (gmp-tracepeer) | ours / Go |",
         "|---|---|---|---|",
@@ -294,7 +295,7 @@ def main() -> int:
     elif not a.full_only:
         print(f"{a.big} missing: record it with benchmarks/make_big_trace.py {a.big} 380", file=sys.stderr)
     if a.markdown:
-        a.markdown.write_text(markdown())
+        a.markdown.write_text(markdown(describe().removeprefix("machine: "), a.rounds))
         print(f"wrote {a.markdown}")
     return 0
 
