@@ -42,15 +42,16 @@ def small_parts(monkeypatch):
     number of parts each read was planned in."""
     monkeypatch.setattr(R, "CHUNK_BYTES", 1)
     monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     joins, planned = Joins(), []
     real_join, real_plan = parallel.join, parallel.plan
 
-    def join(b, info, got):
-        joins.append(real_join(b, info, got))
+    def join(b, info, got, *rest):
+        joins.append(real_join(b, info, got, *rest))
         return joins[-1]
 
-    def plan(chunks, workers):
-        parts = real_plan(chunks, workers)
+    def plan(chunks, workers, **kw):
+        parts = real_plan(chunks, workers, **kw)
         planned.append(len(parts))
         return parts
 
@@ -106,42 +107,132 @@ def test_parts_of_some_tables_and_without_the_compiled_code(tables, small_parts,
 
 def test_the_tables_do_not_depend_on_the_guess_of_the_threads_states(small_parts, monkeypatch):
     """Each part guesses its threads' states from the generation before it; a part whose
-    guess was wrong for a thread it uses is read again from the true states. Here every
-    guess is wrong: each thread is said to run goroutine 999 on P 7."""
+    guess was wrong for a thread it uses is read again here from the true states. A guess
+    is wrong when it differs from the true state for any thread the part touched; here
+    every part is taken as wrongly guessed and read again."""
     path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
     one = outcome(read_trace, path, workers=1)
-    real, missed = parallel._read_part, []
-
-    def wrong(*args, warm=None, start=None, **kw):
-        if warm is not None:
-            w = T.Builder(args[5])
-            args[6](w, parallel.new_info(), [warm])
-            start = {m: (999, 1, 7) for m in w.m_state}
-        return real(*args, start=start, **kw)
-
-    real_missed = parallel._guess_missed
-
-    def counted(b, got):
-        missed.append(real_missed(b, got))
-        return missed[-1]
-
-    monkeypatch.setattr(parallel, "_read_part", wrong)
-    monkeypatch.setattr(parallel, "_guess_missed", counted)
+    b = T.Builder(frozenset({"running"}))
+    b.m_state = {1: (5, 1, 0), 2: (-1, 0, -1)}
+    assert not parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: parallel.NO_STATE}})
+    assert parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: (7, 1, 3)}})
+    assert parallel._guess_missed(b, {"guess": {3: (7, 1, 3)}})  # a thread the parts before never saw
+    missed = []
+    monkeypatch.setattr(parallel, "_guess_missed", lambda b, got: missed.append(True) or True)
     assert_same(one, outcome(read_trace, path, workers=4))
-    assert len(missed) == small_parts.planned[-1] - 1 > 0 and all(missed), missed  # every part read again
+    assert len(missed) == small_parts.planned[-1] - 1 > 0  # every part read again
     assert all(small_parts)
 
 
-def test_a_part_whose_process_dies_is_read_on_one_core(small_parts, monkeypatch):
+@pytest.fixture
+def own_pool(monkeypatch):
+    """A pool of part processes of the test's own (``spawned``: every process it started),
+    ended after it."""
+    pool = parallel._Pool()
+    pool.spawned = []
+    real = parallel._spawn
+    monkeypatch.setattr(parallel, "POOL", pool)
+    monkeypatch.setattr(parallel, "_spawn", lambda: pool.spawned.append(real()) or pool.spawned[-1])
+    yield pool
+    for p in pool.procs:
+        parallel._end(p)
+
+
+def gone(procs) -> bool:
+    """Every one of these processes ended and reaped."""
+    return all(p.returncode is not None and not os.path.exists(f"/proc/{p.pid}") for p in procs)
+
+
+def test_a_part_whose_process_dies_is_read_on_one_core(small_parts, own_pool, monkeypatch):
     path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
     one = outcome(read_trace, path, workers=1)
-    monkeypatch.setattr(parallel, "_read_part", lambda *a, **k: os._exit(3))
+    monkeypatch.setattr(parallel, "WORKER", "import sys; sys.exit(3)")
     before = set(os.listdir("/proc/self/fd"))
     assert_same(one, outcome(read_trace, path, workers=3))
     assert not small_parts  # nothing joined: read again on one core
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # every process it started was reaped
-    assert set(os.listdir("/proc/self/fd")) <= before  # and its files closed
+    assert own_pool.spawned and not own_pool.procs and gone(own_pool.spawned)  # the processes are gone
+    assert set(os.listdir("/proc/self/fd")) <= before  # and the files closed
+
+
+def test_an_interrupted_read_leaves_no_process_and_no_file(small_parts, own_pool):
+    """Ctrl-C while this process reads the first part: the parts' processes, still working,
+    are ended, and every file is closed; the next read starts new ones."""
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    before = set(os.listdir("/proc/self/fd"))
+
+    def interrupt(offset):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        read_trace(path, workers=3, progress=interrupt)
+    assert own_pool.spawned and not own_pool.procs and gone(own_pool.spawned)
+    assert set(os.listdir("/proc/self/fd")) <= before
+    assert_same(outcome(read_trace, path, workers=1), outcome(read_trace, path, workers=3))
+    assert small_parts and all(small_parts)
+    assert len(own_pool.procs) == small_parts.planned[-1] - 1  # kept for the next read
+    assert all(p.poll() is None for p in own_pool.procs)
+
+
+def test_reads_in_parts_leave_the_warnings_of_other_threads_alone(small_parts, own_pool):
+    """Another thread warns all through reads in parts: every warning reaches the program,
+    the warning filters are as they were, and the reads are joined in parts."""
+    import threading
+
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    filters = list(warnings.filters)
+    stop, told, emitted = threading.Event(), [], [0]
+
+    def warner():
+        while not stop.is_set():
+            warnings.warn("from another thread", UserWarning, stacklevel=1)
+            emitted[0] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = warnings.showwarning
+        warnings.showwarning = lambda message, *a, **k: told.append(str(message))
+        t = threading.Thread(target=warner)
+        t.start()
+        try:
+            for _ in range(3):
+                read_trace(path, workers=3)
+        finally:
+            stop.set()
+            t.join()
+            warnings.showwarning = shown
+        n = len(told)
+    assert n == emitted[0] > 0 and set(told) == {"from another thread"}  # none swallowed
+    assert warnings.filters == filters
+    assert small_parts and all(small_parts)
+
+
+def test_a_clock_that_is_not_linux_s_warns_once_and_reads_in_parts(small_parts):
+    """Go on linux/arm64 writes a 62.5 MHz clock: every generation but the first would warn
+    on its own; read in parts, the trace warns once, as on one core, and is joined."""
+    model = tm.parse((FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out").read_bytes())
+    n = 0
+    for b in tm.batches(model):
+        for lo, hi, kind in tm._fields(bytes(b.payload)) if b.exp is None else ():
+            if kind == "freq":
+                b.payload[lo:hi] = tm.enc(62_500_000)
+                n += 1
+    data = tm.write(model)
+    one = outcome(parse_trace, data, workers=1)
+    assert n > 1 and [w[0] for w in one[1]] == ["ClockWarning"]
+    assert_same(one, outcome(parse_trace, data, workers=3))
+    assert small_parts and all(small_parts)
+
+
+def test_a_program_that_reaps_its_own_children_reads_in_parts(small_parts, own_pool):
+    import signal
+
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert_same(outcome(read_trace, path, workers=1), outcome(read_trace, path, workers=3))
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+    assert small_parts and all(small_parts)
 
 
 def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
@@ -150,6 +241,7 @@ def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
     path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
     monkeypatch.setattr(R, "CHUNK_BYTES", 1)
     monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     parts = []
     real = parallel.read
     monkeypatch.setattr(parallel, "read", lambda *a, **k: parts.append(len(a[4])) or real(*a, **k))
@@ -162,6 +254,13 @@ def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
     parts.clear()
     read_trace(path)
     assert parts == []
+    monkeypatch.setattr(parallel, "WORKERS", None)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", path.stat().st_size + 1)
+    monkeypatch.setattr(parallel, "cpus", lambda: 16)
+    read_trace(path)  # smaller than a trace worth sharing
+    assert parts == []
+    read_trace(path, workers=4)  # unless asked
+    assert parts and parts[0] > 1
     for bad in (0, -2, 1.5, "4", True):
         with pytest.raises(UsageError, match="workers"):
             read_trace(path, workers=bad)
@@ -268,6 +367,8 @@ def test_cpus_are_held_to_the_cgroup_limit(tmp_path):
     proc.write_text("0::/\n")
     assert parallel._cgroup_cpu_limit(str(proc), str(v2)) is None
     assert parallel._cgroup_cpu_limit(str(tmp_path / "none"), str(v2)) is None
+    proc.write_bytes(b"0::/kubepods/caf\xe9\n")  # any byte but "/" and NUL names a cgroup
+    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 0.5  # (the part above is read)
 
 
 @pytest.mark.lab

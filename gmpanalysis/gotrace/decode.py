@@ -264,12 +264,14 @@ def decode_chunk(
                 "the generation is incomplete (truncated trace?)"
             )
         if freq != TICKS_PER_S_LINUX and info["frequency"] in (None, TICKS_PER_S_LINUX):
-            warnings.warn(
+            message = (
                 f"{source}: trace clock runs at {freq} ticks/s, not the Linux 15625000: "
-                "times are converted by the frequency but are not CLOCK_MONOTONIC",
-                ClockWarning,
-                stacklevel=5,
+                "times are converted by the frequency but are not CLOCK_MONOTONIC"
             )
+            if "quiet" in info:  # a part read beside others: held, given once the parts are joined
+                info["quiet"].append(message)
+            else:
+                warnings.warn(message, ClockWarning, stacklevel=5)
         info["frequency"] = freq
         lim = tick_limit(freq)
         for sid, st in strs.items():

@@ -225,9 +225,12 @@ def parse_trace(
     window: tuple[int, int] | None = None,
     release: Callable[[int], None] | None = None,
     workers: int | None = None,
+    fd: int | None = None,
 ) -> GoTrace:
     """Parse trace bytes; see :func:`read_trace`. ``release(offset)`` is told when
-    nothing before ``offset`` will be read again (the file reader drops those pages)."""
+    nothing before ``offset`` will be read again (the file reader drops those pages);
+    ``fd`` is an open file descriptor of the file ``data`` maps (processes reading parts of
+    it open it; without it, the bytes are copied to memory they can open)."""
     want = _want(tables)
     workers = _check_workers(workers)
     version = parse_header(data, source)
@@ -237,15 +240,9 @@ def parse_trace(
     builder = _tables.Builder(want, len(data) if window is None else 0)
     keep, need = _decode_masks(builder)
 
-    def feed(b: _tables.Builder, inf: dict[str, Any], chunk: list[Generation]) -> None:
-        for decoded in decode_chunk(data, buf, chunk, version, source, inf, keep, need):
-            b.feed(*decoded)
-            del decoded
-        b.flush()
-        # freed memory back to the system once per chunk: after each piece it cost as much
-        # as the read itself in page faults (a 38 MB trace: 1.0 s against 0.6 s), for a
-        # peak a few MB lower
-        trim()
+    feed = _parallel.feeder(data, buf, version, source, keep, need)
+    if progress is not None:  # never backwards (a read in parts given up is read again from the start)
+        progress = _monotonic(progress)
 
     chunks: Iterable[list[Generation]] = _chunked(_in_window(splitter, window, data, source, info, release))
     done = False
@@ -257,10 +254,10 @@ def parse_trace(
             chunks = _chunked(_in_window(splitter, window, data, source, info, release))
             parts = []
         else:
-            parts = _parallel.plan(chunks, workers or _parallel.workers())
+            parts = _parallel.plan(chunks, workers or _parallel.workers(), asked=workers is not None)
         if len(parts) > 1:
             seen = {k: info[k] for k in ("generations_seen", "first_generation")}
-            done = _parallel.read(data, buf, version, source, parts, builder, info, feed, progress, release)
+            done = _parallel.read(data, buf, version, source, parts, builder, info, feed, progress, release, fd)
             if not done:  # read again on one core: its warnings and errors are the trace's
                 builder, info = _tables.Builder(want, len(data)), {**new_info(), **seen}
     chosen = 0
@@ -286,6 +283,17 @@ def parse_trace(
     meta = _meta(info, version, source, len(data), want, window)
     meta["truncated"] = truncated_at
     return GoTrace(meta=meta, **built)
+
+
+def _monotonic(progress: Callable[[int], None]) -> Callable[[int], None]:
+    most = [-1]
+
+    def told(offset: int) -> None:
+        if offset > most[0]:
+            most[0] = offset
+            progress(offset)
+
+    return told
 
 
 def _check_workers(workers: object) -> int | None:
@@ -316,7 +324,7 @@ def iter_generations(
         yield from _iter_generations(bytes(path_or_bytes), "<bytes>", want, None)
         return
     p = _check_path(path_or_bytes)
-    with _mapped(p) as (data, release):
+    with _mapped(p) as (data, release, _):
         yield from _iter_generations(data, str(p), want, release)
 
 
@@ -459,9 +467,16 @@ def read_trace(
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return parse_trace(bytes(path_or_bytes), progress=progress, tables=tables, window=window, workers=workers)
     p = _check_path(path_or_bytes)
-    with _mapped(p) as (data, release), _bar(p, len(data), progress) as progress:
+    with _mapped(p) as (data, release, fd), _bar(p, len(data), progress) as progress:
         return parse_trace(
-            data, source=str(p), progress=progress, tables=tables, window=window, release=release, workers=workers
+            data,
+            source=str(p),
+            progress=progress,
+            tables=tables,
+            window=window,
+            release=release,
+            workers=workers,
+            fd=fd,
         )
 
 
@@ -484,39 +499,41 @@ def _bar(p: Path, size: int, progress: Callable[[int], None] | None) -> Iterator
 
 
 @contextlib.contextmanager
-def _mapped(p: Path) -> Iterator[tuple[bytes | mmap.mmap, Callable[[int], None] | None]]:
-    """The file's bytes, mapped (an empty file: b""), and a function that drops the pages
-    before an offset from this process once they are read."""
+def _mapped(p: Path) -> Iterator[tuple[bytes | mmap.mmap, Callable[[int], None] | None, int | None]]:
+    """The file's bytes, mapped (an empty file: b""), a function that drops the pages
+    before an offset from this process once they are read, and the open file's descriptor
+    (processes reading parts of the trace open the same file through it, even one renamed
+    or replaced meanwhile)."""
     try:
-        f = open(p, "rb")  # noqa: SIM115 (closed below, once mapped)
+        f = open(p, "rb")  # noqa: SIM115 (closed below)
     except OSError as e:
         raise TraceFormatError(f"{p}: cannot be read ({e.strerror}); check its permissions") from None
     with f:
         if os.fstat(f.fileno()).st_size == 0:
-            yield b"", None
+            yield b"", None, None
             return
         try:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
             raise TraceFormatError(f"{p}: cannot be mapped ({e.strerror}); copy it to a local disk") from None
-    released = 0
+        released = 0
 
-    def release(offset: int) -> None:
-        # the pages are the file's own and clean: dropped, they come back from the page
-        # cache if touched again
-        nonlocal released
-        end = offset // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > released:
-            mm.madvise(mmap.MADV_DONTNEED, released, end - released)
-            released = end
+        def release(offset: int) -> None:
+            # the pages are the file's own and clean: dropped, they come back from the page
+            # cache if touched again
+            nonlocal released
+            end = offset // mmap.PAGESIZE * mmap.PAGESIZE
+            if end > released:
+                mm.madvise(mmap.MADV_DONTNEED, released, end - released)
+                released = end
 
-    try:
-        yield mm, release
-    finally:
         try:
-            mm.close()
-        except BufferError:
-            pass  # an error's traceback still holds a view of it: unmapped when that goes
+            yield mm, release, f.fileno()
+        finally:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # an error's traceback still holds a view of it: unmapped when that goes
 
 
 def _check_window(window: object) -> tuple[int, int]:
