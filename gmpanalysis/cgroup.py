@@ -25,6 +25,7 @@ unbounded).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import posixpath
@@ -426,3 +427,57 @@ def lookup(mount: Mount, rel: str) -> CgroupFiles | str:
         if not _is_file(usage, "cpuacct.usage"):
             return f"found v1 {d / 'cpu.stat'} but no {usage}: create the cgroup in the cpuacct hierarchy too"
     return CgroupFiles(rel, mount.version, d, d / "cpu.stat", usage)
+
+
+def process_cpu_limit(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> float | None:
+    """The tightest CPU limit (quota / period) on this process's cgroup and its ancestors,
+    cgroup v2 or v1; None when there is none or it cannot be read."""
+    try:
+        # a cgroup's name may hold any byte but "/" and NUL
+        lines = Path(proc).read_bytes().decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    best: float | None = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, rel = parts
+        if ctrls == "":
+            base, name = Path(root), "cpu.max"
+        elif "cpu" in ctrls.split(","):
+            dirs = (Path(root) / d for d in (ctrls, "cpu,cpuacct", "cpu"))
+            base = next((d for d in dirs if _searchable_dir(d)), None)
+            name = "cpu.cfs_quota_us"
+            if base is None:
+                continue
+        else:
+            continue
+        d = base / rel.lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError, CgroupFormatError):
+                if name == "cpu.max":
+                    quota, period = parse_cpu_max((d / name).read_bytes(), source=str(d / name))
+                else:
+                    quota = parse_quota_v1((d / name).read_bytes(), source=str(d / name))
+                    period = parse_period_v1((d / "cpu.cfs_period_us").read_bytes(), source=str(d))
+                if quota is not None:
+                    best = quota / period if best is None else min(best, quota / period)
+            if d == base or base not in d.parents:
+                break
+            d = d.parent
+    return best
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:  # not searchable by this user
+        return False
+
+
+def _searchable_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:  # not searchable by this user
+        return False

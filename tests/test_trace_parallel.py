@@ -16,10 +16,14 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES, REPO
 
+from gmpanalysis.cgroup import process_cpu_limit
 from gmpanalysis.errors import UsageError
-from gmpanalysis.gotrace import kernels, parallel, parse_trace, read_trace
+from gmpanalysis.gotrace import kernels, parallel, parse_trace, partprocs, read_trace
 from gmpanalysis.gotrace import reader as R
 from gmpanalysis.gotrace import tables as T
+from gmpanalysis.gotrace.decode import new_info
+from gmpanalysis.gotrace.edge import Edge
+from gmpanalysis.gotrace.part import export
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trace_mutants as tm  # noqa: E402
@@ -128,14 +132,14 @@ def test_the_tables_do_not_depend_on_the_guess_of_the_threads_states(small_parts
 def own_pool(monkeypatch):
     """A pool of part processes of the test's own (``spawned``: every process it started),
     ended after it."""
-    pool = parallel._Pool()
+    pool = partprocs.Pool()
     pool.spawned = []
-    real = parallel._spawn
-    monkeypatch.setattr(parallel, "POOL", pool)
-    monkeypatch.setattr(parallel, "_spawn", lambda: pool.spawned.append(real()) or pool.spawned[-1])
+    real = partprocs._spawn
+    monkeypatch.setattr(partprocs, "POOL", pool)
+    monkeypatch.setattr(partprocs, "_spawn", lambda: pool.spawned.append(real()) or pool.spawned[-1])
     yield pool
     for p in pool.procs:
-        parallel._end(p)
+        partprocs._end(p)
 
 
 def gone(procs) -> bool:
@@ -146,7 +150,7 @@ def gone(procs) -> bool:
 def test_a_part_whose_process_dies_is_read_on_one_core(small_parts, own_pool, monkeypatch):
     path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
     one = outcome(read_trace, path, workers=1)
-    monkeypatch.setattr(parallel, "WORKER", "import sys; sys.exit(3)")
+    monkeypatch.setattr(partprocs, "WORKER", "import sys; sys.exit(3)")
     before = set(os.listdir("/proc/self/fd"))
     assert_same(one, outcome(read_trace, path, workers=3))
     assert not small_parts  # nothing joined: read again on one core
@@ -337,10 +341,10 @@ def test_a_join_resolves_what_the_part_before_left_open():
     one = fed(T.Builder(want), first, second).finish(1000)
     a = fed(T.Builder(want), first)
     b = T.Builder(want)
-    b.edge = parallel.Edge()
+    b.edge = Edge()
     fed(b, second)
-    info = {**parallel.new_info(), "m_first": {}}
-    assert parallel.join(a, parallel.new_info(), parallel.export(b, {}, info))
+    info = {**new_info(), "m_first": {}}
+    assert parallel.join(a, new_info(), export(b, {}, info))
     two = a.finish(1000)
     for name in ("running", "sweep"):
         pd.testing.assert_frame_equal(one[name], two[name], check_exact=True)
@@ -361,14 +365,14 @@ def test_cpus_are_held_to_the_cgroup_limit(tmp_path):
     (v2 / "kubepods" / "pod1" / "cpu.max").write_text("150000 100000\n")
     proc = tmp_path / "cgroup"
     proc.write_text("0::/kubepods/pod1\n")
-    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 1.5
+    assert process_cpu_limit(str(proc), str(v2)) == 1.5
     (v2 / "kubepods" / "cpu.max").write_text("50000 100000\n")
-    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 0.5  # the tighter one above
+    assert process_cpu_limit(str(proc), str(v2)) == 0.5  # the tighter one above
     proc.write_text("0::/\n")
-    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) is None
-    assert parallel._cgroup_cpu_limit(str(tmp_path / "none"), str(v2)) is None
+    assert process_cpu_limit(str(proc), str(v2)) is None
+    assert process_cpu_limit(str(tmp_path / "none"), str(v2)) is None
     proc.write_bytes(b"0::/kubepods/caf\xe9\n")  # any byte but "/" and NUL names a cgroup
-    assert parallel._cgroup_cpu_limit(str(proc), str(v2)) == 0.5  # (the part above is read)
+    assert process_cpu_limit(str(proc), str(v2)) == 0.5  # (the part above is read)
 
 
 @pytest.mark.lab
@@ -389,3 +393,52 @@ def test_a_reader_in_a_limited_cgroup_counts_its_limit():
             cg.remove()
     assert got[50_000][0] == 1  # half a CPU: one process
     assert got[None][0] == got[None][1]  # no limit: every CPU of the affinity mask
+
+
+def test_an_error_of_the_caller_during_a_read_in_parts_is_its_own(small_parts, own_pool):
+    """A progress callback that cancels (or a timer's exception) stops the read, as on one
+    core: it is not taken for a failure of the parts and read again."""
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel(offset):
+        raise Cancelled
+
+    with pytest.raises(Cancelled):
+        read_trace(path, workers=3, progress=cancel)
+    assert gone(own_pool.spawned)
+
+
+def test_the_parts_processes_run_this_process_s_code_not_the_directory_s(small_parts, own_pool, tmp_path, monkeypatch):
+    """A module planted in the current directory is not imported by a part's process (it
+    starts isolated, with this process's sys.path); lines it prints are not its answer."""
+    path = (FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out").resolve()
+    marker = tmp_path / "imported"
+    (tmp_path / "numpy.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(partprocs, "WORKER", "print('1'); print('noise'); " + partprocs.WORKER)
+    assert_same(outcome(read_trace, path, workers=1), outcome(read_trace, path, workers=3))
+    assert not marker.exists()
+    assert small_parts and all(small_parts)
+
+
+def test_a_part_s_process_that_never_answers_is_ended_and_the_trace_read_on_one_core(
+    small_parts, own_pool, monkeypatch
+):
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    monkeypatch.setattr(partprocs, "WORKER", "import sys, time; sys.stdin.readline(); time.sleep(60)")
+    monkeypatch.setattr(partprocs, "WAIT_S", 1.0)
+    one = outcome(read_trace, path, workers=1)
+    assert_same(one, outcome(read_trace, path, workers=3))
+    assert not small_parts and own_pool.spawned and gone(own_pool.spawned)
+
+
+def test_processes_that_cannot_be_started_leave_the_read_to_one_core(small_parts, own_pool, monkeypatch):
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    one = outcome(read_trace, path, workers=1)
+    monkeypatch.setattr(sys, "executable", str(path.parent / "no-python-here"))
+    monkeypatch.setattr(sys, "path", [*sys.path, Path("/a/path/object"), b"/bytes"])
+    assert_same(one, outcome(read_trace, path, workers=3))
+    assert not small_parts and not own_pool.procs

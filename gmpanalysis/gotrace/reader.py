@@ -28,6 +28,7 @@ from .decode import (
     tick_limit,
 )
 from .memory import trim
+from .part import feeder
 from .streams import ARGS_USED, ON_M, SCHED
 from .wire import (
     Generation,
@@ -240,13 +241,13 @@ def parse_trace(
     builder = _tables.Builder(want, len(data) if window is None else 0)
     keep, need = _decode_masks(builder)
 
-    feed = _parallel.feeder(data, buf, version, source, keep, need)
+    feed = feeder(data, buf, version, source, keep, need)
     if progress is not None:  # never backwards (a read in parts given up is read again from the start)
         progress = _monotonic(progress)
 
     chunks: Iterable[list[Generation]] = _chunked(_in_window(splitter, window, data, source, info, release))
     done = False
-    if window is None and workers != 1 and _parallel.available():
+    if window is None and _parallel.wanted(workers, len(data)):
         try:
             chunks = list(chunks)
         except GmpError:  # the one-core read meets it after the generations before it
