@@ -246,6 +246,7 @@ def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
     monkeypatch.setattr(R, "CHUNK_BYTES", 1)
     monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
+    assert parallel.WORKERS is None  # (nothing before set it for good: the fleet's tasks restore it)
     parts = []
     real = parallel.read
     monkeypatch.setattr(parallel, "read", lambda *a, **k: parts.append(len(a[4])) or real(*a, **k))

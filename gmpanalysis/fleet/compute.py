@@ -102,17 +102,27 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     A bundle that cannot be analysed (a :class:`GmpError`: damaged, missing data) gives a
     row with its ``error`` and no periods: the fleet goes on. One no quota limited gets a
     row too (:func:`summarize_unlimited`), without periods."""
+    from ..gotrace import parallel
+
+    # the fleet runs a worker per CPU already: each reads its traces on one core (set for the
+    # task alone: a fleet on threads, or a caller's own use, keeps its own setting after)
+    old, parallel.WORKERS = parallel.WORKERS, 1
+    try:
+        return _analyse(path, key, parts, out)
+    finally:
+        parallel.WORKERS = old
+
+
+def _analyse(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:
+    """The task of :func:`analyse_bundle`."""
     import warnings
 
     from ..analysis import analyze
     from ..bundle import load_run, read_meta
-    from ..gotrace import parallel
     from ..location import fetch_bundle
     from ..replayinputs import no_quota
     from .rows import summarize_bundle, summarize_unlimited
 
-    # the fleet runs a worker per CPU already: each reads its traces on one core
-    parallel.WORKERS = 1
     t0 = time.perf_counter()
     row: dict[str, Any] = {c: math.nan for c in SUMMARY_COLUMNS}
     row.update({"key": key, **parts, "path": path, "error": None})
