@@ -446,34 +446,24 @@ def process_cpu_limit(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgro
         if ctrls == "":
             base, name = Path(root), "cpu.max"
         elif "cpu" in ctrls.split(","):
-            dirs = (Path(root) / d for d in (ctrls, "cpu,cpuacct", "cpu"))
+            dirs = (Path(root) / d for d in (ctrls, *V1_CPU_HIERARCHIES))
             base = next((d for d in dirs if _searchable_dir(d)), None)
             name = "cpu.cfs_quota_us"
             if base is None:
                 continue
         else:
             continue
+        read = read_cpu_limits_v2 if name == "cpu.max" else read_cpu_limits_v1
         d = base / rel.lstrip("/")
         while True:
             with contextlib.suppress(OSError, ValueError, CgroupFormatError):
-                if name == "cpu.max":
-                    quota, period = parse_cpu_max((d / name).read_bytes(), source=str(d / name))
-                else:
-                    quota = parse_quota_v1((d / name).read_bytes(), source=str(d / name))
-                    period = parse_period_v1((d / "cpu.cfs_period_us").read_bytes(), source=str(d))
-                if quota is not None:
-                    best = quota / period if best is None else min(best, quota / period)
+                cpus = read(d).cpus
+                if cpus is not None:
+                    best = cpus if best is None else min(best, cpus)
             if d == base or base not in d.parents:
                 break
             d = d.parent
     return best
-
-
-def _is_dir(p: Path) -> bool:
-    try:
-        return p.is_dir()
-    except OSError:  # not searchable by this user
-        return False
 
 
 def _searchable_dir(p: Path) -> bool:
