@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import mmap
 from collections.abc import Callable
 
 import numpy as np
@@ -47,3 +48,19 @@ def small_pages(a: np.ndarray) -> None:
     hi = (a.ctypes.data + a.nbytes) // PAGE * PAGE
     if hi > lo:
         _MADVISE(lo, hi - lo, MADV_NOHUGEPAGE)
+
+
+def page_dropper(mm: mmap.mmap) -> Callable[[int], None]:
+    """A function that drops the pages of a read-only file mapping before an offset from this
+    process once they are read (they are the file's own and clean: touched again, they come
+    back from the page cache)."""
+    released = 0
+
+    def release(offset: int) -> None:
+        nonlocal released
+        end = offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > released:
+            mm.madvise(mmap.MADV_DONTNEED, released, end - released)
+            released = end
+
+    return release

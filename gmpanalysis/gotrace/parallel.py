@@ -16,7 +16,7 @@ parts before it left, so:
 * what a part could not resolve (the first stop of each thread, which closes the intervals
   left open before it; labels of threads it saw no start on; each goroutine's first
   interval, which may overlap its last one before) is kept by the part
-  (:class:`~.tables.Edge`) and resolved here as the parts are joined, in order;
+  (:class:`~.edge.Edge`) and resolved here as the parts are joined, in order;
 * a part whose threads' clocks go back across the join, or that warns or fails, makes the
   whole trace read again on one core, so that the warnings and errors are those of the
   one-core read.

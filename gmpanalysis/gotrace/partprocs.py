@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GmpWarning
-from .memory import trim
+from .memory import page_dropper, trim
 from .part import feeder, read_part
 from .wire import Generation
 
@@ -261,14 +261,7 @@ def part_process(path: str) -> bool:  # pragma: no cover (see serve)
         buf = np.frombuffer(data, dtype=np.uint8)
         version, source = job["version"], job["source"]
         feed = feeder(data, buf, version, source, job["keep"], job["need"])
-        released = [0]
-
-        def release(offset: int) -> None:  # the pages read: dropped from this process
-            end = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            if end > released[0]:
-                data.madvise(mmap.MADV_DONTNEED, released[0], end - released[0])
-                released[0] = end
-
+        release = page_dropper(data)  # the pages read: dropped from this process
         with warnings.catch_warnings(record=True) as caught:  # (this process has one thread)
             warnings.simplefilter("always")
             got = read_part(

@@ -27,7 +27,7 @@ from .decode import (
     sync_batch,
     tick_limit,
 )
-from .memory import trim
+from .memory import page_dropper, trim
 from .part import feeder
 from .streams import ARGS_USED, ON_M, SCHED
 from .wire import (
@@ -517,19 +517,8 @@ def _mapped(p: Path) -> Iterator[tuple[bytes | mmap.mmap, Callable[[int], None] 
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
             raise TraceFormatError(f"{p}: cannot be mapped ({e.strerror}); copy it to a local disk") from None
-        released = 0
-
-        def release(offset: int) -> None:
-            # the pages are the file's own and clean: dropped, they come back from the page
-            # cache if touched again
-            nonlocal released
-            end = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            if end > released:
-                mm.madvise(mmap.MADV_DONTNEED, released, end - released)
-                released = end
-
         try:
-            yield mm, release, f.fileno()
+            yield mm, page_dropper(mm), f.fileno()
         finally:
             try:
                 mm.close()
