@@ -1,6 +1,6 @@
 """The fleet analysis at scale: a store of N bundles processed on 1, 2, ... Dask workers.
 
-    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR] [--workers 1,2,4,8,16] [--markdown PATH]
+    .venv/bin/python benchmarks/bench_fleet.py [N] [--work DIR] [--workers 1,2,4,8,16] [--markdown PATH] [--ceiling K]
 
 The store is made of the shipped example runs (fixtures/runs, real lab captures), each
 stored N / 8 times re-labelled as another pod (meta.json's cluster, namespace, pod and
@@ -14,6 +14,13 @@ scaling ratio (each worker count against 1), and each worker's peak memory (VmHW
 the machine and whatever else runs on it. ``--markdown PATH`` also writes the rows as the
 table of docs/benchmarks.md (one file per machine under docs/benchmarks/results/, e.g.
 fleet-2cpu.md).
+
+``--ceiling K`` first measures what the machine itself allows, without Dask: K of the
+bundles analysed by one plain process alone, then by as many plain processes as the most
+workers asked for, all at once (each the same K, after a bundle of warm-up and a barrier).
+Their throughput against the lone process's is the scaling no scheduler can pass here:
+cores shared by two hyperthreads, a clock that drops with every core busy, and the memory
+bus all count in it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +41,48 @@ def vmhwm_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _probe(rows: list[dict], out: str, barrier: Any, q: Any) -> None:  # a process of the ceiling probe
+    from gmpanalysis.fleet.compute import analyse_bundle
+    from gmpanalysis.fleet.store import PARTS
+
+    def one(r: dict, where: str) -> None:
+        analyse_bundle(r["path"], r["key"], {p: r[p] for p in PARTS}, where)
+
+    one(rows[0], out + "-warm")  # imports, numba's cache loaded, first pages
+    barrier.wait()
+    t = time.perf_counter()
+    for r in rows:
+        one(r, out)
+    q.put(time.perf_counter() - t)
+
+
+def ceiling(store: Path, k: int, n: int, work: Path) -> float:
+    """Plain processes analysing K bundles: n at once against one alone (see the module doc)."""
+    import multiprocessing as mp
+
+    from gmpanalysis.fleet.store import list_bundles
+
+    b = list_bundles([str(store)]).sort_values("key", ignore_index=True)
+    rows = b.iloc[:: max(len(b) // k, 1)].head(k).to_dict("records")  # every run of the store, spread
+    ctx = mp.get_context("spawn")
+    walls = {}
+    for m in (1, n):
+        q, barrier = ctx.Queue(), ctx.Barrier(m)
+        procs = [ctx.Process(target=_probe, args=(rows, str(work / f"ceiling-{m}-{i}"), barrier, q)) for i in range(m)]
+        for p in procs:
+            p.start()
+        walls[m] = [q.get() for _ in procs]
+        for p in procs:
+            p.join()
+    one = walls[1][0]
+    scale = n * one / max(walls[n])
+    print(
+        f"ceiling without Dask: {len(rows)} bundles by 1 process alone {one:.2f} s; by {n} at once "
+        f"{min(walls[n]):.2f}-{max(walls[n]):.2f} s each: {scale:.2f}x the throughput of one"
+    )
+    return scale
 
 
 def build_store(n: int, work: Path) -> tuple[Path, int]:
@@ -61,6 +111,9 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/gmp-bench-fleet", help="scratch directory (default: /tmp/gmp-bench-fleet)")
     ap.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default: 1,2)")
     ap.add_argument("--markdown", type=Path, default=None, help="also write the rows as a Markdown table here")
+    ap.add_argument(
+        "--ceiling", type=int, default=0, metavar="K", help="first time K bundles in plain processes (see above)"
+    )
     a = ap.parse_args()
     counts = [int(x) for x in a.workers.split(",")]
     from machine import describe
@@ -76,6 +129,7 @@ def main() -> int:
     t0 = time.perf_counter()
     store, samples = build_store(a.n, work)
     print(f"store: {a.n} bundles, {samples:,} cpu.stat samples, built in {time.perf_counter() - t0:.0f} s")
+    top = ceiling(store, a.ceiling, max(counts), work) if a.ceiling else None
     rates = {}
     rows = []
     for w in counts:
@@ -126,6 +180,11 @@ def main() -> int:
             f"<!-- rewritten by: .venv/bin/python benchmarks/bench_fleet.py {a.n} --workers {a.workers} "
             f"--markdown PATH -->\n<!-- {a.n:,} bundles ({samples:,} samples) -->\n\n"
         )
+        if top is not None:
+            note += (
+                f"Plain processes without Dask, {a.ceiling} bundles each, {max(counts)} at once: {top:.2f}x the "
+                "throughput of one alone (the most this machine allows).\n\n"
+            )
         a.markdown.write_text(note + head + "".join("| " + " | ".join(r) + " |\n" for r in rows))
         print(f"wrote {a.markdown}")
     return 0

@@ -13,6 +13,7 @@ second (median and spread) and the peak memory of the build. Not a test.
 from __future__ import annotations
 
 import dataclasses
+import resource
 import statistics
 import sys
 import time
@@ -67,12 +68,16 @@ def main() -> int:
     run = synth_hours(hours)
     n = len(run.samples)
     print(describe())
-    times = []
+    times, user, system, faults = [], [], [], []
     for _ in range(reps + 1):
         fresh = dataclasses.replace(run, samples=run.samples.copy())
-        t0 = time.perf_counter()
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         per = gmp.df_periods(fresh)
         times.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        user.append(r1.ru_utime - r0.ru_utime)
+        system.append(r1.ru_stime - r0.ru_stime)
+        faults.append(r1.ru_minflt - r0.ru_minflt)
         del fresh
     first, times = times[0], times[1:]
     # numpy reports its buffers to tracemalloc: the peak of what the build allocated
@@ -89,6 +94,12 @@ def main() -> int:
         f"df_periods, cold (a fresh run each time): {med:.2f} s median (min {min(times):.2f}, max {max(times):.2f}) "
         f"= {n / med / 1e6:.1f} M samples/s; the process's first build: {first:.2f} s "
         f"= {n / first / 1e6:.1f} M samples/s"
+    )
+    # the kernel's share: pages the build touches first (faults, zeroing, huge pages made)
+    print(
+        f"  of a cold build: user CPU {statistics.median(user[1:]):.2f} s, "
+        f"system {statistics.median(system[1:]):.2f} s "
+        f"(max {max(system[1:]):.2f}), {statistics.median(faults[1:]):,.0f} page faults (median)"
     )
     print(
         f"peak memory of the build: {peak / 2**20:.0f} MiB allocated at once "

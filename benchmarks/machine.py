@@ -1,6 +1,6 @@
 """One line naming the machine a benchmark ran on, printed beside its ratios: CPUs this
-process may use (and the machine's), CPU model, kernel, cgroup version, load, Python and
-numpy. Ratios move with all of these."""
+process may use (and the machine's; their cores and threads per core), CPU model, kernel,
+cgroup version, load, Python and numpy. Ratios move with all of these."""
 
 from __future__ import annotations
 
@@ -23,12 +23,30 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _topology(cpus: set[int]) -> str:
+    """Cores and threads per core of the CPUs given, from sysfs: 16 CPUs may be 8 cores of
+    two hyperthreads, which share a core's units (CPU-bound work scales less than 16x)."""
+    cores = set()
+    for c in cpus:
+        base = f"/sys/devices/system/cpu/cpu{c}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as f, open(f"{base}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            return ""
+    if not cores:
+        return ""
+    per = len(cpus) / len(cores)
+    return f"{len(cores)} cores x {per:g} threads, " if per != 1 else f"{len(cores)} cores, "
+
+
 def describe() -> str:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    usable = len(mine)
     version = detect_version()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (
-        f"machine: {usable} of {os.cpu_count()} CPUs ({_cpu_model()}), Linux {platform.release()}, "
+        f"machine: {usable} of {os.cpu_count()} CPUs ({_topology(mine)}{_cpu_model()}), Linux {platform.release()}, "
         f"cgroup {'v' + str(version) if version else 'none'}, load {load}; "
         f"Python {platform.python_version()}, numpy {np.__version__}"
     )
