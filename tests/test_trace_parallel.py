@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import FIXTURES, REPO
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gmpanalysis.cgroup import process_cpu_limit
 from gmpanalysis.errors import UsageError
@@ -22,8 +24,8 @@ from gmpanalysis.gotrace import kernels, parallel, parse_trace, partprocs, read_
 from gmpanalysis.gotrace import reader as R
 from gmpanalysis.gotrace import tables as T
 from gmpanalysis.gotrace.decode import new_info
-from gmpanalysis.gotrace.edge import Edge
-from gmpanalysis.gotrace.part import export
+from gmpanalysis.gotrace.edge import Edge, SeenIds
+from gmpanalysis.gotrace.part import INFO_KEYS, export
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trace_mutants as tm  # noqa: E402
@@ -443,3 +445,57 @@ def test_processes_that_cannot_be_started_leave_the_read_to_one_core(small_parts
     monkeypatch.setattr(sys, "path", [*sys.path, Path("/a/path/object"), b"/bytes"])
     assert_same(one, outcome(read_trace, path, workers=3))
     assert not small_parts and not own_pool.procs
+
+
+@given(st.lists(st.lists(st.integers(-(2**62), 2**62), max_size=60), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_seen_ids_is_a_set_in_few_runs(batches):
+    # each chunk's goroutines (sorted, unique) asked of the part's set: new exactly where a
+    # plain set says so, and the set kept in at most log2(n) + 1 sorted runs of falling size
+    # (one run grown by a union per chunk made a long trace's part quadratic)
+    seen, plain = SeenIds(), set()
+    for batch in batches:
+        ids = np.unique(np.array(batch, dtype=np.int64))
+        new = seen.add_new(ids)
+        assert new.tolist() == [x not in plain for x in ids.tolist()]
+        plain.update(ids.tolist())
+        assert len(seen) == len(plain)
+        sizes = [len(r) for r in seen.runs]
+        assert all(a > b for a, b in zip(sizes, sizes[1:], strict=False)), sizes
+        assert len(sizes) <= max(len(plain), 1).bit_length() + 1
+        assert all((np.diff(r) > 0).all() for r in seen.runs)
+
+
+def test_a_part_exports_no_set_of_its_goroutines():
+    # the join reads the heads; the part's set of every goroutine it met stays behind
+    b = T.Builder(frozenset({"running"}))
+    b.edge = Edge()
+    b.edge.seen.add_new(np.arange(5, dtype=np.int64))
+    assert len(export(b, {}, {k: None for k in INFO_KEYS})["edge"].seen) == 0
+
+
+def test_seen_ids_merges_each_id_a_few_times(monkeypatch):
+    # a server's trace meets new goroutines in every chunk: 2,000 chunks of 50 new ids each
+    # must cost O(n log n) elements merged in all, not a pass over the whole set per chunk
+    import gmpanalysis.gotrace.edge as edge_mod
+
+    merged = [0]
+
+    class CountingNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def sort(a, **kw):
+            merged[0] += len(a)
+            return np.sort(a, **kw)
+
+    monkeypatch.setattr(edge_mod, "np", CountingNumpy())
+    seen = SeenIds()
+    for k in range(2000):
+        ids = np.arange(k * 50, k * 50 + 50, dtype=np.int64)
+        assert seen.add_new(ids).all()
+        assert not seen.add_new(ids[::7]).any()
+    n = 2000 * 50
+    assert len(seen) == n
+    assert merged[0] <= n * n.bit_length(), merged[0]

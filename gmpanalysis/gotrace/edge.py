@@ -20,4 +20,35 @@ class Edge:
     # per chunk with rows: the first row of each goroutine not seen before here (goroutine,
     # id, start), and the chunk's last start; and the goroutines seen so far
     heads: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = dataclasses.field(default_factory=list)
-    seen: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    seen: SeenIds = dataclasses.field(default_factory=lambda: SeenIds())
+
+
+class SeenIds:
+    """A set of goroutine ids, as sorted runs of falling size (the newest smallest; two are
+    merged whenever the older is no bigger, as a binary counter carries), so a lookup is one
+    search per run and each id is merged O(log n) times in all. A server's trace meets a new
+    goroutine per request: one sorted array grown by a union at every chunk made a part of
+    an 837 MB trace (3.5 M goroutines) take 200 s instead of 8."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+    def add_new(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` (sorted, unique) were not in the set; adds them."""
+        new = np.ones(len(ids), dtype=bool)
+        for r in self.runs:
+            at = np.searchsorted(r, ids)
+            hit = at < len(r)
+            hit[hit] = r[at[hit]] == ids[hit]
+            new &= ~hit
+        add = ids[new]
+        if len(add):
+            self.runs.append(add.astype(np.int64, copy=True))
+            while len(self.runs) > 1 and len(self.runs[-2]) <= len(self.runs[-1]):
+                b, a = self.runs.pop(), self.runs.pop()
+                # two sorted runs without a common id: a stable sort merges them in one pass
+                self.runs.append(np.sort(np.concatenate([a, b]), kind="stable"))
+        return new

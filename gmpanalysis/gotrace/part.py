@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GmpError
 from . import tables as _tables
 from .decode import decode_chunk, new_info
-from .edge import Edge
+from .edge import Edge, SeenIds
 from .memory import trim
 from .wire import Generation
 
@@ -89,6 +89,7 @@ def export(b: _tables.Builder, start: dict[int, tuple[int, int, int]], info: dic
     that started its threads in the states ``start``, and of its ``info``."""
     e = b.edge
     assert e is not None
+    e.seen = SeenIds()  # the part's own bookkeeping: nothing the join reads
     return {
         "run": b.run.finish(),
         "sweeps": b.sweeps.finish(),

@@ -422,9 +422,8 @@ class Builder:
         hg, hpos = gs[heads], order[heads]
         if self.edge is not None:
             e = self.edge
-            fresh = ~np.isin(hg, e.seen, assume_unique=True)
+            fresh = e.seen.add_new(hg)
             e.heads.append((hg[fresh], hpos[fresh] + first, start[hpos[fresh]], int(start[-1])))
-            e.seen = np.union1d(e.seen, hg)
         cg, cid, cend, cdone = self.carry
         at = np.searchsorted(cg, hg)
         known = at < len(cg)
