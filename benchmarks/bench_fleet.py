@@ -17,7 +17,9 @@ fleet-2cpu.md).
 
 ``--ceiling K`` first measures what the machine itself allows, without Dask: K of the
 bundles analysed by one plain process alone, then by as many plain processes as the most
-workers asked for, all at once (each the same K, after a bundle of warm-up and a barrier).
+workers asked for, all at once (each the same K, after a pass over them to warm up and a
+barrier; native thread pools of one thread, as Dask's workers have). The bundles' analysis
+only: the advisor's runs (about 5 % of one worker's time) are not in it.
 Their throughput against the lone process's is the scaling no scheduler can pass here:
 cores shared by two hyperthreads, a clock that drops with every core busy, and the memory
 bus all count in it.
@@ -44,14 +46,20 @@ def vmhwm_mib() -> float:
 
 
 def _probe(rows: list[dict], out: str, barrier: Any, q: Any) -> None:  # a process of the ceiling probe
+    import os
+
+    # as Dask's nanny starts its workers: native thread pools of one thread
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[k] = "1"
     from gmpanalysis.fleet.compute import analyse_bundle
     from gmpanalysis.fleet.store import PARTS
 
     def one(r: dict, where: str) -> None:
         analyse_bundle(r["path"], r["key"], {p: r[p] for p in PARTS}, where)
 
-    one(rows[0], out + "-warm")  # imports, numba's cache loaded, first pages
-    barrier.wait()
+    for r in rows:  # imports, numba's cache, every path the bundles take, first pages
+        one(r, out + "-warm")
+    barrier.wait(timeout=600)
     t = time.perf_counter()
     for r in rows:
         one(r, out)
@@ -73,9 +81,13 @@ def ceiling(store: Path, k: int, n: int, work: Path) -> float:
         procs = [ctx.Process(target=_probe, args=(rows, str(work / f"ceiling-{m}-{i}"), barrier, q)) for i in range(m)]
         for p in procs:
             p.start()
-        walls[m] = [q.get() for _ in procs]
-        for p in procs:
-            p.join()
+        try:
+            walls[m] = [q.get(timeout=600) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.exitcode is None:
+                    p.kill()
     one = walls[1][0]
     scale = n * one / max(walls[n])
     print(

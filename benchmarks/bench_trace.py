@@ -54,14 +54,15 @@ import json, os, resource, sys, time
 import numpy, pandas
 import gmpanalysis.gotrace as g
 
-def hwm(pid="self"):
+def hwm(pid="self"):  # VmHWM in KiB; None for a process gone (or a zombie: no memory left to report)
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
     except OSError:
-        return 0
+        pass
+    return None
 
 path, repeat, tables, window = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), json.loads(sys.argv[4])
 base = hwm()
@@ -75,8 +76,12 @@ from gmpanalysis.gotrace import partprocs
 parts_base = {}
 if sys.argv[5] == "1" and workers and workers > 1:  # the parts' processes started and their imports done first
     started = partprocs.POOL.take(workers - 1)
+    for p in started:  # an empty job: answered (as failed) once the process's imports are done
+        p.stdin.write(b"\\n")
+        p.stdin.flush()
+    for p in started:
+        p.stdout.readline()
     partprocs.POOL.give_back(started, True)
-    time.sleep(3.0)
     parts_base = {p.pid: hwm(p.pid) for p in started}
 
 def pool_cpu():  # the CPU of the parts' processes, kept between reads: per process, from /proc
@@ -106,7 +111,8 @@ for i in range(repeat):
                       "first_ns": tr.meta["first_ns"], "last_ns": tr.meta["last_ns"],
                       "threads": len(os.listdir("/proc/self/task")),
                       "proc_cpu": sum(os.times()[:4]) + sum(pool_cpu().values()),
-                      "parts_peak_kib": [hwm(p.pid) - parts_base.get(p.pid, 0) for p in partprocs.POOL.procs]}),
+                      "parts_peak_kib": [h - parts_base.get(p.pid, 0) for p in partprocs.POOL.procs
+                                         if (h := hwm(p.pid)) is not None and parts_base.get(p.pid) is not None]}),
           flush=True)
     del tr
 """

@@ -36,8 +36,12 @@ def _topology(cpus: set[int]) -> str:
             return ""
     if not cores:
         return ""
+    if len(cpus) == len(cores):
+        return f"{len(cores)} cores, "
     per = len(cpus) / len(cores)
-    return f"{len(cores)} cores x {per:g} threads, " if per != 1 else f"{len(cores)} cores, "
+    if per == int(per):
+        return f"{len(cores)} cores x {per:g} threads, "
+    return f"on {len(cores)} cores, "  # part of some cores' threads
 
 
 def describe() -> str:

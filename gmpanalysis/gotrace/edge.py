@@ -37,7 +37,9 @@ class SeenIds:
         return sum(len(r) for r in self.runs)
 
     def add_new(self, ids: np.ndarray) -> np.ndarray:
-        """Which of ``ids`` (sorted, unique) were not in the set; adds them."""
+        """Which of ``ids`` were not in the set; adds them. ``ids``: int64, sorted and unique
+        (a chunk's goroutines, as Builder._find_clashes groups them): the runs are searched
+        as sorted arrays."""
         new = np.ones(len(ids), dtype=bool)
         for r in self.runs:
             at = np.searchsorted(r, ids)
