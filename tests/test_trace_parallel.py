@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -499,3 +500,42 @@ def test_seen_ids_merges_each_id_a_few_times(monkeypatch):
     n = 2000 * 50
     assert len(seen) == n
     assert merged[0] <= n * n.bit_length(), merged[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_part_s_process_ends_when_the_reading_process_dies_mid_job(tmp_path):
+    # a job that never ends (the trace it names a FIFO nobody writes: opening it waits for
+    # a writer): only the reading process's death can end the part's process, which sees
+    # its closed pipe between jobs only
+    import pickle
+
+    fifo = tmp_path / "trace"
+    os.mkfifo(fifo)
+    job = tmp_path / "job"
+    job.write_bytes(pickle.dumps({"compiled": False, "data": str(fifo)}))
+    code = (
+        "import os, time\n"
+        "from gmpanalysis.gotrace import partprocs\n"
+        "p = partprocs._spawn()\n"
+        f"p.stdin.write({str(job)!r}.encode() + b'\\n'); p.stdin.flush()\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(1)\n"
+        "os._exit(0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    pid = int(r.stdout.split()[0])
+    try:
+        deadline = time.monotonic() + 10 * partprocs.WATCH_S + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), "the part's process outlived the reading process"
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)

@@ -41,7 +41,7 @@ from .wire import Generation
 IDLE_S = 60.0
 WORKER = (
     "import sys, json; a = json.loads(sys.argv[1]); sys.path[:] = a['path']; "
-    "from gmpanalysis.gotrace.partprocs import serve; serve(a['idle_s'])"
+    "from gmpanalysis.gotrace.partprocs import serve; serve(a['idle_s'], a['parent'])"
 )
 # how long the parts' processes may take past the end of this process's own part: this many
 # seconds, and this many times what this process took for it
@@ -49,6 +49,8 @@ WAIT_S = 60.0
 WAIT_PER_PART = 20.0
 # the line a part's process answers with (other lines on its stdout are not its answer)
 ANSWER = b"gmpanalysis-part "
+# how often a part's process looks whether the reading process is still there
+WATCH_S = 1.0
 
 
 class Pool:
@@ -105,7 +107,7 @@ def _spawn() -> subprocess.Popen:
     # the same gmpanalysis, wherever this process found it ("" is this process's directory
     # at its start, as here)
     path = [os.path.abspath(p) if p == "" else p for p in sys.path if isinstance(p, str)]
-    arg = json.dumps({"path": path, "idle_s": IDLE_S})
+    arg = json.dumps({"path": path, "idle_s": IDLE_S, "parent": os.getpid()})
     return subprocess.Popen(
         [sys.executable, "-I", "-c", WORKER, arg],
         stdin=subprocess.PIPE,
@@ -225,12 +227,15 @@ class Workers:
         self.procs, self.fds, self.data_fd, self.used = {}, {}, None, None
 
 
-def serve(idle_s: float = IDLE_S) -> None:  # pragma: no cover (a part's process; what it writes is checked)
+def serve(idle_s: float = IDLE_S, parent: int | None = None) -> None:  # pragma: no cover (a part's process)
     """A part's process: for each line on stdin (the path of a file holding a job, where it
     also writes what it built), read the part and answer ANSWER + "1" (written) or "0"
     (failed or warned: the trace is then read again on one core); exit after ``idle_s``
-    without a job, or when stdin closes (the reading process is gone)."""
+    without a job, or when stdin closes; and at once, mid-job too, once the reading process
+    ``parent`` is gone."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    if parent is not None:
+        threading.Thread(target=_end_when_orphaned, args=(parent,), name="gmp-part-watch", daemon=True).start()
     while True:
         ready, _, _ = select.select([stdin], [], [], idle_s)
         if not ready:
@@ -245,6 +250,15 @@ def serve(idle_s: float = IDLE_S) -> None:  # pragma: no cover (a part's process
         stdout.write(ANSWER + (b"1\n" if ok else b"0\n"))
         stdout.flush()
         trim()
+
+
+def _end_when_orphaned(ppid: int) -> None:  # pragma: no cover (a part's process; tested from outside)
+    # the closed pipe of a reading process that died is seen between jobs only, and a job
+    # can take seconds (one part of a long trace): nothing will read what it builds, so the
+    # process ends as soon as it is reparented
+    while os.getppid() == ppid:
+        time.sleep(WATCH_S)
+    os._exit(0)
 
 
 def part_process(path: str) -> bool:  # pragma: no cover (see serve)
