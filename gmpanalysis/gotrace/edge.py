@@ -21,6 +21,22 @@ class Edge:
     # id, start), and the chunk's last start; and the goroutines seen so far
     heads: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = dataclasses.field(default_factory=list)
     seen: SeenIds = dataclasses.field(default_factory=lambda: SeenIds())
+    # threads whose P a row or sweep here took before an event here set it (the P guessed
+    # for them matters), and threads whose P an event here set
+    p_used: set[int] = dataclasses.field(default_factory=set)
+    p_set: set[int] = dataclasses.field(default_factory=set)
+
+    def took(self, streams: dict) -> None:
+        """Note the threads of one chunk's streams (see Builder._take_groups)."""
+        ms = streams["m_ids"].tolist()
+        self.touched.update(ms)
+        if "p_used" not in streams:  # no running intervals built: no P taken
+            return
+        for m, used, known in zip(ms, streams["p_used"].tolist(), streams["p_set"].tolist(), strict=True):
+            if used and m not in self.p_set:
+                self.p_used.add(m)
+            if known:
+                self.p_set.add(m)
 
 
 class SeenIds:

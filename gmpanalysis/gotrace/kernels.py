@@ -333,6 +333,8 @@ def _threads(
     label_row: np.ndarray,
     sweeps: np.ndarray,
     s_done: np.ndarray,
+    p_known: np.ndarray,
+    p_used: np.ndarray,
 ) -> tuple[int, int, int]:
     """One pass over a chunk's events in file order, each thread's state in st_g (the
     goroutine bound to it), st_run (whether it runs) and st_p (its P), per dense thread
@@ -342,8 +344,9 @@ def _threads(
     r_p, r_gen, r_seq; r_done once a stop on its thread ends it); per GoLabel event the row
     of its thread's last start in this chunk (-1: none); a sweep per GCSweepBegin/Active
     (sweeps: p, m, start, end, swept, reclaimed; s_done). Per thread: the time of its first
-    stop, the row of its last start, its first sweep end (t, swept, reclaimed; t -1: none).
-    Returns (rows, labels, sweeps)."""
+    stop, the row of its last start, its first sweep end (t, swept, reclaimed; t -1: none);
+    p_known: whether an event of its set its P; p_used: whether a row or sweep took the P
+    it came in with before that. Returns (rows, labels, sweeps)."""
     nm = len(st_g)
     pend = np.full(nm, -1, dtype=np.int64)  # each thread's open intervals: a list through nxt
     spend = np.full(nm, -1, dtype=np.int64)
@@ -367,12 +370,16 @@ def _threads(
         # the P first: a row takes the P after its event
         if f == PROCSTART or (f == PROCSTATUS and (a1[i] == PROC_RUNNING or a1[i] == PROC_SYSCALL)):
             st_p[k] = a0[i]
+            p_known[k] = True
         elif f == PROCSTOP:
             st_p[k] = -1
+            p_known[k] = True
         stop = f == GOSTOP or f == GOBLOCK or f == GODESTROY or f == GOSYSCALLBEGIN or switch
         if stop:
             _end_runs(k, t[i], pend, nxt, rows, r_done, first_stop_t)
         start = f == GOSTART or switch or f == GOSYSCALLEND or (s_run and not (run0 == 1 and g0 == a0[i]))
+        if (start or f == SWEEPBEGIN) and not p_known[k]:
+            p_used[k] = True
         if start:
             g = g0 if f == GOSYSCALLEND else a0[i]
             if f == GOSTART or switch:

@@ -179,7 +179,7 @@ def read(
         deadline = time.monotonic() + _procs.WAIT_S + _procs.WAIT_PER_PART * (time.monotonic() - t0)
         for k in range(1, len(parts)):
             got, mm = workers.result(k, deadline)
-            if got is not None and _guess_missed(builder, got):
+            if got is not None and not _accept_guess(builder, got):
                 # rare: read it again, here, from the state the parts before it left
                 got = read_part(
                     data, buf, version, source, parts[k], builder.want, feed, start=builder.m_state,
@@ -206,8 +206,30 @@ def read(
 
 def _guess_missed(b: _tables.Builder, got: dict[str, Any]) -> bool:
     """Whether the part started a thread it uses from another state than the parts before
-    it left (what it built then differs from what one builder would have)."""
-    return any(b.m_state.get(m, NO_STATE) != g for m, g in got["guess"].items())
+    it left (what it built then differs from what one builder would have). The goroutine
+    and whether it runs are read at the thread's first event; its P only by a row or sweep
+    before an event of its own restates it (each thread restates its P in every generation
+    it holds one, so a P guessed wrong rarely matters)."""
+    p_used = got["edge"].p_used if "edge" in got else None
+    for m, guess in got["guess"].items():
+        true = b.m_state.get(m, NO_STATE)
+        if true[:2] != guess[:2] or (true[2] != guess[2] and (p_used is None or m in p_used)):
+            return True
+    return False
+
+
+def _accept_guess(b: _tables.Builder, got: dict[str, Any]) -> bool:
+    """False where the guess missed (:func:`_guess_missed`); else the P of each thread the
+    part neither took nor set is made the true one in the state it hands on."""
+    if _guess_missed(b, got):
+        return False
+    e: Edge = got["edge"]
+    for m, guess in got["guess"].items():
+        true = b.m_state.get(m, NO_STATE)
+        if true[2] != guess[2] and m not in e.p_set and m in got["m_state"]:
+            g, run, _ = got["m_state"][m]
+            got["m_state"][m] = (g, run, true[2])
+    return True
 
 
 def _releaser(mm: mmap.mmap | None) -> Callable[[np.ndarray], None] | None:

@@ -178,10 +178,29 @@ def thread_streams(
     if running:
         start, si = _running_rows(ev, M, T, A0, A1, GEN, lay, st_run, switch, g_before, run_before, p_after, out)
         _label_rows(ev, M, A0, GEN, lay, start, si, strings, out)
+        _p_taken(ev, A1, lay, start | ev(s.EV_GCSWEEPBEGIN), out)
         del start
         _sweep_rows(ev, M, T, A0, A1, lay, p_after, out)
     out["few"] = few_events(T, g_before, TY, A0, A1, A2, M, GEN, strings, few_types)
     return out
+
+
+def _p_set(ev: Callable[[int], np.ndarray], A1: np.ndarray) -> np.ndarray:
+    """The events that set their M's P: ProcStart, ProcStop, or ProcStatus running/syscall
+    written by the M itself."""
+    status = ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL))
+    return ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | status
+
+
+def _p_taken(ev: Callable[[int], np.ndarray], A1: np.ndarray, lay: _Layout, takes: np.ndarray, out: dict) -> None:
+    """Per M: whether an event of its set its P (p_set), and whether a row or sweep took
+    the P it came in with before that (p_used), as the compiled pass gives them."""
+    idx = np.where(_p_set(ev, A1), np.arange(lay.n), lay.n)
+    first_set = np.minimum.reduceat(idx, lay.gstart) if lay.n else np.zeros(0, dtype=np.int64)
+    idx = np.where(takes, np.arange(lay.n), lay.n)
+    first_take = np.minimum.reduceat(idx, lay.gstart) if lay.n else np.zeros(0, dtype=np.int64)
+    out["p_set"] = first_set < lay.n
+    out["p_used"] = first_take < first_set
 
 
 def _thread_state(
@@ -234,9 +253,7 @@ def _thread_state(
     run_before = _before(run_after, new_m, run0)
     del run_set, run_val, st_sys, leave
     # the P the M holds: ProcStart, or ProcStatus running/syscall written by the M itself
-    p_set = (
-        ev(s.EV_PROCSTART) | ev(s.EV_PROCSTOP) | (ev(s.EV_PROCSTATUS) & np.isin(A1, (s.PROC_RUNNING, s.PROC_SYSCALL)))
-    )
+    p_set = _p_set(ev, A1)
     # (int64 like the compiled code's: a corrupt P id past int32 stays what the file says)
     p_after = _carry(np.where(ev(s.EV_PROCSTOP), -1, A0), p_set, mstart, p0)
     del p_set

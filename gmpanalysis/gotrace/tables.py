@@ -178,7 +178,7 @@ class Builder:
         )
         if self.edge is not None:
             for p in groups:
-                self.edge.touched.update(p["m_ids"].tolist())
+                self.edge.took(p)
         for p in groups:
             for m, g, r, pp in zip(
                 p["m_ids"].tolist(), p["g_end"].tolist(), p["run_end"].tolist(), p["p_end"].tolist(), strict=True
@@ -206,16 +206,19 @@ class Builder:
         sweeps = np.empty((6, n), dtype=np.int64)
         s_done = np.empty(n, dtype=bool)
         typ, m = c["type"], c["m"]
+        p_known, p_used = np.zeros(nm, dtype=bool), np.zeros(nm, dtype=bool)
         nr, nl, ns = kernels.threads(
             c["mi"], m, typ, c["ts"], c["a0"], c["a1"], c["a2"], c["gen"], st_g, st_run, st_p,
             first_stop_t, last_start_row, first_sweep, g_before, rows, r_p, r_gen, r_seq, r_done,
-            label_row, sweeps, s_done,
+            label_row, sweeps, s_done, p_known, p_used,
         )  # fmt: skip
         out: dict[str, object] = {
             "m_ids": m_ids,
             "g_end": st_g,
             "run_end": st_run,
             "p_end": st_p,
+            "p_set": p_known,
+            "p_used": p_used,
             "first_stop_t": first_stop_t,
             "last_start_row": last_start_row,
             "g": rows[0, :nr].copy(),
