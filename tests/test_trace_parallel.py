@@ -249,7 +249,7 @@ def test_a_big_trace_is_read_in_parts_by_default(monkeypatch):
     monkeypatch.setattr(R, "CHUNK_BYTES", 1)
     monkeypatch.setattr(parallel, "PART_MIN_BYTES", 1)
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
-    assert parallel.WORKERS is None  # (nothing before set it for good: the fleet's tasks restore it)
+    assert parallel.WORKERS is None  # (nothing before set it for good)
     parts = []
     real = parallel.read
     monkeypatch.setattr(parallel, "read", lambda *a, **k: parts.append(len(a[4])) or real(*a, **k))
@@ -636,3 +636,32 @@ def test_a_part_notes_the_threads_whose_p_it_took_before_restating_it(compiled, 
     for k, spoils in ((1, True), (2, False), (3, True), (4, False), (5, False)):
         got = {"guess": {k: (-1, 0, 8)}, "edge": b.edge}
         assert parallel._guess_missed(b2, got) is spoils, k
+
+
+def test_one_core_for_a_task_holds_for_its_own_thread_only(monkeypatch):
+    # a Dask worker may run tasks on several threads: the fleet's one core for its task must
+    # not reach a read of another thread at the same time, nor outlast the task
+    import threading
+
+    monkeypatch.setattr(parallel, "cpus", lambda: 16)
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def task():
+        with parallel.on_one_core():
+            seen.append(parallel.workers())
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=task)
+    t.start()
+    assert entered.wait(10)
+    seen.append(parallel.workers())  # this thread, meanwhile
+    release.set()
+    t.join(10)
+    assert seen == [1, 16]
+    assert parallel.workers() == 16
+    with parallel.on_one_core():
+        with parallel.on_one_core():
+            pass
+        assert parallel.workers() == 1
+    assert parallel.workers() == 16

@@ -104,13 +104,10 @@ def analyse_bundle(path: str, key: str, parts: dict[str, str], out: str) -> dict
     row too (:func:`summarize_unlimited`), without periods."""
     from ..gotrace import parallel
 
-    # the fleet runs a worker per CPU already: each reads its traces on one core (set for the
-    # task alone: a fleet on threads, or a caller's own use, keeps its own setting after)
-    old, parallel.WORKERS = parallel.WORKERS, 1
-    try:
+    # the fleet runs a worker per CPU already: each reads its traces on one core (for the
+    # task's thread alone: other tasks' threads, or a caller's own use, keep their setting)
+    with parallel.on_one_core():
         return _analyse(path, key, parts, out)
-    finally:
-        parallel.WORKERS = old
 
 
 def _analyse(path: str, key: str, parts: dict[str, str], out: str) -> dict[str, Any]:

@@ -40,9 +40,10 @@ import math
 import mmap
 import os
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -65,8 +66,22 @@ PART_MIN_BYTES = 16 << 20
 MAX_WORKERS = 64
 MIN_CPUS = 4
 # the processes a read starts when not told (None: one per CPU this process may use, see
-# cpus()); the fleet's workers, one per CPU already, set 1
+# cpus()), for the whole process; on_one_core() sets 1 for one thread
 WORKERS: int | None = None
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def on_one_core() -> Iterator[None]:
+    """Meanwhile, reads in this thread that are not told otherwise read on one core; other
+    threads keep their own setting (the fleet's tasks: a worker per CPU already, and a
+    worker may run tasks on several threads)."""
+    old = getattr(_LOCAL, "workers", None)
+    _LOCAL.workers = 1
+    try:
+        yield
+    finally:
+        _LOCAL.workers = old
 
 
 def available() -> bool:
@@ -93,6 +108,9 @@ def workers() -> int:
     """How many processes a read starts when not told: one per CPU where there are at least
     MIN_CPUS, else one (on 2 CPUs two parts read a 38 MB trace in 0.58 s against 0.61 s on
     one core, for 45 % more CPU time)."""
+    mine = getattr(_LOCAL, "workers", None)
+    if mine is not None:
+        return mine
     if WORKERS is not None:
         return WORKERS
     n = cpus()
