@@ -121,9 +121,9 @@ def test_the_tables_do_not_depend_on_the_guess_of_the_threads_states(small_parts
     one = outcome(read_trace, path, workers=1)
     b = T.Builder(frozenset({"running"}))
     b.m_state = {1: (5, 1, 0), 2: (-1, 0, -1)}
-    assert not parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: parallel.NO_STATE}})
-    assert parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: (7, 1, 3)}})
-    assert parallel._guess_missed(b, {"guess": {3: (7, 1, 3)}})  # a thread the parts before never saw
+    assert not parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: parallel.NO_STATE}, "edge": Edge()})
+    assert parallel._guess_missed(b, {"guess": {1: (5, 1, 0), 2: (7, 1, 3)}, "edge": Edge()})
+    assert parallel._guess_missed(b, {"guess": {3: (7, 1, 3)}, "edge": Edge()})  # a thread the parts before never saw
     missed = []
     monkeypatch.setattr(parallel, "_guess_missed", lambda b, got: missed.append(True) or True)
     assert_same(one, outcome(read_trace, path, workers=4))

@@ -53,13 +53,13 @@ from . import partprocs as _procs
 from . import tables as _tables
 from .edge import Edge
 from .memory import trim
-from .part import NO_STATE, read_part
+from .part import NO_STATE, Feeder, read_part
 from .wire import Generation
 
 # A trace is read in parts from this many bytes, each part at least PART_MIN_BYTES: a part's
-# process costs about 0.3 s to start (the fork server, once per process, about 0.5 s more)
-# and to load the compiled loops, and the parts a second read of a generation each and the
-# join; a one-core read takes about 1 s per 60 MB.
+# process costs about 0.5 s to start (a Python importing the reader and loading the
+# compiled loops; kept for later reads), and the parts a second read of a generation each
+# and the join; a one-core read takes about 1 s per 60 MB.
 PARALLEL_MIN_BYTES = 64 << 20
 PART_MIN_BYTES = 16 << 20
 # the most processes a read starts, and the fewest CPUs it starts more than one on
@@ -163,7 +163,7 @@ def read(
     parts: list[list[list[Generation]]],
     builder: _tables.Builder,
     info: dict[str, Any],
-    feed: Callable[[_tables.Builder, dict[str, Any], list[Generation]], None],
+    feed: Feeder,
     progress: Callable[[int], None] | None,
     release: Callable[[int], None] | None,
     fd: int | None = None,
@@ -228,10 +228,10 @@ def _guess_missed(b: _tables.Builder, got: dict[str, Any]) -> bool:
     and whether it runs are read at the thread's first event; its P only by a row or sweep
     before an event of its own restates it (each thread restates its P in every generation
     it holds one, so a P guessed wrong rarely matters)."""
-    p_used = got["edge"].p_used if "edge" in got else None
+    p_used = got["edge"].p_used
     for m, guess in got["guess"].items():
         true = b.m_state.get(m, NO_STATE)
-        if true[:2] != guess[:2] or (true[2] != guess[2] and (p_used is None or m in p_used)):
+        if true[:2] != guess[:2] or (true[2] != guess[2] and m in p_used):
             return True
     return False
 

@@ -3,6 +3,7 @@ state after it, from the threads' states the parts before it left, for the join.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -21,15 +22,21 @@ NO_STATE = (-1, 0, -1)
 INFO_KEYS = ("events", "first_ns", "last_ns", "clock_snapshots", "clock_steps_back", "m_last", "m_first", "frequency")
 
 
-def feeder(
-    data: bytes, buf: np.ndarray, version: int, source: str, keep: np.ndarray, need: np.ndarray
-) -> Callable[[_tables.Builder, dict[str, Any], list[Generation]], None]:
+@dataclasses.dataclass(frozen=True)
+class Feeder:
     """``feed(builder, info, chunk)``: decode one chunk of whole generations into a builder,
     as the one-core read does (``keep`` and ``need``: the event types and arguments to
-    decode, see reader._decode_masks)."""
+    decode, see reader._decode_masks; a part's process is given them with its job)."""
 
-    def feed(b: _tables.Builder, info: dict[str, Any], chunk: list[Generation]) -> None:
-        for decoded in decode_chunk(data, buf, chunk, version, source, info, keep, need):
+    data: bytes
+    buf: np.ndarray
+    version: int
+    source: str
+    keep: np.ndarray
+    need: np.ndarray
+
+    def __call__(self, b: _tables.Builder, info: dict[str, Any], chunk: list[Generation]) -> None:
+        for decoded in decode_chunk(self.data, self.buf, chunk, self.version, self.source, info, self.keep, self.need):
             b.feed(*decoded)
             del decoded
         b.flush()
@@ -37,9 +44,6 @@ def feeder(
         # as the read itself in page faults (a 38 MB trace: 1.0 s against 0.6 s), for a
         # peak a few MB lower
         trim()
-
-    feed.keep, feed.need = keep, need  # type: ignore[attr-defined]
-    return feed
 
 
 def read_part(
@@ -49,7 +53,7 @@ def read_part(
     source: str,
     chunks: list[list[Generation]],
     want: frozenset[str],
-    feed: Callable[[_tables.Builder, dict[str, Any], list[Generation]], None],
+    feed: Feeder,
     *,
     warm: Generation | None = None,
     start: dict[int, tuple[int, int, int]] | None = None,

@@ -23,14 +23,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..errors import GmpWarning
 from .memory import page_dropper, trim
-from .part import feeder, read_part
+from .part import Feeder, read_part
 from .wire import Generation
 
 # A part's process is a Python of its own, started with subprocess (posix_spawn or vfork:
@@ -136,10 +135,10 @@ class Workers:
         want: frozenset[str],
         version: int,
         source: str,
-        feed: Callable[..., None],
+        feed: Feeder,
     ) -> None:
         self.parts, self.want, self.version, self.source = parts, want, version, source
-        self.keep, self.need = feed.keep, feed.need  # type: ignore[attr-defined]
+        self.keep, self.need = feed.keep, feed.need
         self.procs: dict[int, subprocess.Popen] = {}
         self.used: list[subprocess.Popen] | None = None
         self.fds: dict[int, int] = {}
@@ -227,15 +226,14 @@ class Workers:
         self.procs, self.fds, self.data_fd, self.used = {}, {}, None, None
 
 
-def serve(idle_s: float = IDLE_S, parent: int | None = None) -> None:  # pragma: no cover (a part's process)
+def serve(idle_s: float, parent: int) -> None:  # pragma: no cover (a part's process; what it writes is checked)
     """A part's process: for each line on stdin (the path of a file holding a job, where it
     also writes what it built), read the part and answer ANSWER + "1" (written) or "0"
     (failed or warned: the trace is then read again on one core); exit after ``idle_s``
     without a job, or when stdin closes; and at once, mid-job too, once the reading process
     ``parent`` is gone."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    if parent is not None:
-        threading.Thread(target=_end_when_orphaned, args=(parent,), name="gmp-part-watch", daemon=True).start()
+    threading.Thread(target=_end_when_orphaned, args=(parent,), name="gmp-part-watch", daemon=True).start()
     while True:
         ready, _, _ = select.select([stdin], [], [], idle_s)
         if not ready:
@@ -274,7 +272,7 @@ def part_process(path: str) -> bool:  # pragma: no cover (see serve)
             data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         buf = np.frombuffer(data, dtype=np.uint8)
         version, source = job["version"], job["source"]
-        feed = feeder(data, buf, version, source, job["keep"], job["need"])
+        feed = Feeder(data, buf, version, source, job["keep"], job["need"])
         release = page_dropper(data)  # the pages read: dropped from this process
         with warnings.catch_warnings(record=True) as caught:  # (this process has one thread)
             warnings.simplefilter("always")

@@ -28,7 +28,7 @@ from .decode import (
     tick_limit,
 )
 from .memory import page_dropper, trim
-from .part import feeder
+from .part import Feeder
 from .streams import ARGS_USED, ON_M, SCHED
 from .wire import (
     Generation,
@@ -241,7 +241,7 @@ def parse_trace(
     builder = _tables.Builder(want, len(data) if window is None else 0)
     keep, need = _decode_masks(builder)
 
-    feed = feeder(data, buf, version, source, keep, need)
+    feed = Feeder(data, buf, version, source, keep, need)
     if progress is not None:  # never backwards (a read in parts given up is read again from the start)
         progress = _monotonic(progress)
 
