@@ -131,6 +131,33 @@ def test_the_tables_do_not_depend_on_the_guess_of_the_threads_states(small_parts
     assert all(small_parts)
 
 
+def mapped_rss(path: Path) -> int:
+    """This process's resident bytes of its mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1]) * 1024
+    return total
+
+
+def test_a_read_in_parts_keeps_only_its_own_part_of_the_file_mapped(small_parts, tmp_path):
+    """Listing the generations touches every page of the file; the parts after the first
+    are read by other processes, so this one must not keep their pages resident meanwhile
+    (on an 837 MB trace they were half a file of the peak)."""
+    path = tmp_path / "t.trace"
+    path.write_bytes((SHARED / "light-250m-numcpu" / "trace.out").read_bytes())
+    size = path.stat().st_size
+    seen = []
+    read_trace(path, workers=3, progress=lambda offset: seen.append((offset, mapped_rss(path))) if not seen else None)
+    ((offset, rss),) = seen
+    assert 0 < offset < size / 2 and small_parts.planned == [3]
+    # a fault maps the page-cache folio around it, up to 1 MiB here; the file is 1.8 MB
+    assert rss <= offset + (1 << 20) < size, f"{rss} bytes of the file resident after its first {offset} were read"
+
+
 @pytest.fixture
 def own_pool(monkeypatch):
     """A pool of part processes of the test's own (``spawned``: every process it started),

@@ -256,6 +256,11 @@ def parse_trace(
             parts = []
         else:
             parts = _parallel.plan(chunks, workers or _parallel.workers(), asked=workers is not None)
+        if isinstance(data, mmap.mmap):
+            # finding the generations touched every page of the file; mapped, they would stay
+            # in this process's resident size while the other parts are read elsewhere (clean
+            # file pages: the first part's come back from the page cache as it is decoded)
+            data.madvise(mmap.MADV_DONTNEED)
         if len(parts) > 1:
             seen = {k: info[k] for k in ("generations_seen", "first_generation")}
             done = _parallel.read(data, buf, version, source, parts, builder, info, feed, progress, release, fd)
