@@ -188,6 +188,20 @@ def test_a_part_whose_process_dies_is_read_on_one_core(small_parts, own_pool, mo
     assert set(os.listdir("/proc/self/fd")) <= before  # and the files closed
 
 
+def test_a_part_s_process_loads_the_reader_not_the_library_s_api(small_parts, own_pool):
+    """A part's process builds rows, never frames: it runs the reader's modules without the
+    packages' __init__, so pandas and pyarrow (40 MB of its own memory, as much again of
+    mapped libraries) never load in it, on every one of a many-core node's processes."""
+    path = FIXTURES / "runs" / "alloc-0.5cpu-gmp8" / "trace.out"
+    assert_same(outcome(read_trace, path, workers=1), outcome(read_trace, path, workers=3))
+    assert len(small_parts) == 2 and all(small_parts) and len(own_pool.procs) == 2
+    for proc in own_pool.procs:
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        loaded = {lib for lib in ("/pandas/", "/pyarrow/") if lib in maps}
+        assert not loaded, f"a part's process {proc.pid} mapped {loaded}"
+        assert "/numpy/" in maps  # it did load what a part needs
+
+
 def test_an_interrupted_read_leaves_no_process_and_no_file(small_parts, own_pool):
     """Ctrl-C while this process reads the first part: the parts' processes, still working,
     are ended, and every file is closed; the next read starts new ones."""

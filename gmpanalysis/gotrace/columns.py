@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # a part's process builds rows, never frames (gotrace.partprocs)
+    import pandas as pd
 
 # column dtypes of every table (documented on GoTrace)
 SCHEMAS: dict[str, dict[str, str]] = {
@@ -43,10 +48,48 @@ def rows_frame(rows: list[tuple], names: tuple[str, ...], table: str) -> pd.Data
 def typed_frame(cols: dict[str, object], dtypes: dict[str, str]) -> pd.DataFrame:
     """A frame with exactly these columns and dtypes, built from arrays that already have
     them (pandas' astype on many small frames dominated the cost of short traces)."""
+    import pandas as pd
+
     return pd.DataFrame(
         {
             k: pd.Categorical(cols.get(k, ())) if t == "category" else np.asarray(cols.get(k, ()), dtype=t)
             for k, t in dtypes.items()
+        },
+        copy=False,
+    )
+
+
+def label_dtype(n_names: int) -> type:
+    """The narrowest type for label ids below ``n_names`` (GC worker labels: a handful)."""
+    return next(t for t in (np.int8, np.int16, np.int32) if n_names <= np.iinfo(t).max + 1)
+
+
+def running_frame(
+    head: dict[str, np.ndarray],
+    pick: Callable[[np.ndarray], np.ndarray],
+    start: np.ndarray,
+    end: np.ndarray,
+    lab: np.ndarray,
+    names: dict[str, int],
+    is_open: np.ndarray,
+) -> pd.DataFrame:
+    """The running table: ``head`` (g, p, m) and the rest of its columns put in order by
+    ``pick``, each column taken in turn; the label ids (``names``: label -> id) as a
+    category in the labels' order."""
+    import pandas as pd
+
+    categories = sorted(names)
+    at = {name: i for i, name in enumerate(categories)}
+    remap = np.zeros(len(names), dtype=label_dtype(len(names)))
+    for name, i in names.items():
+        remap[i] = at[name]
+    return pd.DataFrame(
+        {
+            **head,
+            "start_ns": pick(start),
+            "end_ns": pick(end),
+            "label": pd.Categorical.from_codes(pick(remap[lab]), categories=categories),
+            "open": pick(is_open),
         },
         copy=False,
     )

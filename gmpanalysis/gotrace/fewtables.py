@@ -3,8 +3,12 @@ labels), built from the parts each chunk's threads gave (:func:`.streams.few_eve
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # a part's process builds rows, never frames (gotrace.partprocs)
+    import pandas as pd
 
 from . import spec as s
 from .columns import SCHEMAS, typed_frame

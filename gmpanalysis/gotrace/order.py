@@ -4,8 +4,12 @@ metrics, begin/end pairs by goroutine (stop-the-world, mark assists) and GC cycl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # a part's process builds rows, never frames (gotrace.partprocs)
+    import pandas as pd
 
 from . import spec as s
 from .columns import SCHEMAS, rows_frame, typed_frame

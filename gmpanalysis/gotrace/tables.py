@@ -10,12 +10,16 @@ mark assists are few and paired in plain Python.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # a part's process builds rows, never frames (gotrace.partprocs)
+    import pandas as pd
 
 from . import kernels
 from . import spec as s
-from .columns import SCHEMAS, typed_frame
+from .columns import SCHEMAS, label_dtype, running_frame, typed_frame
 from .edge import Edge
 from .fewtables import FEW_COLS, few_tables
 from .memory import trim
@@ -36,11 +40,6 @@ ROLE = np.zeros(256, dtype=np.int8)
 ROLE[[s.EV_GOSTART, s.EV_GOSWITCH, s.EV_GOSWITCHDESTROY, s.EV_GOCREATESYSCALL]] = 1
 ROLE[[s.EV_GOSTOP, s.EV_GOBLOCK, s.EV_GODESTROY, s.EV_GOSYSCALLENDBLOCKED, s.EV_GODESTROYSYSCALL]] = 2
 ROLE[[s.EV_GOSTATUS, s.EV_GOSTATUSSTACK]] = 3
-
-
-def _label_dtype(n_names: int) -> type:
-    """The narrowest type for label ids below ``n_names`` (GC worker labels: a handful)."""
-    return next(t for t in (np.int8, np.int16, np.int32) if n_names <= np.iinfo(t).max + 1)
 
 
 RUN_COLS = ("g", "p", "m", "start", "end", "done", "gen", "seq")
@@ -396,7 +395,7 @@ class Builder:
 
     def _label_room(self) -> None:
         """Widen the held label ids when the names outgrow them (hostile traces only)."""
-        need = _label_dtype(len(self.names))
+        need = label_dtype(len(self.names))
         if np.dtype(need).itemsize > self.run.dtypes["lab"].itemsize:
             self.run.retype("lab", need)
 
@@ -534,29 +533,14 @@ class Builder:
             in_order = in_time_order(cols["start"], cols["m"])
             if not in_order:  # put in order among the rows taken together
                 moved |= resolve_overlaps(cols["g"], cols["start"], cols["end"], cols["m"])
-        categories = sorted(self.names)
-        at = {name: i for i, name in enumerate(categories)}
-        remap = np.zeros(len(self.names), dtype=_label_dtype(len(self.names)))
-        for name, i in self.names.items():
-            remap[i] = at[name]
         start, end, m = cols["start"], cols["end"], cols["m"]
         by_time = None if (in_order and not moved) else np.lexsort((m, start))
 
         def pick(a: np.ndarray) -> np.ndarray:
             return a if by_time is None else a[by_time]
 
-        return pd.DataFrame(
-            {
-                "g": pick(cols.pop("g")),
-                "p": pick(cols.pop("p")),
-                "m": pick(m),
-                "start_ns": pick(start),
-                "end_ns": pick(end),
-                "label": pd.Categorical.from_codes(pick(remap[cols.pop("lab")]), categories=categories),
-                "open": pick(is_open),
-            },
-            copy=False,
-        )
+        head = {"g": pick(cols.pop("g")), "p": pick(cols.pop("p")), "m": pick(m)}
+        return running_frame(head, pick, start, end, cols.pop("lab"), self.names, is_open)
 
     def _take_sweeps(self, last_ns: int, final: bool) -> pd.DataFrame:
         """The sweep table of the sweeps taken (see :meth:`take`), by start."""
