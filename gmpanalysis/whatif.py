@@ -10,8 +10,11 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   "closed") has ``load.concurrency`` clients, each sending its next request when the last
   one is answered, and latency counts from the sending.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
-  scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` CPUs, each
-  request getting its share (processor sharing).
+  scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` threads,
+  each request getting its share (processor sharing). After a period whose work stood still
+  those threads start again where the freeze left them, on the CPUs that many balls thrown
+  at random into the CPUs fill (:func:`gmpanalysis.cfskernel.cpus_taken`: 10 of 16 for 16
+  threads; on 1 or 2 CPUs, one each).
 * **The kernel** (:mod:`gmpanalysis.cfsreplay`): per-CPU runtime drawn in slices at ticks
   from each level's pool, refilled at the boundaries of the run's own grid with the quota
   in force then (the run's own, period by period, resized or not, unless one is given).
@@ -30,10 +33,9 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   nearly one latency; their mean is kept (Little's law ties it to the throughput) and the
   run's measured spread around it is carried over, rank by rank.
 
-Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS, CPUs)``, not
-the trace's runnable goroutines, so where a closed loop's 100 requests kept fewer Ps
-running than GOMAXPROCS (9-11 of 16 on the 16-CPU runs, the load generator beside them)
-the exhaustion comes early and the CPUs frozen are too many; the spread of a closed loop is
+Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS)``, not the
+trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 CPUs used
+0.7 CPUs before the quota ran out, where the replay runs 2, and froze 4.3 CPUs); the spread of a closed loop is
 the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPROCS 1-16);
 the GC's pauses, which keep an allocation-heavy handler's requests from running side by
 side; the slack timer that hands runtime an idle CPU returned to a throttled one before the

@@ -140,8 +140,8 @@ def demands(draw):
         "period_ns": period_us * 1000,
         "phase_ns": phase,
         "burst_us": draw(st.sampled_from([0.0, 2000.0, float(period_us)])),
-        "G": draw(st.integers(1, 6)),
-        "C": draw(st.integers(1, 6)),
+        "G": draw(st.one_of(st.integers(1, 6), st.just(16))),  # 16: threads stacked after a stall
+        "C": draw(st.one_of(st.integers(1, 6), st.just(16))),
         "slice_us": draw(st.sampled_from([5000.0, 1000.0])),
         "hz": draw(st.sampled_from([100, 250, 1000])),
         "outer": outer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 
 import gmpanalysis as gmp
 from gmpanalysis import whatif as W
+from gmpanalysis.cfskernel import cpus_taken
 from gmpanalysis.cfsreplay import replay
 from gmpanalysis.errors import UsageError
 from gmpanalysis.replayinputs import memo, prep_built
@@ -37,6 +39,39 @@ def test_one_request_past_the_quota_by_the_kernel_rules():
     assert per["stall_us"].iloc[0] == pytest.approx(48_000)
     assert per["usage_us"].iloc[0] == pytest.approx(52_000) and per["usage_us"].iloc[1] == pytest.approx(8_000)
     assert per.attrs["latency_ms"][0] == pytest.approx(108)
+
+
+def _bins_filled(k: int, C: int) -> int:
+    """The bins k balls thrown at random into C fill, expected, to the nearest whole: exact
+    rational arithmetic, C (1 - (1 - 1/C)^k), halves up."""
+    e = C * (1 - (1 - Fraction(1, C)) ** k)
+    return math.floor(e + Fraction(1, 2))
+
+
+def test_threads_frozen_together_start_again_on_the_cpus_random_placement_fills():
+    for C in (*range(1, 9), 16, 32, 64, 96):
+        got = [cpus_taken(k, C) for k in range(0, 3 * C + 2)]
+        assert got == [min(k, C) if C <= 2 or k <= 1 else min(_bins_filled(k, C), k, C) for k in range(0, 3 * C + 2)]
+        assert got == sorted(got) and all(g <= min(k, C) for k, g in enumerate(got))
+    assert [cpus_taken(k, 2) for k in range(5)] == [0, 1, 2, 2, 2]  # 1.5 rounds to 2: as before on 2 CPUs
+    assert [cpus_taken(k, 16) for k in (2, 4, 15, 16)] == [2, 4, 10, 10]
+
+
+@pytest.mark.parametrize("G", [16, 4])
+def test_after_a_period_whose_work_stood_still_the_threads_share_cpus(G):
+    """A closed loop of 100 clients, 50 ms of CPU each, 16 CPUs, 1.5 CPUs of quota: the first
+    period runs on min(G, 16) CPUs, each later one (after a stall) on the CPUs G threads
+    frozen together fill at random (10 of 16 for 16 threads, 4 for 4), which is as many as
+    freeze; a quota of all 16 CPUs never stands the work still, and all 16 keep running."""
+    sched = np.zeros(2000, dtype=np.int64)
+    per = replay(sched, 50e6, 100, 150_000, 100_000_000, 0, 0, G, 16)
+    assert per["cpus_throttled"].iloc[0] == min(G, 16)
+    assert (per["stall_us"].iloc[:-1] > 0).all()
+    assert (per["cpus_throttled"].iloc[1:-1] == _bins_filled(G, 16)).all()
+    assert (per["usage_us"].iloc[1:-1] <= 150_000 + _bins_filled(G, 16) * 4_000 + 1e-6).all()
+    whole = replay(sched, 50e6, 100, 1_600_000, 100_000_000, 0, 0, 16, 16)
+    assert (whole["stall_us"].fillna(0) == 0).all()
+    assert (whole["usage_us"].iloc[:-1] >= 16 * 100_000 - 16 * 4_000).all()  # 16 CPUs, less an overrun paid
 
 
 def test_two_cpus_share_the_quota_and_burst_carries_what_was_left():
