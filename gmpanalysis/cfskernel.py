@@ -100,7 +100,9 @@ def cpus_taken(k: int, C: int) -> int:
     if k <= 1 or C <= 1:
         return min(k, C)
     q = 1.0
-    for _ in range(k):  # the power by steps: the same float in Python and compiled
+    # the power by steps, the same float in Python and compiled; past 40 C steps q < e^-40,
+    # and every CPU is taken
+    for _ in range(min(k, 40 * C)):
         q *= 1.0 - 1.0 / C
     return min(int(C * (1.0 - q) + 0.5), k, C)
 
