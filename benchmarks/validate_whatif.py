@@ -153,6 +153,25 @@ def markdown(df: pd.DataFrame, summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+README = ROOT / "README.md"
+README_MARKS = (
+    "<!-- whatif-regimes: rewritten by benchmarks/validate_whatif.py --markdown -->",
+    "<!-- /whatif-regimes -->",
+)
+
+
+def into_readme(table: str) -> bool:
+    """The README's copy of the table, between its marks, rewritten (False: no marks there)."""
+    text = README.read_text()
+    start, end = README_MARKS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    body = "\n".join(x for x in table.splitlines() if not x.startswith("<!--")).strip()
+    README.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="*", type=Path)
@@ -231,8 +250,11 @@ def main() -> int:
     print("\nshare of held-out predictions within each goal, per regime (%):")
     print((df.groupby("regime")[gcols].mean() * 100).round(0).to_string())
     if a.markdown:
-        Path(a.markdown).write_text(markdown(df, summary))
+        table = markdown(df, summary)
+        Path(a.markdown).write_text(table)
         print(f"\nwrote {a.markdown}")
+        if into_readme(table):
+            print(f"rewrote the table in {README.name}")
     if not a.no_write:
         out = {
             "date": datetime.date.today().isoformat(),

@@ -99,11 +99,12 @@ def cpus_taken(k: int, C: int) -> int:
     77, 41 and 17 ms). On 1 or 2 CPUs it is min(k, C)."""
     if k <= 1 or C <= 1:
         return min(k, C)
-    q = 1.0
-    # the power by steps, the same float in Python and compiled; past 40 C steps q < e^-40,
-    # and every CPU is taken
-    for _ in range(min(k, 40 * C)):
-        q *= 1.0 - 1.0 / C
+    q, b, e = 1.0, 1.0 - 1.0 / C, k
+    while e:  # (1 - 1/C)^k by squaring: the same multiplications, and floats, in Python and compiled
+        if e & 1:
+            q *= b
+        b *= b
+        e >>= 1
     return min(int(C * (1.0 - q) + 0.5), k, C)
 
 
@@ -406,7 +407,7 @@ def _replay_events(
     t = 0.0
     next_tick = tick0
     i = nrem = w_head = w_tail = busy = nrows = now = ran = 0
-    stacked = False  # the period began after one whose work stood still (cpus_taken)
+    stacked = False  # the threads started again where a freeze left them (cpus_taken)
     served = 0.0  # the service clock (REBASE_NS)
     while i < n or nrem > 0 or w_head < w_tail:
         r = k[0] - k0
@@ -436,6 +437,7 @@ def _replay_events(
                 row[FROZEN_ABOVE] += dt
                 if held == 2:
                     row[FROZEN_ABOVE_ALONE] += dt
+        still = nrem > 0 and running == 0 and dt > 0  # the work stood still (frozen) up to t
         t += dt
         while next_tick <= t + EPS:
             next_tick += tick
@@ -445,12 +447,12 @@ def _replay_events(
         if due:
             own = t >= lv[0][BOUNDARY] - EPS
             _boundaries(lv, k, qk, qv, q_at, limited, gates, state, runnable, row, t)
-            if own:  # after a period whose work stood still, its threads start where they stood
-                stood = (not math.isnan(row[EXHAUSTED]) and row[STALL] > 0) or row[FROZEN_ABOVE] > 0
-                stacked, ran = stood, -1
+            if still or own:  # frozen threads start again where they stood; a period without
+                stacked, ran = still, -1  # a freeze leaves them spread
         if len(gates) and abs(t - (next_tick - tick)) <= EPS:  # a tick (at a boundary too)
             _tick(lv, gates, state, runnable, slice_ns, t)
         nrem, w_head = _complete(reqs, cost, tol, nrem, served, w_head, w_tail, t)
+        stacked = stacked and nrem > 0  # threads woken once the work drained are placed anew
         i, nrem, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, served, w_tail, t)
         if served > REBASE_NS:  # a constant off every reading: the heap's order holds
             for x in range(nrem):

@@ -11,10 +11,11 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   one is answered, and latency counts from the sending.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
   scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` threads,
-  each request getting its share (processor sharing). After a period whose work stood still
-  those threads start again where the freeze left them, on the CPUs that many balls thrown
-  at random into the CPUs fill (:func:`gmpanalysis.cfskernel.cpus_taken`: 10 of 16 for 16
-  threads; on 1 or 2 CPUs, one each).
+  each request getting its share (processor sharing). When a boundary frees work that stood
+  still, those threads start again where the freeze left them, on the CPUs that many balls
+  thrown at random into the CPUs fill (:func:`gmpanalysis.cfskernel.cpus_taken`: 10 of 16
+  for 16 threads; on 1 or 2 CPUs, one each), until a period passes without a freeze or the
+  work drains.
 * **The kernel** (:mod:`gmpanalysis.cfsreplay`): per-CPU runtime drawn in slices at ticks
   from each level's pool, refilled at the boundaries of the run's own grid with the quota
   in force then (the run's own, period by period, resized or not, unless one is given).

@@ -74,6 +74,25 @@ def test_after_a_period_whose_work_stood_still_the_threads_share_cpus(G):
     assert (whole["usage_us"].iloc[:-1] >= 16 * 100_000 - 16 * 4_000).all()  # 16 CPUs, less an overrun paid
 
 
+def test_threads_spread_again_after_a_period_without_a_freeze_and_once_the_work_drains():
+    """A pod-level quota (its boundaries 50 ms after the container's) freezes the work until
+    150 ms, then no longer limits: from the thaw to the container's next boundary the 16
+    threads run on cpus_taken(16, 16) CPUs, and from that boundary, reached without a
+    freeze, on all 16 again. And threads woken after the work drained are placed anew: a
+    burst arriving after the frozen requests were answered runs on one CPU each."""
+    sched = np.zeros(3000, dtype=np.int64)
+    pod = ({0: 150_000, 1: 10_000_000}, 100_000_000, 50_000_000, 0.0)
+    per = replay(sched, 50e6, 100, None, 100_000_000, 0, 0, 16, 16, outer=[pod])
+    assert per["frozen_other_us"].iloc[1] == pytest.approx(50_000)  # frozen by the pod 100-150 ms
+    assert per["usage_us"].iloc[1] == pytest.approx(_bins_filled(16, 16) * 50_000)
+    assert per["usage_us"].iloc[2] == pytest.approx(16 * 100_000)
+    burst = np.r_[np.zeros(16, dtype=np.int64), np.full(16, 160_000_000)]
+    cost = np.r_[np.full(16, 30e6), np.full(16, 3e6)]
+    late = replay(burst, cost, None, 300_000, 100_000_000, 0, 0, 16, 16)
+    assert late["stall_us"].iloc[0] > 0  # the first 16 stood still, and finish before 160 ms
+    assert late.attrs["latency_ms"][16:] == pytest.approx(3.0)
+
+
 def test_two_cpus_share_the_quota_and_burst_carries_what_was_left():
     """Two requests of 40 ms on two CPUs, 5 ms slices drawn at 4 ms ticks (each draw also
     pays what the CPU ran past its runtime): at the tick at 24 ms the pool has 8 ms for the

@@ -50,17 +50,23 @@ def small_pages(a: np.ndarray) -> None:
         _MADVISE(lo, hi - lo, MADV_NOHUGEPAGE)
 
 
-def page_dropper(mm: mmap.mmap) -> Callable[[int], None]:
-    """A function that drops the pages of a read-only file mapping before an offset from this
+class PageDropper:
+    """Called with an offset, drops the pages of a read-only file mapping before it from this
     process once they are read (they are the file's own and clean: touched again, they come
-    back from the page cache)."""
-    released = 0
+    back from the page cache). Only for a mapping of the reader's own (``mmap.ACCESS_READ``):
+    on a private one, dropped pages would read back as zeros."""
 
-    def release(offset: int) -> None:
-        nonlocal released
+    def __init__(self, mm: mmap.mmap) -> None:
+        self.mm = mm
+        self.released = 0
+
+    def __call__(self, offset: int) -> None:
         end = offset // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > released:
-            mm.madvise(mmap.MADV_DONTNEED, released, end - released)
-            released = end
+        if end > self.released:
+            self.mm.madvise(mmap.MADV_DONTNEED, self.released, end - self.released)
+            self.released = end
 
-    return release
+    def drop_all(self) -> None:
+        """Every page out of this process now, the offsets still to be released as before
+        (pages read again come back, and go with the next call)."""
+        self.mm.madvise(mmap.MADV_DONTNEED)

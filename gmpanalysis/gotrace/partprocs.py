@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GmpWarning
-from .memory import page_dropper, trim
+from .memory import PageDropper, trim
 from .part import Feeder, read_part
 from .wire import Generation
 
@@ -276,7 +276,7 @@ def part_process(path: str) -> bool:  # pragma: no cover (see serve)
         buf = np.frombuffer(data, dtype=np.uint8)
         version, source = job["version"], job["source"]
         feed = Feeder(data, buf, version, source, job["keep"], job["need"])
-        release = page_dropper(data)  # the pages read: dropped from this process
+        release = PageDropper(data)  # the pages read: dropped from this process
         with warnings.catch_warnings(record=True) as caught:  # (this process has one thread)
             warnings.simplefilter("always")
             got = read_part(

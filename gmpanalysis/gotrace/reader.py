@@ -27,7 +27,7 @@ from .decode import (
     sync_batch,
     tick_limit,
 )
-from .memory import page_dropper, trim
+from .memory import PageDropper, trim
 from .part import Feeder
 from .streams import ARGS_USED, ON_M, SCHED
 from .wire import (
@@ -256,12 +256,11 @@ def parse_trace(
             parts = []
         else:
             parts = _parallel.plan(chunks, workers or _parallel.workers(), asked=workers is not None)
-        if isinstance(data, mmap.mmap):
-            # finding the generations touched every page of the file; mapped, they would stay
-            # in this process's resident size while the other parts are read elsewhere (clean
-            # file pages: the first part's come back from the page cache as it is decoded)
-            data.madvise(mmap.MADV_DONTNEED)
         if len(parts) > 1:
+            if isinstance(release, PageDropper):  # the reader's own mapping of the file
+                # finding the generations touched every page; they would stay in this
+                # process's resident size while the other parts are read elsewhere
+                release.drop_all()
             seen = {k: info[k] for k in ("generations_seen", "first_generation")}
             done = _parallel.read(data, buf, version, source, parts, builder, info, feed, progress, release, fd)
             if not done:  # read again on one core: its warnings and errors are the trace's
@@ -523,7 +522,7 @@ def _mapped(p: Path) -> Iterator[tuple[bytes | mmap.mmap, Callable[[int], None] 
         except OSError as e:
             raise TraceFormatError(f"{p}: cannot be mapped ({e.strerror}); copy it to a local disk") from None
         try:
-            yield mm, page_dropper(mm), f.fileno()
+            yield mm, PageDropper(mm), f.fileno()
         finally:
             try:
                 mm.close()
