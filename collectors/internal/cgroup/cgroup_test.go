@@ -800,3 +800,27 @@ func TestKubeletCgroupRoot(t *testing.T) {
 		})
 	}
 }
+
+// The kernel keeps nr_periods, nr_throttled and nr_bursts in ints and prints them with %d:
+// past 2^31 they print negative (6.8 years of 100 ms periods, 24.8 days of 1 ms ones). They
+// read as the 32-bit counts they are; other keys, and values below int's range, stay refused.
+func TestIntCountersPastTwoToTheThirtyOne(t *testing.T) {
+	data := "nr_periods -2147483648\nnr_throttled -1\nthrottled_time 5\nnr_bursts -2147483647\nburst_time 0\n"
+	var s Stat
+	if err := ParseStat(fuzzPath, []byte(data), 1, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Periods != 1<<31 || s.Throttled != 1<<32-1 || s.Bursts != 1<<31+1 || s.ThrottledTime != 5 {
+		t.Fatalf("%+v", s)
+	}
+	for _, bad := range []string{
+		"nr_periods -2147483649\n", "nr_periods -0\n", "throttled_time -5\nnr_periods 1\n",
+		"nr_periods 1\nusage_usec -3\n",
+	} {
+		if err := ParseStat(fuzzPath, []byte(bad), 1, &s); err == nil {
+			t.Errorf("%q accepted as %+v", bad, s)
+		} else {
+			checkFormatError(t, []byte(bad), err)
+		}
+	}
+}

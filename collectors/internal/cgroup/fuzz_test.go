@@ -158,8 +158,13 @@ func FuzzParseStat(f *testing.F) {
 		var back strings.Builder
 		want := Stat{NsUnits: version == 1}
 		required := false
-		for _, fl := range fields {
-			back.WriteString(fl.Key + " " + strconv.FormatUint(fl.Value, 10) + "\n")
+		lines := strings.Split(string(data), "\n")
+		for i, fl := range fields {
+			text := strconv.FormatUint(fl.Value, 10)
+			if strings.HasPrefix(lines[i], fl.Key+" -") { // an int counter printed with %d, past 2^31
+				text = strconv.FormatInt(int64(int32(uint32(fl.Value))), 10)
+			}
+			back.WriteString(fl.Key + " " + text + "\n")
 			switch {
 			case fl.Key == "usage_usec" && version == 2:
 				want.Usage, required = fl.Value, true

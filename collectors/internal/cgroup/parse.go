@@ -19,6 +19,7 @@ package cgroup
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -210,12 +211,37 @@ func eachLine(path string, data []byte, fn func(key []byte, v uint64)) error {
 			return formatError(path, lineno, line, "expected 'key value' (key: a-z, 0-9, '_', '.')")
 		}
 		v, ok := parseUint(line[sp+1:])
+		if !ok && intCounter(line[:sp]) {
+			v, ok = parseInt32Counter(line[sp+1:])
+		}
 		if !ok {
 			return formatError(path, lineno, line, "expected 'key value' with an unsigned decimal value")
 		}
 		fn(line[:sp], v)
 		return nil
 	})
+}
+
+// intCounter: the counters the kernel keeps in an int of struct cfs_bandwidth and prints
+// with %d (cpu.stat of v1 and v2). Past 2^31 periods (6.8 years of 100 ms periods, 24.8 days
+// of 1 ms ones) they print negative.
+func intCounter(key []byte) bool {
+	switch string(key) {
+	case "nr_periods", "nr_throttled", "nr_bursts":
+		return true
+	}
+	return false
+}
+
+// parseInt32Counter reads a negative %d of an int counter as the 32-bit count it is
+// (-2147483648 is 2^31): it goes on rising to 2^32, then starts again from 0, which the
+// analysis takes as a reset.
+func parseInt32Counter(b []byte) (uint64, bool) {
+	x, ok := parseInt(b)
+	if !ok || x >= 0 || x < math.MinInt32 {
+		return 0, false
+	}
+	return uint64(uint32(int32(x))), true
 }
 
 // isKey: the kernel's keyed files name their fields in lower-case ASCII, digits, '_' and
