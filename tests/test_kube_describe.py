@@ -101,3 +101,20 @@ def test_missing_container_and_not_started():
 def test_inputs_are_validated(kw, match):
     with pytest.raises(CollectError, match=match):
         validate(CollectConfig(**kw))
+
+
+def test_a_static_pod_is_named_by_the_kubelet_s_uid():
+    """A static pod's cgroups carry the UID the kubelet derived from its manifest, which the
+    API shows only in the mirror pod's kubernetes.io/config.mirror annotation: that is the
+    UID the collector resolves, and the same pod read again is not taken for a new one."""
+    from gmpanalysis.kube.target import gone_reason
+
+    static = pod()
+    static.metadata.annotations = {"kubernetes.io/config.mirror": "6576683a93d91d8e2119df2c2755f2f1"}
+    info = describe(static, None)
+    assert info["pod_uid"] == "6576683a93d91d8e2119df2c2755f2f1"
+    assert gone_reason(static, info) is None
+    assert describe(pod(), None)["pod_uid"] == UID
+    replaced = pod()
+    replaced.metadata.annotations = {"kubernetes.io/config.mirror": "0" * 32}
+    assert "disappeared" in gone_reason(replaced, info)

@@ -19,6 +19,19 @@ def _cpu_milli(q: str | None) -> int | None:
     return int(q[:-1]) if q.endswith("m") else int(round(float(q) * 1000))
 
 
+# A static pod (a manifest file the kubelet reads, e.g. kube-apiserver or etcd) runs under a
+# UID the kubelet derives from the file's content; the API shows a mirror pod with a UID of
+# its own and the kubelet's in this annotation. Its cgroups are named after the kubelet's.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def kubelet_uid(pod: Any) -> str | None:
+    """The UID the kubelet runs the pod under and names its cgroups after: the API's, or for
+    a static pod's mirror, the one its mirror annotation gives."""
+    mirror = (getattr(pod.metadata, "annotations", None) or {}).get(MIRROR_ANNOTATION)
+    return mirror or pod.metadata.uid
+
+
 def describe(pod: Any, container: str | None) -> dict[str, Any]:
     """The facts a bundle records about a target pod and container."""
     spec_c = next((c for c in pod.spec.containers if container in (None, c.name)), None)
@@ -53,7 +66,7 @@ def describe(pod: Any, container: str | None) -> dict[str, Any]:
         "pod": pod.metadata.name,
         "container": spec_c.name,
         "node": pod.spec.node_name,
-        "pod_uid": pod.metadata.uid,
+        "pod_uid": kubelet_uid(pod),
         "container_id": st.container_id,
         "restart_count": st.restart_count,
         "qos": pod.status.qos_class,
@@ -95,9 +108,9 @@ def gone_reason(pod: Any, info: dict[str, Any]) -> str | None:
     name = info["pod"]
     if pod.metadata.deletion_timestamp is not None:
         return f"target pod {name} is being deleted (since {pod.metadata.deletion_timestamp})"
-    uid = info.get("pod_uid")
-    if uid and pod.metadata.uid and pod.metadata.uid != uid:
-        return f"target pod {name} disappeared mid-collection (a new pod of that name has UID {pod.metadata.uid})"
+    uid, now = info.get("pod_uid"), kubelet_uid(pod)
+    if uid and now and now != uid:
+        return f"target pod {name} disappeared mid-collection (a new pod of that name has UID {now})"
     return None
 
 

@@ -328,3 +328,17 @@ func TestPodLevelLimitIsWatched(t *testing.T) {
 		t.Errorf("helper: %+v", specs[1])
 	}
 }
+
+// A static pod's cgroups carry the UID the kubelet derived from its manifest, which the API
+// shows only in the mirror pod's kubernetes.io/config.mirror annotation.
+func TestStaticPodIsFoundByTheKubeletsUID(t *testing.T) {
+	body := `{"items":[{"metadata":{"name":"etcd-n1","namespace":"kube-system","uid":"7d3f0c2a-9b1e-4f6d-8c5a-2e4b6a8c0d1f",
+	   "annotations":{"kubernetes.io/config.mirror":"6576683a93d91d8e2119df2c2755f2f1","kubernetes.io/config.source":"file"}},
+	 "spec":{"containers":[{"name":"etcd","resources":{"limits":{"cpu":"500m"}}}]},
+	 "status":{"phase":"Running","qosClass":"Burstable","containerStatuses":[
+	   {"name":"etcd","containerID":"containerd://fedcba9876543210","state":{"running":{}}}]}}]}`
+	specs, err := specsFrom([]byte(body))
+	if err != nil || len(specs) != 1 || specs[0].UID != "6576683a93d91d8e2119df2c2755f2f1" {
+		t.Fatalf("%v %+v", err, specs)
+	}
+}

@@ -52,6 +52,19 @@ type owner struct {
 // key identifies a container instance: a restart changes the ID and so the cgroup.
 func (s *spec) key() string { return s.UID + "/" + s.Container + "/" + s.ContainerID }
 
+// MirrorAnnotation: a static pod (a manifest file the kubelet reads, such as etcd's) runs
+// under a UID the kubelet derives from the file; the API shows a mirror pod with a UID of
+// its own and the kubelet's in this annotation. The pod's cgroups carry the kubelet's.
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// kubeletUID is the UID the kubelet names a pod's cgroups after.
+func kubeletUID(uid string, annotations map[string]string) string {
+	if m := annotations[MirrorAnnotation]; m != "" {
+		return m
+	}
+	return uid
+}
+
 // envSource is an env var's valueFrom, as far as the agent reads it.
 type envSource struct {
 	ResourceFieldRef *struct {
@@ -198,7 +211,7 @@ func specsFrom(body []byte) ([]spec, error) {
 				if st.Name != c.Name || st.State.Running == nil || st.ContainerID == "" {
 					continue
 				}
-				s := spec{Namespace: p.Metadata.Namespace, Pod: p.Metadata.Name, UID: p.Metadata.UID,
+				s := spec{Namespace: p.Metadata.Namespace, Pod: p.Metadata.Name, UID: kubeletUID(p.Metadata.UID, p.Metadata.Annotations),
 					Node: p.Spec.NodeName, QoS: p.Status.QOSClass, Container: c.Name, ContainerID: st.ContainerID,
 					CPULimit: lim, Restarts: st.RestartCount, PodIP: p.Status.PodIP, Primary: i == primary,
 					HostNetwork: p.Spec.HostNetwork, Owner: own, Deleting: p.Metadata.DeletionTimestamp != nil}
