@@ -223,6 +223,45 @@ def test_no_pprof_port_still_collects_samples(cluster, bins, tmp_path):
     assert run.meta["trace"]["attempts"] <= REFUSED_ATTEMPTS
 
 
+STATIC = "app=gmp-static"
+
+
+def test_a_static_pod_is_collected_under_the_kubelet_s_uid(cluster, tmp_path):
+    """A static pod (a manifest in the kubelet's staticPodPath, as etcd's and the API
+    server's are) runs under a UID the kubelet derives from the file, and its cgroups are
+    named after that one; the API shows a mirror pod with a UID of its own. Collected by its
+    mirror's name, the samples come from its real cgroups."""
+    core = cluster["core"]
+    body = bare_pod("gmp-static", SPINNER)
+    body["metadata"]["namespace"] = "default"
+    body["metadata"]["labels"] = {"app": "gmp-static"}
+    manifest = Path(cluster["base"]) / "manifests" / "gmp-static.json"
+    manifest.write_text(json.dumps(body))
+    try:
+        deadline, mirror = time.monotonic() + 90, None
+        while time.monotonic() < deadline:
+            items = core.list_namespaced_pod("default", label_selector=STATIC).items
+            running = [p for p in items if p.status.container_statuses and p.status.container_statuses[0].state.running]
+            if running:
+                mirror = running[0]
+                break
+            time.sleep(0.25)
+        assert mirror is not None, "the kubelet did not start the static pod"
+        kubelet_uid = mirror.metadata.annotations["kubernetes.io/config.mirror"]
+        assert kubelet_uid != mirror.metadata.uid
+        argv = collect_argv(cluster, tmp_path, 3, "--pod", mirror.metadata.name, "--pprof-port", "0")
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        run = gmp.load_run(next(tmp_path.iterdir()))
+        assert run.meta["pod_uid"] == kubelet_uid and run.meta["complete"] is True
+        assert len(run.samples) > 1500 and run.samples["nr_throttled"].iloc[-1] > run.samples["nr_throttled"].iloc[0]
+    finally:
+        manifest.unlink(missing_ok=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and core.list_namespaced_pod("default", label_selector=STATIC).items:
+            time.sleep(0.25)
+
+
 def bare_pod(name, command, env=(), image=None, limit="500m", request="100m"):
     """A bare Pod (no controller) on the host network, limits.cpu ``limit`` over a smaller
     request: Burstable, so the pod's cgroup sits under kubepods/burstable with a quota of

@@ -44,7 +44,7 @@ for p in "$APORT" "$EPORT" "$((EPORT + 1))" "$KUBELET_PORT" "${KCM_PORT:-10257}"
   fi
 done
 
-mkdir -p "$BASE"/{pki,pids,logs,etcd,kubelet,pod-logs,cni,containerd,images}
+mkdir -p "$BASE"/{pki,pids,logs,etcd,kubelet,pod-logs,cni,containerd,images,manifests}
 cd "$BASE"
 say "starting a one-node Kubernetes v$K8S_VERSION under $BASE"
 
@@ -215,6 +215,8 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {}
 localStorageCapacityIsolation: false
+# static pods (a test writes one): the kubelet runs them under a UID of its own
+staticPodPath: $BASE/manifests
 EOF_KL
 say "kubelet (node $NODE, cgroupfs on cgroup v1)"
 start kubelet "$BIN/kubelet" --config=kubelet-config.yaml --kubeconfig=kubelet.kubeconfig \

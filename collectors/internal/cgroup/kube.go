@@ -27,7 +27,9 @@ import (
 var QoSClasses = []string{"Guaranteed", "Burstable", "BestEffort"}
 
 var (
-	uidRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	// the API server's UUIDs, and a static pod's: the kubelet names it by the MD5 of its
+	// manifest in hex (its mirror pod's kubernetes.io/config.mirror annotation)
+	uidRe = regexp.MustCompile(`^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$`)
 	cidRe = regexp.MustCompile(`^[0-9a-f]{12,128}$`)
 )
 
@@ -45,7 +47,8 @@ func SplitContainerID(id string) (runtime, cid string, err error) {
 // PodCandidates lists the paths the pod's cgroup may have: cgroupfs, then systemd.
 func PodCandidates(podUID, qos string) ([]string, error) {
 	if !uidRe.MatchString(podUID) {
-		return nil, fmt.Errorf("pod UID %q (the pod's metadata.uid) is not a UID; pass the UID the API gives", podUID)
+		return nil, fmt.Errorf("pod UID %q is not a UID; pass the pod's metadata.uid (a static pod's: its "+
+			"kubernetes.io/config.mirror annotation)", podUID)
 	}
 	us := strings.ReplaceAll(podUID, "-", "_")
 	switch qos {
