@@ -66,7 +66,11 @@ FIELDS: dict[str, Field] = {
     "pod": _f("string|null", "pod name"),
     "container": _f("string|null", "container name"),
     "node": _f("string|null", "node (host) name"),
-    "pod_uid": _f("string|null", "pod UID"),
+    "pod_uid": _f(
+        "string|null",
+        "pod UID, as the kubelet names the pod's cgroups (a static pod's: its mirror pod's "
+        "kubernetes.io/config.mirror annotation)",
+    ),
     "container_id": _f("string|null", "container ID as the kubelet reports it (runtime://id)"),
     "qos": _f("string|null", "QoS class", enum=("Guaranteed", "Burstable", "BestEffort", None)),
     "restart_count": _f("integer|null", "the container's restart count at the start", minimum=0),
