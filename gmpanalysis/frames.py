@@ -75,7 +75,8 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     cpu.stat.local throttled time (6.6+) added in the period: the group's run queues
     throttled by its own quota or an ancestor's, summed over CPUs, credited at the
     unthrottling boundary of whichever level froze it; NaN where the samples lack them
-    (cgroup v1, older kernels: ``df.attrs["missing"]`` says why);
+    (cgroup v1, older kernels: ``df.attrs["missing"]`` says why), and in a period a boundary
+    of which falls between reads whose cell is empty;
     ``gomaxprocs`` in force at the start; ``stw_us`` µs of stop-the-world inside the period;
     ``stw_max_us`` µs, longest STW starting in it; ``stw_count``; ``stw_spans_boundary`` bool,
     an STW still open when a throttled period ended (counted whenever that boundary is in the

@@ -230,16 +230,37 @@ def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int, P: i
     out = {}
     n = len(B) - 1
     for c in V2_SIGNALS:
-        if c not in s or s[c].isna().any():
+        v = s[c].to_numpy(dtype=np.float64, na_value=np.nan) if c in s else np.full(len(t), np.nan)
+        have = ~np.isnan(v)
+        if have.sum() < 2:
             out[c] = np.full(n, np.nan)
             continue
-        v = s[c].to_numpy(dtype=np.float64)
+        # cells left empty (a file the sampler could not read at some reads, a damaged CSV):
+        # the reads that have the value serve, and only periods they leave open are NaN
+        tv, v = t[have], v[have]
         if c.startswith("psi_"):
-            out[c] = np.diff(np.interp(B.astype(np.float64), t.astype(np.float64), v))
+            vals = np.diff(np.interp(B.astype(np.float64), tv.astype(np.float64), v))
         else:
-            counters = {k: s[k].to_numpy() for k in CREDITED if k != "throttled_us"}
-            out[c] = credit_boundaries(B, t, {**counters, "throttled_us": v}, margin, P).values["throttled_us"]
+            counters = {k: s[k].to_numpy()[have] for k in CREDITED if k != "throttled_us"}
+            vals = credit_boundaries(B, tv, {**counters, "throttled_us": v}, margin, P).values["throttled_us"]
+        if not have.all():
+            vals = np.where(_left_open(t, have, B), np.nan, vals)
+        out[c] = vals
     return out
+
+
+def _left_open(t: np.ndarray, have: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Per period between the boundaries ``B``: whether a boundary of it falls where reads
+    lacking the value stand between the reads that have it (or beyond the first or last
+    of them), so its value there would be made up of the reads around the gap."""
+    idx = np.flatnonzero(have)
+    k = np.searchsorted(t[idx], B, side="right")  # the first read with the value after B
+    before = idx[np.clip(k - 1, 0, len(idx) - 1)]
+    after = idx[np.clip(k, 0, len(idx) - 1)]
+    # between the two reads with the value around B, a read without it; or B outside them
+    # where reads without it lie beyond
+    gap = (after - before > 1) | ((k == 0) & (idx[0] > 0)) | ((k == len(idx)) & (idx[-1] < len(t) - 1))
+    return gap[:-1] | gap[1:]
 
 
 def _add_requests(df: pd.DataFrame, run: Run) -> None:

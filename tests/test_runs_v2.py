@@ -5,6 +5,7 @@ machine's, at both levels, with the kernel's own signals."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import FIXTURES
 
@@ -226,3 +227,36 @@ def test_the_headline_counts_what_froze_the_process_at_any_level():
     (said,) = findings(gmp.compare_runs([run]))
     assert f"frozen in {row['frozen_pct_wall']:.0f} % of periods" in said and "pod" in said
     assert "another level's quota froze it" in said
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "runs-v2" / "v2-6.12-cpu-0.5cpu-gmp8", ANCESTOR], ids=lambda p: p.name)
+def test_empty_cells_of_the_v2_signals_leave_only_the_periods_they_open_nan(path):
+    """A few reads without cpu.pressure or cpu.stat.local (cells left empty): every other
+    period keeps the value it had, and a period is NaN only where one of its boundaries falls
+    between reads that lack it."""
+    import dataclasses
+
+    run = gmp.load_run(path)
+    rng = np.random.default_rng(5)
+    for level in ("container", "pod"):
+        whole = gmp.df_periods(run, level=level)
+        s = run.samples.copy()
+        rows = np.flatnonzero((s["cgroup"] == level).to_numpy())
+        # some reads anywhere, and the first read after six of the period boundaries
+        t_level = s["t_ns"].to_numpy()[rows]
+        at = np.searchsorted(t_level, rng.choice(whole["start_ns"].to_numpy()[2:-2], size=6, replace=False))
+        blank = np.unique(np.r_[rng.choice(rows[10:-10], size=6, replace=False), rows[at]])
+        for c in ("psi_some_us", "psi_full_us", "local_throttled_us"):
+            s.loc[blank, c] = pd.NA
+        per = gmp.df_periods(dataclasses.replace(run, samples=s), level=level)
+        t = s["t_ns"].to_numpy()
+        # the stretches between the reads either side of a blanked one, where a boundary is left open
+        gaps = [(t[rows[np.searchsorted(rows, b) - 1]], t[rows[np.searchsorted(rows, b) + 1]]) for b in blank]
+        for c in ("psi_some_us", "psi_full_us", "local_throttled_us"):
+            lost = per[c].isna() & whole[c].notna()
+            assert 0 < lost.sum() <= 2 * len(blank) or not whole[c].notna().any()
+            kept = ~lost & whole[c].notna()
+            assert np.array_equal(per.loc[kept, c].to_numpy(), whole.loc[kept, c].to_numpy(), equal_nan=True), c
+            for i in np.flatnonzero(lost.to_numpy()):
+                ends = (per["start_ns"].iloc[i], per["end_ns"].iloc[i])
+                assert any(lo < e < hi for e in ends for lo, hi in gaps), (c, i)
