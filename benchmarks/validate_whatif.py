@@ -160,6 +160,11 @@ README_MARKS = (
 )
 
 
+def readme_body(table: str) -> str:
+    """What the README shows of the table: it without its comment lines."""
+    return "\n".join(x for x in table.splitlines() if not x.startswith("<!--")).strip()
+
+
 def into_readme(table: str) -> bool:
     """The README's copy of the table, between its marks, rewritten (False: no marks there)."""
     text = README.read_text()
@@ -167,8 +172,7 @@ def into_readme(table: str) -> bool:
     if start not in text or end not in text:
         return False
     head, rest = text.split(start, 1)
-    body = "\n".join(x for x in table.splitlines() if not x.startswith("<!--")).strip()
-    README.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+    README.write_text(f"{head}{start}\n{readme_body(table)}\n{end}{rest.split(end, 1)[1]}")
     return True
 
 

@@ -44,6 +44,7 @@ def _pod(deleting: bool = False, uid: str = UID):
             name=NAME,
             namespace="default",
             uid=uid,
+            annotations=None,
             deletion_timestamp="2026-01-01 00:00:04+00:00" if deleting else None,
             labels={"app": "gmp-demoapp"},
         ),

@@ -34,3 +34,18 @@ def test_examples_run_as_pasted(path, monkeypatch):
         code_only = "\n".join(line.split("#")[0] for line in code.splitlines())
         assert "..." not in code_only, f"{name}: block {i} holds a placeholder a reader cannot paste"
         exec(compile(code, f"{name} python block {i}", "exec"), ns)
+
+
+def test_the_readme_s_validation_table_is_the_benchmark_s():
+    """The README shows the what-if's per-regime table between marks that
+    benchmarks/validate_whatif.py --markdown rewrites along with the table's own file: the
+    two say the same."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from validate_whatif import README_MARKS, readme_body
+
+    start, end = README_MARKS
+    shown = (REPO / "README.md").read_text().split(start, 1)[1].split(end, 1)[0].strip()
+    table = (REPO / "docs" / "benchmarks" / "results" / "whatif-regimes.md").read_text()
+    assert shown and shown == readme_body(table)

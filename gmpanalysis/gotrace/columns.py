@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,18 +63,9 @@ def label_dtype(n_names: int) -> type:
     return next(t for t in (np.int8, np.int16, np.int32) if n_names <= np.iinfo(t).max + 1)
 
 
-def running_frame(
-    head: dict[str, np.ndarray],
-    pick: Callable[[np.ndarray], np.ndarray],
-    start: np.ndarray,
-    end: np.ndarray,
-    lab: np.ndarray,
-    names: dict[str, int],
-    is_open: np.ndarray,
-) -> pd.DataFrame:
-    """The running table: ``head`` (g, p, m) and the rest of its columns put in order by
-    ``pick``, each column taken in turn; the label ids (``names``: label -> id) as a
-    category in the labels' order."""
+def running_frame(cols: dict[str, np.ndarray], lab: np.ndarray, names: dict[str, int]) -> pd.DataFrame:
+    """The running table from its columns (g, p, m, start_ns, end_ns, open) and the label
+    ids ``lab`` (``names``: label -> id), which become a category in the labels' order."""
     import pandas as pd
 
     categories = sorted(names)
@@ -83,13 +73,7 @@ def running_frame(
     remap = np.zeros(len(names), dtype=label_dtype(len(names)))
     for name, i in names.items():
         remap[i] = at[name]
-    return pd.DataFrame(
-        {
-            **head,
-            "start_ns": pick(start),
-            "end_ns": pick(end),
-            "label": pd.Categorical.from_codes(pick(remap[lab]), categories=categories),
-            "open": pick(is_open),
-        },
-        copy=False,
-    )
+    frame = {k: cols[k] for k in ("g", "p", "m", "start_ns", "end_ns")}
+    frame["label"] = pd.Categorical.from_codes(remap[lab], categories=categories)
+    frame["open"] = cols["open"]
+    return pd.DataFrame(frame, copy=False)

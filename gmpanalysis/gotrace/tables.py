@@ -539,8 +539,10 @@ class Builder:
         def pick(a: np.ndarray) -> np.ndarray:
             return a if by_time is None else a[by_time]
 
-        head = {"g": pick(cols.pop("g")), "p": pick(cols.pop("p")), "m": pick(m)}
-        return running_frame(head, pick, start, end, cols.pop("lab"), self.names, is_open)
+        # each column put in order in turn, its unordered copy let go before the next
+        ordered = {"g": pick(cols.pop("g")), "p": pick(cols.pop("p")), "m": pick(m), "start_ns": pick(start)}
+        ordered.update(end_ns=pick(end), open=pick(is_open))
+        return running_frame(ordered, pick(cols.pop("lab")), self.names)
 
     def _take_sweeps(self, last_ns: int, final: bool) -> pd.DataFrame:
         """The sweep table of the sweeps taken (see :meth:`take`), by start."""

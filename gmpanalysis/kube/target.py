@@ -28,7 +28,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 def kubelet_uid(pod: Any) -> str | None:
     """The UID the kubelet runs the pod under and names its cgroups after: the API's, or for
     a static pod's mirror, the one its mirror annotation gives."""
-    mirror = (getattr(pod.metadata, "annotations", None) or {}).get(MIRROR_ANNOTATION)
+    mirror = (pod.metadata.annotations or {}).get(MIRROR_ANNOTATION)
     return mirror or pod.metadata.uid
 
 
