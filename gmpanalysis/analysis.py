@@ -28,7 +28,7 @@ from .compare import period_summary
 from .errors import BundleError, MissingDataError
 from .gomaxprocs import effective as effective_gomaxprocs
 from .grid import PeriodGrid, check_period, fit_period_grid, restart_ns, timer_late_ns
-from .levels import level_names, level_run, levels_table, period_changes, table_level
+from .levels import ever_limited, level_names, level_run, levels_table, period_changes, table_level
 from .offsets import period_offsets
 from .periods import build_level, build_periods
 from .periodtrace import stw_periods
@@ -137,7 +137,7 @@ class Analysis:
     def level_table_of(self, name: str) -> pd.DataFrame:
         """A level's own period table (on its own grid), memoised by its analysis."""
         a = self.of_level(name)
-        if a.run.meta.get("quota_us") is None:
+        if not ever_limited(a.run):
             raise MissingDataError(f"{self.run.path}: level {name!r} has no CPU limit, so no period timer")
         return a.level_table
 
@@ -145,7 +145,7 @@ class Analysis:
     def periods(self) -> pd.DataFrame:
         """The per-period table (:func:`gmpanalysis.df_periods`) on the grid of the process's own
         level (or the nearest level above with a quota: :func:`gmpanalysis.levels.table_level`)."""
-        if self.run.meta.get("quota_us") is None and "cgroup" not in self.run.samples:
+        if "cgroup" not in self.run.samples and not ever_limited(self.run):
             raise MissingDataError(
                 f"{self.run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to"
             )

@@ -20,7 +20,7 @@ from .compare import compare_table
 from .errors import GmpError, MissingDataError
 from .grid import PeriodGrid
 from .kernelfacts import kernel_table
-from .levels import level_names
+from .levels import ever_limited, level_names
 from .offsets import period_offsets
 from .periods import build_periods
 from .periodtrace import stw_periods
@@ -182,7 +182,7 @@ def df_kernel(run: Run) -> pd.DataFrame:
     phases = {}
     for name in level_names(run):
         la = analyze(run).of_level(name)
-        if la.run.meta.get("quota_us") is None:
+        if not ever_limited(la.run):
             continue  # no limit, no period timer
         try:
             grid = la.grid  # the level's own fit, memoised

@@ -81,9 +81,25 @@ def table_level(run: Run) -> str:
     above it that has one."""
     names = level_names(run)
     for name in names:
-        if _level_meta(run, name).get("quota_us") is not None:
+        if ever_limited(run, name):
             return name
     return names[0]
+
+
+def ever_limited(run: Run, name: str | None = None) -> bool:
+    """Whether a level (the process's own by default) had a CPU limit at any time of the run:
+    at the start (meta.json), or written in place later (a row of limits.csv). The kernel
+    starts a group's period timer when a quota is first written, so a group that had none at
+    the start has CFS periods from then on."""
+    name = own_level(run) if name is None else name
+    if _level_meta(run, name).get("quota_us") is not None:
+        return True
+    lim = run.limits
+    if lim is None or not len(lim):
+        return False
+    if "cgroup" in lim:
+        lim = lim[lim["cgroup"] == name]
+    return bool(lim["quota_us"].notna().any())
 
 
 def _level_meta(run: Run, name: str) -> dict[str, Any]:
@@ -437,7 +453,7 @@ def levels_table(a: Any) -> pd.DataFrame:
             both = q.notna() & prev.notna()
             changed = (q.isna() != prev.isna()) | (both & q.ne(prev).fillna(False))
             row["quota_changes"] = int((changed & lr.limits["prev_ns"].notna()).sum())
-        if m.get("quota_us") is not None and len(lr.samples):
+        if ever_limited(lr) and len(lr.samples):
             try:
                 g = la.grid
                 per = la.periods

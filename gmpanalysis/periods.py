@@ -20,6 +20,7 @@ from .grid import PeriodGrid, restart_ns
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import (
     add_frozen_columns,
+    ever_limited,
     freezes_of,
     level_names,
     level_run,
@@ -331,7 +332,7 @@ def build_periods(
 def build_level(run: Run, grid: PeriodGrid) -> pd.DataFrame:
     """The table of a single-level run: counters, exhaustion and the trace on ``grid``."""
     s = run.samples
-    if run.meta.get("quota_us") is None:
+    if not ever_limited(run):
         raise MissingDataError(f"{run.path}: no CPU limit (quota_us is null): there are no CFS periods to align to")
     pc = period_changes(run)
     if len(pc):

@@ -18,6 +18,7 @@ from .cfsreplay import SLICE_US
 from .cgroup import bundle_period_us
 from .errors import BundleError, GmpError, MissingDataError
 from .kernelfacts import tick_ns
+from .levels import ever_limited, level_names
 from .served import latency_ms, succeeded
 
 
@@ -39,12 +40,7 @@ def _grid_phase_built(run: Run) -> int:
 
 def _no_quota_built(run: Run) -> bool:
     """No level of the run ever had a quota (meta.json, its levels, limits.csv)."""
-    if run.meta.get("quota_us") is not None:
-        return False
-    if any(lv.get("quota_us") is not None for lv in run.meta.get("levels") or [] if isinstance(lv, dict)):
-        return False
-    lim = run.limits
-    return lim is None or not len(lim) or bool(lim["quota_us"].isna().all())
+    return not any(ever_limited(run, name) for name in level_names(run))
 
 
 def run_periods(run: Run) -> pd.DataFrame:

@@ -79,6 +79,46 @@ def test_short_lab_run_records_real_throttling(bins, tmp_path):
     assert not any(Path(p).exists() for p in m["cgroup_paths"])
 
 
+def test_a_limit_written_onto_a_group_that_had_none(bins, tmp_path):
+    """A group without a limit gets one in place mid-run (``systemctl set-property``, an
+    operator's echo into cpu.max): the kernel starts its period timer then. The periods
+    from then on are tabled, those before carry no quota and count no period, and the
+    counters' deltas are conserved."""
+    cfg = LabConfig(
+        name="t",
+        cpu_limit=None,
+        cpu_limit_after=0.5,
+        resize_at_s=2.0,
+        gomaxprocs=2,
+        workload="cpu",
+        work_ms=20,
+        rate=40,
+        duration_s=5.0,
+        trace_s=0.0,
+    )
+    run = gmp.load_run(run_lab(cfg, tmp_path / "t", bins=bins))
+    assert run.meta["quota_us"] is None
+    assert run.limits["quota_us"].isna().iloc[0] and run.limits["quota_us"].iloc[-1] == 50_000
+    per = gmp.df_periods(run)
+    q = per["quota_us"]
+    before, after = per[q.isna()], per[q.notna()]
+    assert (q.dropna() == 50_000).all() and len(after) >= 20, per[["period", "quota_us"]]
+    # no timer before the limit: no period counted, nothing throttled (the period the limit
+    # was written in may be: the write fills the pool with a whole quota at once)
+    changed = before["reason"].fillna("").str.contains("limit changed")
+    assert 1 <= changed.sum() <= 2, before[["period", "reason"]]  # a read may straddle a boundary
+    assert (before[~changed]["nr_periods"] == 0).all() and not before[~changed]["throttled"].fillna(False).any()
+    # (the timer stops again once the group idles a whole period: after the load, say)
+    assert after["nr_periods"].isin([0, 1]).all() and after["nr_periods"].sum() >= 20
+    assert int(after["throttled"].sum()) >= 10
+    assert after["exhausted_at_us"].dropna().between(0, 100_000).all()
+    for r in gmp.df_conservation(per).itertuples(index=False):
+        assert r.rows + r.groups + r.outside == pytest.approx(r.delta, abs=1e-6 * max(1.0, abs(r.delta))), r
+    lv = gmp.df_levels(run).iloc[0]
+    assert lv["quota_changes"] == 1 and lv["quota_last_us"] == 50_000 and lv["periods"] == len(per)
+    assert gmp.period_summary(per)["throttled_pct_active"] > 0
+
+
 def test_ctrl_c_cleans_up(bins, tmp_path):
     """SIGINT mid-run: processes ended by PID, cgroup removed, what was collected kept."""
     out = tmp_path / "b"

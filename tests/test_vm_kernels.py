@@ -149,6 +149,10 @@ def test_without_apt_lists_the_newest_cached_kernel_is_used(tmp_path, monkeypatc
     monkeypatch.setenv("GMP_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(kernels, "debian_package", no_lists)
     monkeypatch.setattr(kernels, "build_initramfs", lambda moddir, dest: dest.write_bytes(b""))
+    # the initramfs is stamped with busybox's mtime: a stand-in file, so the test runs where
+    # busybox-static is not installed
+    (tmp_path / "busybox").write_bytes(b"")
+    monkeypatch.setattr(kernels, "BUSYBOX", str(tmp_path / "busybox"))
     said = []
     k = kernels.ensure_kernel("6.12", said.append)
     assert k.package == "linux-image-6.12.117+deb12-amd64" and k.release == "6.12.117+deb12-amd64"

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import BundleError, GmpError, UsageError
+from ..levels import ever_limited
 from ..location import fs_of
 from .pool import Pool
 from .store import BUNDLES, DERIVED, PARTS, glob_root, list_bundles, newest_first, partition_path
@@ -227,7 +228,7 @@ def _advice(run: Any) -> tuple[str | None, float, float]:
     replay applies (a limited run with a CPU count)."""
     from ..advise import advise
 
-    if run.meta.get("quota_us") is None or not run.meta.get("ncpu"):
+    if not ever_limited(run) or not run.meta.get("ncpu"):
         return None, math.nan, math.nan
     try:
         t = advise(run, objective="throttle", bursts=(0.0,))  # the fleet reports limit and GOMAXPROCS
