@@ -145,24 +145,58 @@ def parse_csv(
         if c in header:
             dtypes[c] = t
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # pandas' cast warnings before its error
-            df = pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
+        df = _read_csv(data, dtypes)
     except (ValueError, OverflowError, TypeError, pd.errors.ParserError) as e:
-        # pandas names neither the line nor the value (TypeError: a non-integer in a nullable
-        # integer column): find them
-        found = _first_bad_line(data, header, dtypes)
-        where, what = found if found else ("somewhere", "")
-        raise BundleError(
-            f"{source} {where}: malformed row{what or f' ({str(e)[:200]})'}; every row needs {len(header)} "
-            f"fields and integers/numbers in {','.join(columns)}. Remove or fix that line."
-        ) from None
+        df = _without_glued_lines(data, source, header, dtypes)
+        if df is None:
+            # pandas names neither the line nor the value (TypeError: a non-integer in a
+            # nullable integer column): find them
+            found = _first_bad_line(data, header, dtypes)
+            where, what = found if found else ("somewhere", "")
+            raise BundleError(
+                f"{source} {where}: malformed row{what or f' ({str(e)[:200]})'}; every row needs {len(header)} "
+                f"fields and integers/numbers in {','.join(columns)}. Remove or fix that line."
+            ) from None
     bad = df[list(columns)].isna().any(axis=1).to_numpy()
     if bad.any():
         line = int(np.flatnonzero(bad)[0]) + 2
         raise BundleError(f"{source} line {line}: empty field(s) in a required column; fix or remove that line.")
     _check_ranges(df, source, ranges or {})
     return df, truncated
+
+
+def _read_csv(data: bytes, dtypes: dict[str, Any]) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # pandas' cast warnings before its error
+        return pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
+
+
+def _without_glued_lines(data: bytes, source: str, header: list[str], dtypes: dict[str, Any]) -> pd.DataFrame | None:
+    """The rows of a file a writer was stopped in, mid-line, and then restarted on (it
+    appends): its first row then stands on the cut line, which has more fields than the
+    header. Such lines are dropped (a cut row and the one read glued to it: the counters
+    are cumulative, so the reads around them hold every increment) with a
+    :class:`TruncatedLineWarning`; None where the file has no such line or other bad ones
+    (the caller names the first). Only on the error path, so a loop is fine."""
+    lines = data.split(b"\n")
+    glued = [i for i in range(1, len(lines)) if lines[i].count(b",") >= len(header)]
+    if not glued:
+        return None
+    drop = set(glued)
+    kept = b"\n".join(ln for i, ln in enumerate(lines) if i not in drop)
+    try:
+        df = _read_csv(kept, dtypes)
+    except (ValueError, OverflowError, TypeError, pd.errors.ParserError):
+        return None
+    where = ", ".join(str(i + 1) for i in glued[:5]) + (f" and {len(glued) - 5} more" if len(glued) > 5 else "")
+    warnings.warn(
+        f"{source} line(s) {where}: a row cut off by a writer stopped mid-line, with the first row of the "
+        f"restarted writer appended to it ({len(header)} fields expected, more found); dropped, "
+        f"{len(df)} whole rows kept",
+        TruncatedLineWarning,
+        stacklevel=5,
+    )
+    return df
 
 
 def _check_ranges(df: pd.DataFrame, source: str, ranges: dict[str, tuple[float, float]]) -> None:

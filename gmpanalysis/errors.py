@@ -102,7 +102,9 @@ class GmpWarning(UserWarning):
 
 
 class TruncatedLineWarning(GmpWarning):
-    """A CSV's last line had no newline (its writer stopped mid-line) and was dropped."""
+    """A CSV line its writer was stopped in the middle of was dropped: the last line, without
+    its newline, or a line a restarted writer appended its first row to (more fields than
+    the header)."""
 
 
 class TruncatedTraceWarning(GmpWarning):

@@ -100,6 +100,19 @@ def test_truncated_last_line_is_dropped_and_reported(cut):
     assert df["t_ns"].iloc[-1] == 1_000_000_000 + 298 * 997_000
 
 
+@pytest.mark.parametrize("keep", range(16, 44))
+def test_a_row_glued_onto_a_cut_one_is_dropped_and_reported(keep):
+    """A writer stopped mid-row and restarted on the file (collectors append): its first row
+    stands on the cut line. Cut anywhere past the first field (more fields than the header),
+    the glued line goes, with a note naming it, and every other row stays."""
+    lines = GOOD.split(b"\n")
+    data = b"\n".join([*lines[:151], lines[151][:keep] + lines[152], *lines[153:]])
+    with pytest.warns(TruncatedLineWarning, match="line.s. 152: a row cut off"):
+        df = parse_cpu_stat(data, source="x/cpu_stat.csv")
+    want = [1_000_000_000 + i * 997_000 for i in range(300) if i not in (150, 151)]
+    assert df["t_ns"].tolist() == want
+
+
 def test_whole_file_has_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 
 import pytest
 from conftest import DATA
@@ -87,6 +88,32 @@ def test_appends_without_a_second_header(bins, tmp_path):
     r, out = sample(bins, root, "g")
     assert r.returncode == 0
     assert out.read_text().count("t_ns") == 1
+
+
+def test_a_restart_after_a_cut_line_appends_whole_rows(bins, tmp_path):
+    """A sampler killed mid-row (a full disk, a node that lost power) and started again on the
+    same files: the cut line of each file (samples, limits, /proc/stat rows) is cut off before
+    the new rows, so the file reads whole, without a row glued onto a cut one."""
+    root = tree(tmp_path, 2)
+    extra = ("--limits-out", str(tmp_path / "limits.csv"), "--host-stat", str(tmp_path / "host_stat.csv"))
+    r, out = sample(bins, root, "g", extra=extra)
+    assert r.returncode == 0, r.stderr
+    files = [out, tmp_path / "limits.csv", tmp_path / "host_stat.csv"]
+    rows = {}
+    for f in files:
+        b = f.read_bytes()
+        f.write_bytes(b[:-7])  # cut inside the last row
+        rows[f] = b.count(b"\n") - 2  # whole rows left, the header aside
+    r, _ = sample(bins, root, "g", extra=extra)
+    assert r.returncode == 0, r.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gmp.GmpWarning)  # no line dropped, none glued
+        df = gmp.read_cpu_stat(out)
+        lim = gmp.read_limits(tmp_path / "limits.csv")
+        hs = gmp.read_host_stat(tmp_path / "host_stat.csv")
+    for f, d in zip(files, (df, lim, hs), strict=True):
+        assert len(d) > rows[f] and f.read_bytes().count(b"\n") == len(d) + 1, f
+    assert df["t_ns"].is_monotonic_increasing
 
 
 def test_unknown_cgroup_is_a_clear_error(bins, tmp_path):

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gmpanalysis/gmpanalysis/collectors/demoapp"
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/bundle"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"golang.org/x/sys/unix"
 )
@@ -138,6 +139,9 @@ func openOut(path string) (*os.File, bool, error) {
 		}
 		_, err := os.Stdout.WriteString(header)
 		return os.Stdout, true, err
+	}
+	if _, err := bundle.DropCutLine(path); err != nil {
+		return nil, false, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/bundle"
 	"golang.org/x/sys/unix"
 )
 
@@ -174,6 +175,10 @@ func openHostStat(dest string, every int64) (*hostStat, error) {
 	if dest == "stderr" {
 		h.w, h.json = os.Stderr, true
 		return h, nil
+	}
+	if _, err := bundle.DropCutLine(dest); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("host stat output: %w", err)
 	}
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {

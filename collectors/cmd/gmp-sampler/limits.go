@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/bundle"
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
@@ -75,6 +76,9 @@ func openLimitsSeries(dest string, every int64, sum *limitsSummary) (*limitsSeri
 	if dest == "stderr" {
 		ls.w, ls.json = os.Stderr, true
 		return ls, nil
+	}
+	if _, err := bundle.DropCutLine(dest); err != nil {
+		return nil, fmt.Errorf("limits output: %w", err)
 	}
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gmpanalysis/gmpanalysis/collectors/internal/bundle"
 	"github.com/gmpanalysis/gmpanalysis/collectors/internal/cgroup"
 )
 
@@ -53,6 +54,9 @@ func wantColumns(targets []*target) columns {
 func openOutput(path string, want columns) (*os.File, columns, error) {
 	if path == "-" {
 		return writeHeader(os.Stdout, want)
+	}
+	if _, err := bundle.DropCutLine(path); err != nil {
+		return nil, columns{}, fmt.Errorf("cannot append to output: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {

@@ -109,7 +109,8 @@ func TestAppendRowSignals(t *testing.T) {
 
 // TestOpenOutputColumns: a new file gets the header of the columns asked for; an existing
 // one keeps its header's columns, whatever this run's targets have; a header the sampler
-// does not write, or one without the cgroup column for several targets, is refused.
+// does not write, or one without the cgroup column for several targets, is refused; a last
+// line cut by a killed sampler is cut off, so the next row starts a line of its own.
 func TestOpenOutputColumns(t *testing.T) {
 	none, sig := columns{}, columns{signals: true}
 	multi, sigMulti := columns{cgroup: true}, columns{signals: true, cgroup: true}
@@ -119,6 +120,7 @@ func TestOpenOutputColumns(t *testing.T) {
 		want     columns
 		got      columns
 		refused  string
+		after    *string // the file once opened, where not as it was
 	}{
 		{name: "new-v1", want: none, got: none},
 		{name: "new-v2", want: sig, got: sig},
@@ -130,6 +132,8 @@ func TestOpenOutputColumns(t *testing.T) {
 		{name: "one-target-file-several", existing: ptr(csvHeader + "\n"), want: multi, refused: "no cgroup column"},
 		{name: "foreign-header", existing: ptr("a,b,c\n1,2,3\n"), want: none, refused: "not match its columns"},
 		{name: "header-cut", existing: ptr("t_ns,read_ns,usage_us"), want: none, refused: "not match its columns"},
+		{name: "cut-row", existing: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n2,2,2"), want: none, got: none,
+			after: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n")},
 		{name: "longer-header", existing: ptr(csvHeader + signalsHeader + ",extra_us\n"), want: sig, refused: "not match"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,8 +163,11 @@ func TestOpenOutputColumns(t *testing.T) {
 			if c.existing == nil && string(b) != c.want.header()+"\n" {
 				t.Errorf("new file %q", b)
 			}
+			if c.after != nil {
+				before = *c.after
+			}
 			if c.existing != nil && string(b) != before {
-				t.Errorf("existing file changed: %q", b)
+				t.Errorf("existing file is %q, want %q", b, before)
 			}
 		})
 	}

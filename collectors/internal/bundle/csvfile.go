@@ -1,0 +1,58 @@
+package bundle
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
+
+// DropCutLine readies an existing CSV file at path for appending: a writer killed mid-write
+// (a full disk, a node that lost power) leaves a last line without its newline, and the
+// first row appended after a restart would be glued onto it, one line of two rows that no
+// reader can take. The cut line, never a whole row, is cut off, so the file ends where its
+// last whole row ends and the appended rows start on a line of their own. A file without any
+// newline (a cut header) is left as it is for the caller's header check; a missing file, an
+// empty one or one that is not a regular file (a pipe, /dev/stdout) is left alone. Returns
+// the bytes cut off.
+func DropCutLine(path string) (int64, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		return 0, nil
+	}
+	size := st.Size()
+	buf := make([]byte, 1)
+	if _, err := f.ReadAt(buf, size-1); err != nil {
+		return 0, fmt.Errorf("%s: reading its last byte: %w", path, err)
+	}
+	if buf[0] == '\n' {
+		return 0, nil
+	}
+	// the last newline: rows are short, so a few small reads back from the end find it
+	buf = make([]byte, 4096)
+	for end := size; end > 0; {
+		start := max(end-int64(len(buf)), 0)
+		n, err := f.ReadAt(buf[:end-start], start)
+		if err != nil {
+			return 0, fmt.Errorf("%s: reading its last line: %w", path, err)
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			keep := start + int64(i) + 1
+			if err := f.Truncate(keep); err != nil {
+				return 0, fmt.Errorf("%s: cutting off its incomplete last line: %w", path, err)
+			}
+			return size - keep, nil
+		}
+		end = start
+	}
+	return 0, nil
+}
