@@ -42,7 +42,7 @@ from .bundlefiles import parse_cpu_stat as parse_cpu_stat
 from .bundlefiles import parse_host_stat as parse_host_stat
 from .bundlefiles import parse_limits as parse_limits
 from .bundlefiles import parse_requests as parse_requests
-from .errors import BundleError, ForeignTraceError, GmpWarning, NotFoundError
+from .errors import BundleError, ForeignTraceError, GmpWarning, NotFoundError, TraceFormatError
 from .errors import TruncatedLineWarning as TruncatedLineWarning
 from .goversion import go_minor
 from .grid import restart_ns
@@ -95,7 +95,11 @@ class Run:
         check_regular(self.trace_path)  # replaced since loading: a FIFO would block the reader
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GmpWarning)
-            tr = read_trace(self.trace_path, tables=tables)
+            try:
+                tr = read_trace(self.trace_path, tables=tables)
+            except TraceFormatError as e:
+                advice = NO_TRACE_ADVICE.format(name=self.trace_path.name, path=self.path)
+                raise TraceFormatError(f"{e}{advice}") from None
         check_trace_belongs(self, tr)
         for w in caught:
             if issubclass(w.category, GmpWarning) and str(w.message) not in self.notes:
@@ -115,6 +119,13 @@ class Run:
             f"requests={None if self.requests is None else len(self.requests)}, "
             f"trace={'yes' if self.trace_path else 'no'})"
         )
+
+
+# what a run's unreadable trace leaves a user to do (without_trace, which does it, drops it)
+NO_TRACE_ADVICE = (
+    ". The periods, freezes and advice need no trace: move {name} out of {path} to analyse the run "
+    "without it (the gmpanalysis commands go on without it themselves, with a note)"
+)
 
 
 # The trace format version (the header's "go 1.N trace") each Go release writes: Go 1.24
@@ -356,7 +367,8 @@ def without_trace(run: Run, why: Exception) -> Run:
     trace's columns are empty."""
     out = dataclasses.replace(run, trace_path=None)
     out._trace = None
-    note = f"{run.trace_path}: cannot be used ({why}); analysed without the trace (its STW and GC columns are empty)"
+    what = str(why).removesuffix(NO_TRACE_ADVICE.format(name=run.trace_path.name, path=run.path))
+    note = f"{run.trace_path}: cannot be used ({what}); analysed without the trace (its STW and GC columns are empty)"
     out.notes = [*run.notes, note]
     return out
 

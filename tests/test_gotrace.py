@@ -158,6 +158,59 @@ def test_truncated_warning_names_the_offset():
     assert tr.meta["truncated"] is not None and tr.meta["generations"] == 1
 
 
+@pytest.mark.parametrize("name", ["tiny-go1.22.trace", "tiny-go1.26.trace"])
+def test_a_tail_of_zeros_is_a_cut(name):
+    """A crash after the file's size grew but before its last pages reached the disk leaves
+    zero bytes in their place: at every offset from the last generation's start on, the
+    bytes from there are zeros (the size kept, and grown by 4 KiB), and the complete
+    generations before them are read, with a warning that says so."""
+    from gmpanalysis.gotrace.wire import ZERO_TAIL_MIN, split_generations, zero_run_start
+
+    data = (FIXTURES / "traces" / name).read_bytes()
+    full = read_trace(data)
+    gens, _ = split_generations(data, full.meta["version"], name)
+    for at in range(gens[-1].start, len(data) + 1, 7):
+        for extra in (0, 4096):
+            damaged = data[:at] + bytes(len(data) - at + extra)
+            if damaged == data or zero_run_start(damaged) > len(damaged) - ZERO_TAIL_MIN:
+                continue  # the trace's own zeros at its end, or too few to be told from them
+            with pytest.warns(TruncatedTraceWarning, match=r"zero bytes from offset \d+"):
+                tr = read_trace(damaged)
+            # the first generation stands whole; the last one where the zeros begin past it
+            assert tr.meta["generations"] >= len(gens) - 1
+            assert list(tr.stw.start_ns) == list(full.stw.start_ns[: len(tr.stw)])
+    with pytest.warns(TruncatedTraceWarning, match=rf"ends in 4096 zero bytes from offset {len(data)}"):
+        tr = read_trace(data + bytes(4096))
+    assert tr.meta["generations"] == len(gens) and list(tr.stw.start_ns) == list(full.stw.start_ns)
+
+
+def test_two_traces_in_one_file_are_named_as_such():
+    data = (FIXTURES / "traces" / "tiny-go1.26.trace").read_bytes()
+    with pytest.raises(gmp.TraceFormatError, match=rf"offset {len(data)}: a second trace's header \('go 1.26 trace'\)"):
+        read_trace(data + data)
+
+
+def test_a_run_s_unreadable_trace_says_what_to_do(tmp_path):
+    """The library names the way on (the counters need no trace); the command line takes it
+    itself, and its note keeps the damage, not the advice."""
+    import shutil
+
+    d = tmp_path / "run"
+    shutil.copytree(RUNS[0], d)
+    with open(d / "trace.out", "ab") as f:
+        f.write(b"\x07" * 100)
+    run = gmp.load_run(d)
+    with pytest.raises(gmp.TraceFormatError, match=r"found 0x07.*move trace.out out of .* without it"):
+        gmp.df_periods(run)
+    from gmpanalysis.bundle import without_trace
+
+    with pytest.raises(gmp.TraceFormatError) as caught:
+        run.trace  # noqa: B018
+    bare = without_trace(run, caught.value)
+    assert "found 0x07" in bare.notes[-1] and "move trace.out" not in bare.notes[-1]
+    assert len(gmp.df_periods(bare)) > 10
+
+
 def test_mutations_raise_only_trace_format_errors():
     """A seeded sample of byte mutations; benchmarks/fuzz_trace.py runs 100 000 and more."""
     rng = random.Random(7)

@@ -278,7 +278,7 @@ def parse_trace(
         if release is not None:
             release(chunk[-1].end)
     truncated_at = splitter.truncated_at
-    _warn_damage(source, len(data), truncated_at, info)
+    _warn_damage(source, len(data), truncated_at, info, splitter.zero_tail)
     built = builder.finish(info["last_ns"] or 0)
     del builder
     trim()
@@ -362,7 +362,7 @@ def _iter_generations(
             yield held
         held = GoTrace(meta=meta, **got)
     del buf
-    _warn_damage(source, len(data), splitter.truncated_at, info)
+    _warn_damage(source, len(data), splitter.truncated_at, info, splitter.zero_tail)
     if held is not None:
         rest = builder.take(info["last_ns"] or 0, final=True)
         for name, df in rest.items():
@@ -373,12 +373,20 @@ def _iter_generations(
         yield held
 
 
-def _warn_damage(source: str, size: int, truncated_at: int | None, info: dict[str, Any]) -> None:
-    """After a read: a cut in a generation, and threads' clocks that went back."""
-    if truncated_at is not None:
+def _warn_damage(
+    source: str, size: int, truncated_at: int | None, info: dict[str, Any], zeros: int | None = None
+) -> None:
+    """After a read: a cut in a generation or a tail of zero bytes (from ``zeros`` on), and
+    threads' clocks that went back."""
+    if truncated_at is not None or zeros is not None:
+        how = (
+            f"ends inside a generation at offset {truncated_at} (of {size} bytes)"
+            if zeros is None
+            else f"ends in {size - zeros} zero bytes from offset {zeros} (what a file system leaves of data a "
+            "crash kept from reaching the disk)"
+        )
         warnings.warn(
-            f"{source}: trace ends inside a generation at offset {truncated_at} (of {size} bytes); "
-            f"the {info['generations_seen']} complete generation(s) before it were read",
+            f"{source}: trace {how}; the {info['generations_seen']} complete generation(s) before it were read",
             TruncatedTraceWarning,
             stacklevel=4,
         )
@@ -446,8 +454,10 @@ def read_trace(
     Times are the raw wire timestamps × 1e9/frequency: on Linux, CLOCK_MONOTONIC ns in
     steps of 64 ns, with none of the reordering nudges Go's own reader applies.
     A file cut inside a generation yields the complete generations before the cut, a
-    :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset; a corrupt or
-    unsupported file raises :class:`TraceFormatError` naming the offset.
+    :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset; so does a file
+    that ends in zero bytes where its framing breaks (what a crash leaves of data that never
+    reached the disk); a corrupt or unsupported file raises :class:`TraceFormatError`
+    naming the offset.
 
     The file is read a group of generations at a time (a piece of its batches at a time with
     the compiled code), mapped rather than copied; it must not shrink while it is read.

@@ -120,15 +120,20 @@ class GenerationSplitter:
 
     A generation is complete when the next one begins (a batch of another generation, or the
     EndOfGeneration byte of Go >= 1.26), or, before 1.26, when the file ends cleanly after it.
-    A cut anywhere else drops the generation it falls in and reports where.
+    A cut anywhere else drops the generation it falls in and reports where. Zero bytes to
+    the end of the file, where they break the framing, are taken as its end (``zero_tail``:
+    where they begin): what a file system leaves of the data a crash kept from reaching the
+    disk once the file's size had grown. Beginning where a batch would, they end the file
+    cleanly there; inside a batch, they cut it.
     """
 
     def __init__(self, data: bytes | memoryview, version: int, source: str) -> None:
         self.data, self.version, self.source = data, version, source
         self.truncated_at: int | None = None
+        self.zero_tail: int | None = None
 
     def __iter__(self):  # noqa: ANN204 (a generator of Generation)
-        data, version, source = self.data, self.version, self.source
+        data, version = self.data, self.version
         n = len(data)
         pos = HEADER_LEN
         cur: list[Batch] = []
@@ -137,8 +142,7 @@ class GenerationSplitter:
         cur_start = pos
         has_eog = version >= 26
         while pos < n:
-            b = data[pos]
-            if b == spec.EV_END_OF_GENERATION and has_eog:
+            if data[pos] == spec.EV_END_OF_GENERATION and has_eog:
                 if cur:
                     yield Generation(cur_gen or 0, cur, cur_start, pos)
                     prev_gen = cur_gen or 0
@@ -146,66 +150,123 @@ class GenerationSplitter:
                 pos += 1
                 cur_start = pos
                 continue
-            batch_at = pos
             try:
-                if b == spec.EV_EVENT_BATCH:
-                    exp = None
-                    p = pos + 1
-                elif b == spec.EV_EXPERIMENTAL_BATCH:
-                    if pos + 1 >= n:
-                        raise _Short
-                    exp = data[pos + 1]
-                    p = pos + 2
-                else:
-                    raise TraceFormatError(
-                        f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is "
-                        "corrupt or was written by an unsupported tracer"
-                    )
-                gen, p = uvarint(data, p, n, source)
-                m, p = uvarint(data, p, n, source)
-                ts, p = uvarint(data, p, n, source)
-                length, p = uvarint(data, p, n, source)
+                batch = self._batch(pos, n, cur_gen, prev_gen)
             except _Short:
-                self.truncated_at = batch_at
+                self.truncated_at = pos
                 return
-            if length > 1 << 20:
-                raise TraceFormatError(
-                    f"{source} offset {batch_at}: batch claims {length} bytes (the runtime writes "
-                    "at most 64 KiB); the trace is corrupt"
-                )
-            if p + length > n:
-                self.truncated_at = batch_at
+            except TraceFormatError:
+                z = zero_run_start(data)
+                if z >= n or z > pos + BATCH_HEADER_MAX:  # no zeros, or not what broke the framing
+                    raise
+                self.zero_tail = z
+                if z < pos:  # zeros inside the batch before: a cut there
+                    self.truncated_at = z
+                    return
+                n = pos  # zeros where a batch begins (or inside its header): the file ends here
+                break
+            if batch is None:
+                self.truncated_at = pos
                 return
-            if cur_gen is not None and gen != cur_gen:
-                if has_eog:
-                    raise TraceFormatError(
-                        f"{source} offset {batch_at}: batch of generation {gen} inside generation {cur_gen} "
-                        "without an end-of-generation marker; the trace is corrupt"
-                    )
-                yield Generation(cur_gen, cur, cur_start, batch_at)
+            if cur_gen is not None and batch.gen != cur_gen:
+                yield Generation(cur_gen, cur, cur_start, pos)
                 prev_gen = cur_gen
                 cur, cur_gen = [], None
-                cur_start = batch_at
-            if gen == 0 or gen > MAX_GENERATION:
-                raise TraceFormatError(
-                    f"{source} offset {batch_at}: generation {gen} does not exist (they count from 1, one a "
-                    "second); the trace is corrupt"
-                )
-            if cur_gen is None and gen <= prev_gen:
-                # Go's reader refuses this too; reading on would mix two generations' string tables
-                raise TraceFormatError(
-                    f"{source} offset {batch_at}: generation {gen} after generation {prev_gen}; generations "
-                    "only count up, so the trace is corrupt or pieced together from several files"
-                )
-            cur_gen = gen
-            cur.append(Batch(gen, m, ts, p, p + length, exp, batch_at))
-            pos = p + length
+                cur_start = pos
+            cur_gen = batch.gen
+            cur.append(batch)
+            pos = batch.end
+        if cur and self.zero_tail is None and len(data) - (z := zero_run_start(data)) >= ZERO_TAIL_MIN:
+            # zeros to the end inside the last batch: no event is encoded so (see ZERO_TAIL_MIN)
+            self.truncated_at = self.zero_tail = z
+            return
         if has_eog and cur:
             # Go >= 1.26 ends every generation with the marker: one without it was cut off
             self.truncated_at = cur[-1].end
             return
         if cur:
             yield Generation(cur_gen or 0, cur, cur_start, pos)
+
+    def _batch(self, pos: int, n: int, cur_gen: int | None, prev_gen: int) -> Batch | None:
+        """The batch whose header is at pos (None: the file ends inside it); raises
+        :class:`TraceFormatError` where there is none, ``_Short`` where its header is cut."""
+        data, source = self.data, self.source
+        b = data[pos]
+        if b == spec.EV_EVENT_BATCH:
+            exp = None
+            p = pos + 1
+        elif b == spec.EV_EXPERIMENTAL_BATCH:
+            if pos + 1 >= n:
+                raise _Short
+            exp = data[pos + 1]
+            p = pos + 2
+        elif bytes(data[pos : pos + 5]) == b"go 1.":
+            raise TraceFormatError(
+                f"{source} offset {pos}: a second trace's header ({bytes(data[pos : pos + 13]).decode('latin-1')!r}) "
+                "begins here: two "
+                f"traces were written into one file; split it there (head -c {pos}, tail -c +{pos + 1}) to read each"
+            )
+        else:
+            raise TraceFormatError(
+                f"{source} offset {pos}: expected a batch (byte 0x01) but found 0x{b:02x}; the trace is "
+                "corrupt or was written by an unsupported tracer"
+            )
+        gen, p = uvarint(data, p, n, source)
+        m, p = uvarint(data, p, n, source)
+        ts, p = uvarint(data, p, n, source)
+        length, p = uvarint(data, p, n, source)
+        if length > 1 << 20:
+            raise TraceFormatError(
+                f"{source} offset {pos}: batch claims {length} bytes (the runtime writes "
+                "at most 64 KiB); the trace is corrupt"
+            )
+        if p + length > n:
+            return None
+        if cur_gen is not None and gen != cur_gen and self.version >= 26:
+            raise TraceFormatError(
+                f"{source} offset {pos}: batch of generation {gen} inside generation {cur_gen} "
+                "without an end-of-generation marker; the trace is corrupt"
+            )
+        if gen == 0 or gen > MAX_GENERATION:
+            raise TraceFormatError(
+                f"{source} offset {pos}: generation {gen} does not exist (they count from 1, one a "
+                "second); the trace is corrupt"
+            )
+        last = prev_gen if cur_gen is None or gen == cur_gen else cur_gen
+        if (cur_gen is None or gen != cur_gen) and gen <= last:
+            # Go's reader refuses this too; reading on would mix two generations' string tables
+            raise TraceFormatError(
+                f"{source} offset {pos}: generation {gen} after generation {last}; generations "
+                "only count up, so the trace is corrupt or pieced together from several files"
+            )
+        return Batch(gen, m, ts, p, p + length, exp, pos)
+
+
+# the most bytes a batch header takes: its type (and an experimental batch's kind), and four
+# varints of up to 10 bytes each
+BATCH_HEADER_MAX = 2 + 4 * 10
+
+
+# zero bytes to the end of the file, as many as this, inside a batch are taken as damage: an
+# event begins with its type byte, never 0, and its arguments are a few varints, so only a
+# string of NUL bytes could encode so many; a crash leaves whole blocks of them (512 bytes and
+# up). Fewer are left to the decoder, which refuses them where they break an event.
+ZERO_TAIL_MIN = 64
+
+
+def zero_run_start(data: bytes | memoryview) -> int:
+    """Where the zero bytes that run to the end of ``data`` begin (its length: none), read
+    back from the end a MiB at a time (only on an error path, or once at the end)."""
+    step = 1 << 20
+    zeros = bytes(step)
+    end = len(data)
+    while end > 0:
+        a = max(end - step, 0)
+        piece = bytes(data[a:end])
+        if piece != zeros[: end - a]:
+            return a + len(piece.rstrip(b"\0"))
+        end = a
+    return 0
 
 
 @dataclasses.dataclass
