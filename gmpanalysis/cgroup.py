@@ -45,6 +45,16 @@ def bundle_period_us(meta: dict) -> int:
     return int(meta.get("period_us") or DEFAULT_PERIOD_US)
 
 
+def bundle_cpus(meta: dict) -> int | None:
+    """The CPUs a bundle's process could run on: the node's (``ncpu``), or fewer where its
+    threads' affinity allowed fewer (``cpus_allowed``: a cpuset, taskset). The quota can be
+    spent on that many CPUs at once, so many run queues can be throttled, and the Go
+    runtime counts as many for GOMAXPROCS. None: neither recorded. The one place the two
+    are put together."""
+    vals = [v for v in (meta.get("ncpu"), meta.get("cpus_allowed")) if isinstance(v, int) and v > 0]
+    return min(vals) if vals else None
+
+
 MIN_PERIOD_US, MAX_PERIOD_US = 1_000, 1_000_000
 MIN_QUOTA_US, MAX_QUOTA_US = 1_000, (1 << 44) - 1  # the kernel's max_cfs_runtime, in µs
 # Without a quota the kernel checks a burst only against the µs -> ns conversion

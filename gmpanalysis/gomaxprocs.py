@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
-from .cgroup import DEFAULT_PERIOD_US
+from .cgroup import DEFAULT_PERIOD_US, bundle_cpus
 from .goversion import go_minor, go_version_of
 
 RULES = ("env", "go1.25 default", "NumCPU", "automaxprocs", "downward API")
@@ -117,7 +117,7 @@ def df_gomaxprocs(run: Run) -> pd.DataFrame:
     from .levels import level_names, limit_series
 
     m = run.meta
-    ncpu = m.get("ncpu") if isinstance(m.get("ncpu"), int) else None
+    ncpu = bundle_cpus(m)  # what the runtime counts as NumCPU: its affinity
     env = m.get("gomaxprocs_env")
     names = level_names(run)
     own = names[0]

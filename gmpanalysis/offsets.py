@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
-from .cgroup import bundle_period_us
+from .cgroup import bundle_cpus, bundle_period_us
 from .errors import UsageError
 from .gomaxprocs import effective as effective_gomaxprocs
 from .intervals import known_true
@@ -71,9 +71,9 @@ def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFram
 
 
 def cpus_available(run: Run) -> float:
-    """The most CPUs the group can run on at once: the host's CPUs (meta.json ``ncpu``) and
-    GOMAXPROCS (:attr:`gmpanalysis.Analysis.gomaxprocs`), whichever is known and smaller;
-    NaN when neither is (the analyst's own machine says nothing about the run's)."""
-    m = run.meta
-    vals = [v for v in (m.get("ncpu"), effective_gomaxprocs(run)) if isinstance(v, int | float) and v > 0]
+    """The most CPUs the group can run on at once: the CPUs its threads may use
+    (:func:`gmpanalysis.cgroup.bundle_cpus`) and GOMAXPROCS
+    (:attr:`gmpanalysis.Analysis.gomaxprocs`), whichever is known and smaller; NaN when
+    neither is (the analyst's own machine says nothing about the run's)."""
+    vals = [v for v in (bundle_cpus(run.meta), effective_gomaxprocs(run)) if isinstance(v, int | float) and v > 0]
     return float(min(vals)) if vals else float("nan")

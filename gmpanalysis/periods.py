@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .bundle import Run
+from .cgroup import bundle_cpus
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
 from .grid import PeriodGrid, restart_ns
@@ -88,7 +89,7 @@ def _cpus_throttled(thr_us: np.ndarray, stall: np.ndarray, measurable: np.ndarra
     """Throttled run-queue time over the stall: how many CPUs stood throttled. Each CPU's run
     queue is throttled when its own slice runs out, some before the group's usage goes flat
     at the exhaustion read, so the ratio overshoots (2.04 on 2 CPUs); no more run queues
-    than CPUs (meta.json's ncpu) can stand throttled."""
+    than CPUs its threads may use (:func:`gmpanalysis.cgroup.bundle_cpus`) can stand throttled."""
     cpus = np.where(measurable, thr_us / np.where(measurable, stall, 1), np.nan)
     if isinstance(ncpu, int) and ncpu > 0:
         cpus = np.minimum(cpus, float(ncpu))
@@ -135,7 +136,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
     measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
-    cpus = _cpus_throttled(d_thr_us, stall, measurable, run.meta.get("ncpu"))
+    cpus = _cpus_throttled(d_thr_us, stall, measurable, bundle_cpus(run.meta))
 
     quota, changes = quota_per_period(run, start, end)
     reason = np.full(n, "", dtype=object)

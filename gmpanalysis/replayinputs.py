@@ -15,7 +15,7 @@ import pandas as pd
 from .analysis import analyze
 from .bundle import Run
 from .cfsreplay import SLICE_US
-from .cgroup import bundle_period_us
+from .cgroup import bundle_cpus, bundle_period_us
 from .errors import BundleError, GmpError, MissingDataError
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
@@ -139,8 +139,8 @@ def _settings_built(run: Run) -> dict[str, Any]:
         "quota_us": quota,
         "period_us": a.period_ns // 1000,
         "burst_us": burst,
-        "gomaxprocs": a.gomaxprocs or m.get("ncpu"),
-        "cpus": m.get("ncpu"),
+        "gomaxprocs": a.gomaxprocs or bundle_cpus(m),
+        "cpus": bundle_cpus(m),
         "slice_us": float(m.get("cfs_slice_us") or SLICE_US),
         "hz": 1_000_000_000 // tick_ns(m),
         "outer": outer,

@@ -107,6 +107,12 @@ FIELDS: dict[str, Field] = {
     ),
     "cgroup_paths": _f("array", "the cgroup directories sampled", items="string"),
     "ncpu": _f("integer|null", "CPUs of the node", minimum=1),
+    "cpus_allowed": _f(
+        "integer|null",
+        "CPUs the target's threads may run on (their affinity at the collection's start: a cpuset, such as the "
+        "static CPU manager's, or taskset); null or absent: not recorded, taken as ncpu",
+        minimum=1,
+    ),
     "hz": _f("integer|null", "kernel CONFIG_HZ", minimum=1),
     "user_hz": _f("integer|null", "USER_HZ of /proc/stat", minimum=1),
     # sampler, clock, load, trace

@@ -80,7 +80,10 @@ def test_limits_lines_become_limits_csv_rows_at_once_and_a_new_exec_continues_th
 
 def test_levels_come_from_the_first_exec_container_first():
     meta = {"cgroup_version": None, "cgroup_paths": [], "sampler": {}, "levels": [], "kernel": None, "ncpu": None}
-    record_start(meta, {"cgroups": _cgroups(), "kernel": "6.18.1", "ncpu": 2})
+    cgs = _cgroups()
+    cgs[0]["cpus"], cgs[1]["cpus"] = 1, 2  # the container's threads on 1 CPU of a cpuset
+    record_start(meta, {"cgroups": cgs, "kernel": "6.18.1", "ncpu": 2})
+    assert meta["cpus_allowed"] == 1
     assert [x["level"] for x in meta["levels"]] == ["container", "pod"]
     assert meta["levels"][1] == {
         "level": "pod",

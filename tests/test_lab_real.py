@@ -119,6 +119,40 @@ def test_a_limit_written_onto_a_group_that_had_none(bins, tmp_path):
     assert gmp.period_summary(per)["throttled_pct_active"] > 0
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to leave one out")
+def test_a_process_on_fewer_cpus_than_the_node(bins, tmp_path):
+    """The demo app under taskset's affinity (as under a cpuset: the static CPU manager's
+    exclusive CPUs) runs on 1 of the node's CPUs, with GOMAXPROCS=2 in its environment: the
+    bundle says so, the Go runtime's own rule would give 1, no more than 1 CPU's run queue
+    stands throttled, and the replay of the run's own settings spends the quota on 1 CPU, as
+    the run did (on 2 it would run out in about 25 ms)."""
+    cfg = LabConfig(
+        name="t", cpu_limit=0.5, gomaxprocs=2, workload="cpu", work_ms=20, rate=40, duration_s=4.0, trace_s=0.0
+    )
+    keep = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(keep)})  # inherited by every process the lab starts
+    try:
+        run = gmp.load_run(run_lab(cfg, tmp_path / "t", bins=bins))
+    finally:
+        os.sched_setaffinity(0, keep)
+    m = run.meta
+    assert m["cpus_allowed"] == 1 and m["ncpu"] == os.cpu_count()
+    # the sampler finds the same in the cgroup (what a kube collection records)
+    assert m["sampler"]["cgroups"][0]["cpus"] == 1
+    # Go >= 1.25 unset: min(NumCPU, max(2, ceil(limit))), NumCPU its affinity; here pinned
+    assert m["gomaxprocs_effective"] == 2
+    g = gmp.df_gomaxprocs(run)
+    assert (g["go1.25 default"] == 1).all() and (g["NumCPU"] == 1).all()
+    per = gmp.df_periods(run)
+    thr = per[per["throttled"].fillna(False)]
+    assert len(thr) >= 10 and (thr["cpus_throttled"].dropna() <= 1.0).all()
+    w = gmp.what_if(run)
+    wt = w[w["throttled"].fillna(False)]
+    assert (wt["cpus_throttled"].dropna() <= 1.0).all()
+    # one CPU spends 50 ms of quota in no less than 50 ms
+    assert wt["exhausted_at_us"].median() >= 45_000 and thr["exhausted_at_us"].median() >= 45_000
+
+
 def test_ctrl_c_cleans_up(bins, tmp_path):
     """SIGINT mid-run: processes ended by PID, cgroup removed, what was collected kept."""
     out = tmp_path / "b"

@@ -224,12 +224,15 @@ def record_start(meta: dict[str, Any], facts: dict[str, Any]) -> None:
     exec the levels (each with the bandwidth settings the kernel holds at the start: period,
     quota, burst; the process's own cgroup first) and the own cgroup's as the bundle's
     limits. A later exec (a restarted container: a new cgroup) does not replace them; its
-    facts are kept in ``sampler.execs``. Also the node's kernel and CPU count."""
+    facts are kept in ``sampler.execs``. Also the CPUs the container's threads may run on,
+    the node's kernel and CPU count."""
     cgs = [c for c in facts.get("cgroups") or () if isinstance(c, dict)]
     first = not meta.get("levels")
     levels = []
     for i, c in enumerate(cgs):
         meta["cgroup_version"] = c.get("version", meta.get("cgroup_version"))
+        if i == 0 and first and isinstance(c.get("cpus"), int) and c["cpus"] > 0:
+            meta["cpus_allowed"] = c["cpus"]  # the container's threads' CPUs (a cpuset)
         paths = meta.setdefault("cgroup_paths", [])
         if c.get("path") and c["path"] not in paths:
             paths.append(c["path"])

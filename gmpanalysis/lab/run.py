@@ -9,6 +9,7 @@ the cgroup, on success, failure or Ctrl-C alike.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -389,6 +390,8 @@ def _app_info(app: subprocess.Popen, meta: dict[str, Any], out: Path, progress: 
         app_pid=app.pid,
         app_addr=addr,
     )
+    with contextlib.suppress(OSError):  # the CPUs its threads may run on (taskset, a cpuset)
+        meta["cpus_allowed"] = len(os.sched_getaffinity(app.pid))
     to_meta(out / "meta.json", meta)
     progress(
         f"gmp-demoapp pid {app.pid} on {addr}: GOMAXPROCS={info['gomaxprocs']} "

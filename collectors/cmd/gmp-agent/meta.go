@@ -78,8 +78,8 @@ func newMeta(cfg *config, t *watched, name string) map[string]any {
 
 // recordSampler puts the sampler's start facts (and at the end its summary) into meta: the
 // cgroups it reads and the bandwidth settings the kernel holds for each (the levels, the
-// container's own first, whose settings are the bundle's limits), the node's kernel and
-// CPUs, and the summary itself under "sampler".
+// container's own first, whose settings are the bundle's limits), the CPUs the container's
+// threads may run on, the node's kernel and CPUs, and the summary itself under "sampler".
 func recordSampler(meta map[string]any, facts map[string]any, final bool) {
 	cgs, _ := facts["cgroups"].([]any)
 	var levels, paths []any
@@ -90,6 +90,9 @@ func recordSampler(meta map[string]any, facts map[string]any, final bool) {
 		}
 		if v, ok := asInt(c["version"]); ok {
 			meta["cgroup_version"] = v
+		}
+		if n, ok := asInt(c["cpus"]); ok && n > 0 && i == 0 {
+			meta["cpus_allowed"] = n // the container's threads' CPUs (a cpuset: the static CPU manager)
 		}
 		if p, ok := c["path"].(string); ok {
 			paths = append(paths, p)

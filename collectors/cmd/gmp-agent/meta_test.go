@@ -61,7 +61,7 @@ func TestSpecsFrom(t *testing.T) {
 }
 
 // The sampler's start line as gmp-sampler --summary stderr writes it (summary.go).
-const startLine = `{"cgroups":[{"name":"container","path":"kubepods/burstable/pod0b6c/0123","version":1,
+const startLine = `{"cgroups":[{"name":"container","path":"kubepods/burstable/pod0b6c/0123","version":1,"cpus":4,
  "limits":{"period_us":100000,"quota_us":50000,"burst_us":0}},{"name":"pod","path":"kubepods/burstable/pod0b6c",
  "version":1,"limits":{"period_us":100000,"quota_us":null,"burst_us":0}}],"interval_ns":997000,"policy":"SCHED_FIFO",
  "mono_start_ns":9007199254740993,"user_hz":100,"kernel":"6.1.0","ncpu":2}`
@@ -88,7 +88,8 @@ func TestMetaFollowsTheSchema(t *testing.T) {
 	}
 	recordSampler(m, facts, false)
 	check("after the sampler's start line")
-	if m["quota_us"] != int64(50000) || m["cgroup_version"] != int64(1) || len(m["levels"].([]any)) != 2 {
+	if m["quota_us"] != int64(50000) || m["cgroup_version"] != int64(1) || len(m["levels"].([]any)) != 2 ||
+		m["cpus_allowed"] != int64(4) {
 		t.Fatalf("meta %v", m)
 	}
 	// a monotonic time past 2^53 stays exact

@@ -211,6 +211,12 @@ func (s *sampler) finish() {
 	for i, t := range s.targets {
 		if i < len(s.sum.Cgroups) {
 			addReads(s.sum.Cgroups[i], t)
+			if _, ok := s.sum.Cgroups[i]["cpus"]; !ok {
+				// a cgroup the process joined after the start: its CPUs now
+				if n := cgroup.CPUs(t.Dir); n > 0 {
+					s.sum.Cgroups[i]["cpus"] = n
+				}
+			}
 		}
 	}
 	end := monoNs()

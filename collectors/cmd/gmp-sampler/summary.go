@@ -143,6 +143,11 @@ func cgroupInfo(t *target) map[string]any {
 	if t.HasLocal() {
 		c["cpu_stat_local"] = t.LocalPath()
 	}
+	// the CPUs its threads may run on (a cpuset, taskset): the CPUs the quota can be spent
+	// on at once, and the ones the Go runtime counts
+	if n := cgroup.CPUs(t.Dir); n > 0 {
+		c["cpus"] = n
+	}
 	// The bandwidth settings in force at the start, as the kernel has them: a collector
 	// records these rather than deriving them from a pod spec (the kubelet may set
 	// another period, and limits change in place).
