@@ -69,6 +69,15 @@ def _ran_out(r: Any) -> str:
     if pd.notna(r.stall_ms_per_period):
         cpus = f"about {r.cpus_throttled_p50:.1f} CPUs" if pd.notna(r.cpus_throttled_p50) else "it"
         s += f", then {cpus} stood frozen for {r.stall_ms_per_period:.0f} ms"
+        g = getattr(r, "gomaxprocs", None)
+        if pd.notna(r.cpus_throttled_p50) and isinstance(g, int | float) and r.cpus_throttled_p50 > g + 0.5:
+            # the count is the run queues' throttled time over the stall: threads without a
+            # P (in syscalls, the runtime's own) and queues throttled before the usage went
+            # flat add to it
+            s += (
+                f" (more than its {g:g} Ps: the run queues' throttled time over the stall, which counts "
+                "threads without a P and CPUs that froze before the quota's last read)"
+            )
     lo, hi = getattr(r, "stall_ms_per_s_lo", np.nan), getattr(r, "stall_ms_per_s_hi", np.nan)
     if pd.notna(lo) and pd.notna(hi) and hi - lo > 0.25 * max(hi, 1.0):
         s += f" (the stall, {lo:.0f}-{hi:.0f} ms per second: the reads leave moments of exhaustion open)"

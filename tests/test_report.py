@@ -230,3 +230,22 @@ def test_an_output_inside_a_bundle_is_refused(tmp_path, capsys):
     assert main(["report", "-o", str(tmp_path / "b" / "cpu_stat.csv"), str(tmp_path / "b")]) == 2
     assert "the data read" in capsys.readouterr().err
     assert (tmp_path / "b" / "cpu_stat.csv").read_bytes() == before
+
+
+def test_cpus_frozen_above_gomaxprocs_are_explained():
+    """The CPUs frozen are run queues' throttled time over the stall: on the 6.1 VM run at
+    GOMAXPROCS 2 its median is 3.1, and the finding says why it can exceed the Ps; at 2.0
+    (the 2-CPU host run) it says nothing more."""
+    from conftest import FIXTURES
+
+    from gmpanalysis.report import findings
+
+    runs = [
+        gmp.load_run(FIXTURES / "runs-v2" / "v2-6.1-cpu-0.5cpu-gmp2"),
+        gmp.load_run(RUNS[0].parent / "cpu-0.5cpu-gmp2"),
+    ]
+    cmp = gmp.compare_runs(runs)
+    assert cmp["cpus_throttled_p50"].iloc[0] > 2.5 and cmp["cpus_throttled_p50"].iloc[1] <= 2.5
+    vm, host = findings(cmp)[:2]
+    assert "more than its 2 Ps" in vm and "threads without a P" in vm
+    assert "more than its" not in host
