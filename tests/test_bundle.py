@@ -265,3 +265,26 @@ def test_a_crash_while_writing_meta_leaves_the_previous_one(tmp_path, monkeypatc
         gmp.bundle.to_meta(d / "meta.json", meta)
     assert (d / "meta.json").read_text() == before
     assert gmp.load_run(d).meta["complete"] is True
+
+
+def test_nr_periods_wrapping_at_2_32_is_a_new_segment(tmp_path):
+    """nr_periods and nr_throttled are ints of the kernel's cfs_bandwidth: a group with 2^32
+    periods behind it (50 days of 1 ms periods) reads them wrapping to 0, each at its own
+    read. A real run's counters moved up to just below the wrap: the bundle loads, notes
+    each wrap, and every segment's counters are conserved."""
+
+    src = RUNS[0].parent / "cpu-0.5cpu-gmp2"
+    d = tmp_path / "wrap"
+    shutil.copytree(src, d)
+    s = pd.read_csv(d / "cpu_stat.csv")
+    off = 2**32 - int(s["nr_periods"].iloc[0]) - 20  # nr_periods wraps 20 periods in
+    s["nr_periods"] = (s["nr_periods"] + off) % 2**32
+    s["nr_throttled"] = (s["nr_throttled"] + off - 5) % 2**32  # 5 periods later
+    s.to_csv(d / "cpu_stat.csv", index=False)
+    run = gmp.load_run(d)
+    wraps = [n for n in run.notes if "wrapped from 4294967295 to 0" in n]
+    assert [w.split(": ")[1].split()[0] for w in wraps] == ["nr_periods", "nr_throttled"]
+    per = gmp.df_periods(run)
+    assert per["segment"].nunique() == 3
+    for r in gmp.df_conservation(per).itertuples(index=False):
+        assert r.rows + r.groups + r.outside == pytest.approx(r.delta, abs=1e-6 * max(1.0, abs(r.delta))), r
