@@ -102,6 +102,19 @@ def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | N
     return ncpu
 
 
+def _cpuset_caveat(run: Run, cpus: int) -> str:
+    """Where the run's threads had fewer CPUs than the node (a cpuset, taskset): the limits
+    and the replay stop at those. "" where they had the node's."""
+    node = run.meta.get("ncpu")
+    if not isinstance(node, int) or cpus >= node:
+        return ""
+    return (
+        f" Its threads ran on {cpus} of the node's {node} CPUs (a cpuset or taskset), so the settings and the "
+        "replay stop there; under the static CPU manager a larger whole-CPU limit brings as many CPUs: "
+        "give cpus=N (--cpus N) to weigh such limits."
+    )
+
+
 def _usage_caveat(runs: list[Run]) -> str:
     """For runs without requests: the CPU a throttled run used is less than it wanted (what
     its quota held back came later or never), so a replay of it at that limit or below
@@ -199,6 +212,8 @@ def advise(
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
     if not with_requests:
         table.attrs["recommendation"] += _usage_caveat(runs)
+    if cpus is None:
+        table.attrs["recommendation"] += _cpuset_caveat(runs[0], ncpu)
     table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu, runs)
     return table
 

@@ -295,15 +295,19 @@ def check_counters(
         for c, f in fell.items():
             cut |= f
             odd = np.flatnonzero(f & ~usage_fell)
-            if len(odd):
-                i = int(odd[0])
-                v = g[c].to_numpy()
-                if c != "throttled_us" and v[i] >= 1 << 31 and v[i + 1] < 1 << 31:
+            v = g[c].to_numpy()
+            if c != "throttled_us" and len(odd):
+                # nr_periods and nr_throttled are ints of the kernel's cfs_bandwidth (a 32-bit
+                # count here): past 2^32 periods they wrap, a few periods from the top to near 0
+                wrap = (v[odd] >= (1 << 32) - WRAP_SLACK) & (v[odd + 1] < WRAP_SLACK)
+                for i in odd[wrap][:1].tolist():
                     notes.append(
                         f"{source} line {line[i + 1]}: {c} wrapped from {v[i]} to {v[i + 1]} (the kernel keeps it in "
                         "an int, 2^32 periods at most); the reads after it are analysed as a new segment"
                     )
-                    continue
+                odd = odd[~wrap]
+            if len(odd):
+                i = int(odd[0])
                 notes.append(
                     f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while usage_us did not fall "
                     f"({len(odd)} such place(s)); a recreated cgroup restarts every counter, so this is no "
@@ -325,6 +329,11 @@ def check_counters(
                 "(columns swapped, or rows of another cgroup mixed in)"
             )
     return notes
+
+
+# how far from the top and from 0 a 32-bit count's wrap lands between two reads (2^24
+# periods: 4.6 hours of 1 ms periods in a hole in the reads)
+WRAP_SLACK = 1 << 24
 
 
 def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:

@@ -6,6 +6,7 @@ anything else malformed is a :class:`BundleError` naming the file, the line and 
 
 from __future__ import annotations
 
+import csv
 import errno
 import io
 import os
@@ -119,9 +120,12 @@ def parse_csv(
     columns: dict[str, Any],
     optional: dict[str, Any] | None = None,
     ranges: dict[str, tuple[float, float]] | None = None,
+    cumulative: bool = False,
 ) -> tuple[pd.DataFrame, bool]:
     """Parse a house CSV from bytes. Returns (frame, last_line_was_dropped). ``ranges``
-    bounds numeric columns (inclusive; float columns must also be finite)."""
+    bounds numeric columns (inclusive; float columns must also be finite). ``cumulative``:
+    the rows are reads of cumulative counters, so a row glued onto a cut one by a restarted
+    writer may go (:func:`_without_glued_lines`)."""
     truncated = False
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n")
@@ -147,7 +151,7 @@ def parse_csv(
     try:
         df = _read_csv(data, dtypes)
     except (ValueError, OverflowError, TypeError, pd.errors.ParserError) as e:
-        df = _without_glued_lines(data, source, header, dtypes)
+        df = _without_glued_lines(data, source, header, dtypes) if cumulative else None
         if df is None:
             # pandas names neither the line nor the value (TypeError: a non-integer in a
             # nullable integer column): find them
@@ -171,16 +175,35 @@ def _read_csv(data: bytes, dtypes: dict[str, Any]) -> pd.DataFrame:
         return pd.read_csv(io.BytesIO(data), dtype=dtypes, engine="c")
 
 
+# at most this many glued lines are dropped: each is a writer restarted on the file after a
+# crash; more are damage of another kind, which is refused
+GLUED_MAX = 10
+
+
 def _without_glued_lines(data: bytes, source: str, header: list[str], dtypes: dict[str, Any]) -> pd.DataFrame | None:
-    """The rows of a file a writer was stopped in, mid-line, and then restarted on (it
-    appends): its first row then stands on the cut line, which has more fields than the
-    header. Such lines are dropped (a cut row and the one read glued to it: the counters
-    are cumulative, so the reads around them hold every increment) with a
-    :class:`TruncatedLineWarning`; None where the file has no such line or other bad ones
+    """The rows of a file of cumulative counters a writer was stopped in, mid-line, and then
+    restarted on (it appends): its first row then stands on the cut line, which has more
+    fields than the header (up to twice as many less one: a cut row, the part a field cut in
+    two shares, a whole row). A few such lines (:data:`GLUED_MAX`) are dropped, each a cut
+    read and the one glued to it (the reads around them hold every increment), with a
+    :class:`TruncatedLineWarning`; None where the file has none, more, or other bad lines
     (the caller names the first). Only on the error path, so a loop is fine."""
     lines = data.split(b"\n")
-    glued = [i for i in range(1, len(lines)) if lines[i].count(b",") >= len(header)]
-    if not glued:
+    h = len(header)
+    glued = []
+    for i in range(1, len(lines)):
+        if lines[i].count(b",") < h:
+            continue
+        try:
+            n = len(next(csv.reader([lines[i].decode("utf-8")])))
+        except (UnicodeDecodeError, csv.Error):
+            return None
+        if n == h:
+            continue  # a quoted comma (a cgroup name that holds one)
+        if not h < n < 2 * h:
+            return None
+        glued.append(i)
+    if not glued or len(glued) > GLUED_MAX:
         return None
     drop = set(glued)
     kept = b"\n".join(ln for i, ln in enumerate(lines) if i not in drop)
@@ -188,11 +211,10 @@ def _without_glued_lines(data: bytes, source: str, header: list[str], dtypes: di
         df = _read_csv(kept, dtypes)
     except (ValueError, OverflowError, TypeError, pd.errors.ParserError):
         return None
-    where = ", ".join(str(i + 1) for i in glued[:5]) + (f" and {len(glued) - 5} more" if len(glued) > 5 else "")
     warnings.warn(
-        f"{source} line(s) {where}: a row cut off by a writer stopped mid-line, with the first row of the "
-        f"restarted writer appended to it ({len(header)} fields expected, more found); dropped, "
-        f"{len(df)} whole rows kept",
+        f"{source} line(s) {', '.join(str(i + 1) for i in glued)}: a row cut off by a writer stopped mid-line, "
+        f"with the first row of the restarted writer appended to it ({h} fields expected, more found); dropped "
+        f"(the lines other messages name after it count without it), {len(df)} whole rows kept",
         TruncatedLineWarning,
         stacklevel=5,
     )
@@ -371,10 +393,11 @@ def _parse_table(
     sorted_by: str | None = None,
     group: str | None = None,
     ranges: dict[str, tuple[float, float]] | None = None,
+    cumulative: bool = False,
 ) -> pd.DataFrame:
     """A house CSV from bytes, its values in range, its time order checked, a dropped last
-    line announced."""
-    df, truncated = parse_csv(data, source, columns, optional, ranges)
+    line announced (``cumulative``: :func:`parse_csv`)."""
+    df, truncated = parse_csv(data, source, columns, optional, ranges, cumulative)
     if group is not None and group in df and df[group].isna().any():
         line = int(np.flatnonzero(df[group].isna().to_numpy())[0]) + 2
         raise BundleError(f"{source} line {line}: empty {group} field; every row names its {group}: fix that line")
@@ -402,6 +425,7 @@ def parse_cpu_stat(data: bytes, *, source: str = "cpu_stat.csv") -> pd.DataFrame
         sorted_by="t_ns",
         group="cgroup",
         ranges=CPU_STAT_RANGES,
+        cumulative=True,
     )
 
 
@@ -448,7 +472,7 @@ def read_requests(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def parse_host_stat(data: bytes, *, source: str = "host_stat.csv") -> pd.DataFrame:
     """Parse host_stat.csv bytes; see :func:`read_host_stat`."""
-    return _parse_table(data, source, HOST_STAT_COLUMNS, sorted_by="t_ns", ranges=HOST_STAT_RANGES)
+    return _parse_table(data, source, HOST_STAT_COLUMNS, sorted_by="t_ns", ranges=HOST_STAT_RANGES, cumulative=True)
 
 
 def read_host_stat(path: str | os.PathLike[str]) -> pd.DataFrame:

@@ -220,6 +220,8 @@ def cmd_trace(a: argparse.Namespace) -> int:
     span = (m["last_ns"] - m["first_ns"]) / 1e9
     print(f"{path}: go 1.{m['version']} trace, {m['events']:,} events, {size:,} bytes, {m['generations']} generations")
     print(f"span: {span:.3f} s  (CLOCK_MONOTONIC {m['first_ns']} .. {m['last_ns']} ns)")
+    if m.get("zero_tail") is not None:
+        print(f"ZERO BYTES from offset {m['zero_tail']} to the end (a crash's unwritten tail): taken as the end")
     if m["truncated"] is not None:
         print(f"TRUNCATED at offset {m['truncated']}: the complete generations before it were read")
     gc = tr.gc

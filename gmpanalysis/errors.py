@@ -20,8 +20,9 @@ Errors::
 Warnings (the data was read, with something tolerated)::
 
     GmpWarning (a UserWarning)
-    ├── TruncatedLineWarning    a CSV's unfinished last line was dropped
-    ├── TruncatedTraceWarning   a trace cut inside a generation; the complete ones were read
+    ├── TruncatedLineWarning    a CSV's unfinished line was dropped (the last, or one a restarted writer glued to)
+    ├── TruncatedTraceWarning   a trace cut inside a generation, or ending in a crash's zero bytes; the complete
+    │                           generations were read
     ├── ClockWarning            the trace clock is not CLOCK_MONOTONIC, or a thread's went back
     └── UnknownVersionWarning   a trace version newer than this reader knows
 """

@@ -60,8 +60,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     uncertainty);
     ``stall_us`` µs of wall time frozen (period - exhaustion; NaN if unknown);
     ``cpus_throttled`` ≈ throttled_rq_us / stall_us, the number of CPUs' run queues that
-    stood throttled (at most meta.json's ncpu; NaN when unknown or the stall is shorter
-    than a 4 ms tick);
+    stood throttled (at most the CPUs its threads may use, :func:`gmpanalysis.cgroup.bundle_cpus`:
+    meta.json's ncpu, or its cpus_allowed where fewer; NaN when unknown or the stall is
+    shorter than a 4 ms tick);
     ``frozen_by`` string, the levels whose quota froze the group during the period
     (comma-separated, e.g. "pod,container"; "" none; NA when the period's own throttling is
     unknown; the table's own level in every period it throttled); ``frozen_us`` µs of wall

@@ -78,11 +78,12 @@ def own_level(run: Run) -> str:
 def table_level(run: Run) -> str:
     """The level whose grid the per-period table is on by default: the process's own, or
     when it has no quota (a container without a limit in a pod with one), the nearest level
-    above it that has one."""
+    above it that has one; failing those, the nearest that got one in place during the run."""
     names = level_names(run)
-    for name in names:
-        if ever_limited(run, name):
-            return name
+    for limited in (lambda n: _level_meta(run, n).get("quota_us") is not None, lambda n: ever_limited(run, n)):
+        for name in names:
+            if limited(name):
+                return name
     return names[0]
 
 
@@ -121,6 +122,8 @@ def _level_meta(run: Run, name: str) -> dict[str, Any]:
     if name != level_names(run)[0]:
         # a container's restart recreates its own cgroup, not the pod's above it
         meta["restarts"] = []
+        # the process's threads' CPUs are not its pod's: a sidecar may run on others
+        meta.pop("cpus_allowed", None)
     return meta
 
 

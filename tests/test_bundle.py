@@ -13,7 +13,8 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
-from gmpanalysis.bundle import TruncatedLineWarning, parse_cpu_stat, parse_requests
+from gmpanalysis.bundle import TruncatedLineWarning, parse_cpu_stat, parse_limits, parse_requests
+from gmpanalysis.errors import BundleError
 from gmpanalysis.frames import compare_runs
 
 
@@ -111,6 +112,30 @@ def test_a_row_glued_onto_a_cut_one_is_dropped_and_reported(keep):
         df = parse_cpu_stat(data, source="x/cpu_stat.csv")
     want = [1_000_000_000 + i * 997_000 for i in range(300) if i not in (150, 151)]
     assert df["t_ns"].tolist() == want
+
+
+def test_glued_lines_are_dropped_only_where_they_can_be_a_restart():
+    """Two rows on one line with no field lost, a row with a field too many in every other
+    line, and glued lines in a file of changes (limits.csv: a dropped row would lose one)
+    are refused; a line glued onto a cut one in a file whose cgroup names are quoted, with a
+    comma in them, is dropped alone."""
+    lines = GOOD.split(b"\n")
+    two = b"\n".join([*lines[:101], lines[101] + b"," + lines[102], *lines[103:]])
+    with pytest.raises(BundleError, match="line 102: malformed row"):
+        parse_cpu_stat(two)
+    extra = b"\n".join([lines[0], *(ln + b",1" if i % 2 else ln for i, ln in enumerate(lines[1:-1]))]) + b"\n"
+    with pytest.raises(BundleError, match="malformed row"):
+        parse_cpu_stat(extra)
+    quoted = [lines[0] + b",cgroup", *(ln + b',"pod,a"' for ln in lines[1:-1])]
+    quoted[151] = quoted[151][:20] + quoted[152]
+    del quoted[152]
+    with pytest.warns(TruncatedLineWarning, match=r"line.s. 152: a row cut off"):
+        df = parse_cpu_stat(b"\n".join(quoted) + b"\n")
+    assert len(df) == 298 and (df["cgroup"] == "pod,a").all()
+    lim = b"t_ns,prev_ns,cgroup,period_us,quota_us,burst_us\n1000,,c,100000,50000,0\n2000,1990,c,100000,20"
+    lim += b"3000,2990,c,100000,30000,0\n"
+    with pytest.raises(BundleError, match="line 3: malformed row"):
+        parse_limits(lim)
 
 
 def test_whole_file_has_no_warning():

@@ -163,17 +163,29 @@ def test_a_tail_of_zeros_is_a_cut(name):
     """A crash after the file's size grew but before its last pages reached the disk leaves
     zero bytes in their place: at every offset from the last generation's start on, the
     bytes from there are zeros (the size kept, and grown by 4 KiB), and the complete
-    generations before them are read, with a warning that says so."""
-    from gmpanalysis.gotrace.wire import ZERO_TAIL_MIN, split_generations, zero_run_start
+    generations before them are read, with a warning that says so. Zeros beginning in a
+    batch's last ZERO_SLACK bytes look like its own zero arguments: the batch is kept and
+    the decoder refuses what they broke, as it did before."""
+    from gmpanalysis.gotrace.wire import ZERO_SLACK, ZERO_TAIL_MIN, split_generations, zero_run_start
 
     data = (FIXTURES / "traces" / name).read_bytes()
     full = read_trace(data)
     gens, _ = split_generations(data, full.meta["version"], name)
+    ends = [b.end for g in gens for b in g.batches]
     for at in range(gens[-1].start, len(data) + 1, 7):
         for extra in (0, 4096):
             damaged = data[:at] + bytes(len(data) - at + extra)
             if damaged == data or zero_run_start(damaged) > len(damaged) - ZERO_TAIL_MIN:
                 continue  # the trace's own zeros at its end, or too few to be told from them
+            z = zero_run_start(damaged)
+            if any(0 < e - z <= ZERO_SLACK for e in ends):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", TruncatedTraceWarning)
+                    try:
+                        read_trace(damaged)
+                    except gmp.TraceFormatError:
+                        pass
+                continue
             with pytest.warns(TruncatedTraceWarning, match=r"zero bytes from offset \d+"):
                 tr = read_trace(damaged)
             # the first generation stands whole; the last one where the zeros begin past it
@@ -182,6 +194,33 @@ def test_a_tail_of_zeros_is_a_cut(name):
     with pytest.warns(TruncatedTraceWarning, match=rf"ends in 4096 zero bytes from offset {len(data)}"):
         tr = read_trace(data + bytes(4096))
     assert tr.meta["generations"] == len(gens) and list(tr.stw.start_ns) == list(full.stw.start_ns)
+
+
+def test_zeros_after_a_batch_that_ends_in_a_zero_and_inside_a_header():
+    """A batch whose last event ends in a zero argument, then the crash's zeros: the batch is
+    whole, so is its generation, as at a clean end there. Zeros inside a batch's header
+    (the batch being written): a cut there, as the end of the file there would be."""
+    from gmpanalysis.gotrace.wire import split_generations
+
+    data = (FIXTURES / "traces" / "go1.22.trace").read_bytes()
+    gens, _ = split_generations(data, 22, "x")
+    zero_end = [b.end for b in gens[0].batches if data[b.end - 1] == 0 and b.end != gens[0].end]
+    assert zero_end, "the fixture has a batch ending in a zero byte"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncatedTraceWarning)
+        for end in zero_end[:3]:
+            clean, crashed = read_trace(data[:end]), read_trace(data[:end] + bytes(4096))
+            assert crashed.meta["generations"] == clean.meta["generations"] >= 1
+            assert crashed.meta["zero_tail"] is not None and crashed.meta["truncated"] is None
+        tiny = (FIXTURES / "traces" / "tiny-go1.22.trace").read_bytes()
+        last = split_generations(tiny, 22, "x")[0][-1].batches[-1]
+        for keep in range(1, last.start - last.at):
+            cut = read_trace(tiny[: last.at + keep])
+            crashed = read_trace(tiny[: last.at + keep] + bytes(4096))
+            assert (crashed.meta["generations"], crashed.meta["truncated"]) == (
+                cut.meta["generations"],
+                cut.meta["truncated"],
+            ), keep
 
 
 def test_two_traces_in_one_file_are_named_as_such():

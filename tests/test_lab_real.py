@@ -151,6 +151,8 @@ def test_a_process_on_fewer_cpus_than_the_node(bins, tmp_path):
     assert (wt["cpus_throttled"].dropna() <= 1.0).all()
     # one CPU spends 50 ms of quota in no less than 50 ms
     assert wt["exhausted_at_us"].median() >= 45_000 and thr["exhausted_at_us"].median() >= 45_000
+    advice = gmp.advise(run, objective="throttle", bursts=(0.0,))
+    assert (advice["limit_cpu"] <= 1).all() and "ran on 1 of the node's 2 CPUs" in advice.attrs["recommendation"]
 
 
 def test_ctrl_c_cleans_up(bins, tmp_path):

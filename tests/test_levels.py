@@ -171,3 +171,36 @@ def test_limits_csv_errors_name_the_line():
         parse_limits((good + "9,5,container,100000,12,0\n").encode())
     with pytest.raises(gmp.BundleError, match="missing column"):
         parse_limits(b"t_ns,cgroup,period_us,burst_us\n1,a,100000,0\n")
+
+
+def test_a_container_limited_late_under_a_pod_limited_throughout(tmp_path):
+    """A pod with a limit from the start, its container given one in place near the end (a
+    stand-in made from the shipped two-level run: its container's limit moved to 1 s before
+    the end): the table stays on the pod's grid, its quota in every period, and the pod's
+    throttling is replayed; the container's own table starts where its limit did."""
+    import json
+    import shutil
+
+    from conftest import RUNS
+
+    from gmpanalysis.levels import table_level
+
+    d = tmp_path / "late"
+    shutil.copytree(RUNS[0].parent / "nested-0.5cpu-pod0.5-gmp2", d)
+    m = json.loads((d / "meta.json").read_text())
+    m["quota_us"] = m["levels"][0]["quota_us"] = None
+    (d / "meta.json").write_text(json.dumps(m))
+    s = pd.read_csv(d / "cpu_stat.csv")
+    late = int(s["t_ns"].iloc[-1]) - 1_000_000_000
+    lim = (d / "limits.csv").read_text().splitlines()
+    assert lim[1].split(",")[2] == "container"
+    lim[1] = lim[1].replace(",100000,50000,", ",100000,,")
+    lim.append(f"{late},{late - 10_000_000},container,100000,50000,0")
+    (d / "limits.csv").write_text("\n".join(lim) + "\n")
+    run = gmp.load_run(d)
+    assert table_level(run) == "pod"
+    per = gmp.df_periods(run)
+    assert per["quota_us"].notna().all() and per["throttled"].fillna(False).sum() > 20
+    assert gmp.what_if(run)["throttled"].fillna(False).sum() > 20
+    own = gmp.df_periods(run, level="container")
+    assert own["quota_us"].notna().sum() <= 11 and (own["quota_us"].dropna() == 50_000).all()

@@ -287,6 +287,7 @@ def parse_trace(
     info["generations_decoded"] = chosen
     meta = _meta(info, version, source, len(data), want, window)
     meta["truncated"] = truncated_at
+    meta["zero_tail"] = splitter.zero_tail
     return GoTrace(meta=meta, **built)
 
 
@@ -370,6 +371,7 @@ def _iter_generations(
                 mine = getattr(held, name)
                 setattr(held, name, pd.concat([mine, df], ignore_index=True) if len(mine) else df)
         held.meta["truncated"] = splitter.truncated_at
+        held.meta["zero_tail"] = splitter.zero_tail
         yield held
 
 
@@ -418,6 +420,7 @@ def _meta(
         "generations_decoded": info["generations_decoded"],
         "clock_snapshots": info["clock_snapshots"],
         "truncated": None,
+        "zero_tail": None,
         "clock_steps_back": len(info["clock_steps_back"]),
         "bytes": size,
         "tables": tuple(t for t in TABLES if t in want),
@@ -454,10 +457,12 @@ def read_trace(
     Times are the raw wire timestamps × 1e9/frequency: on Linux, CLOCK_MONOTONIC ns in
     steps of 64 ns, with none of the reordering nudges Go's own reader applies.
     A file cut inside a generation yields the complete generations before the cut, a
-    :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset; so does a file
-    that ends in zero bytes where its framing breaks (what a crash leaves of data that never
-    reached the disk); a corrupt or unsupported file raises :class:`TraceFormatError`
-    naming the offset.
+    :class:`TruncatedTraceWarning` and ``meta["truncated"]`` = the offset. Zero bytes to the
+    end of the file where they break its framing (what a crash leaves of data that never
+    reached the disk) end it: ``meta["zero_tail"]`` = where they begin, the warning too, and
+    ``meta["truncated"]`` where they begin inside a batch (where a batch would begin, the
+    generations before are whole, as at a clean end of the file). A corrupt or unsupported
+    file raises :class:`TraceFormatError` naming the offset.
 
     The file is read a group of generations at a time (a piece of its batches at a time with
     the compiled code), mapped rather than copied; it must not shrink while it is read.

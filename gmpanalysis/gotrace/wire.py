@@ -123,8 +123,9 @@ class GenerationSplitter:
     A cut anywhere else drops the generation it falls in and reports where. Zero bytes to
     the end of the file, where they break the framing, are taken as its end (``zero_tail``:
     where they begin): what a file system leaves of the data a crash kept from reaching the
-    disk once the file's size had grown. Beginning where a batch would, they end the file
-    cleanly there; inside a batch, they cut it.
+    disk once the file's size had grown. Beginning where a batch would (or a few bytes
+    before: :data:`ZERO_SLACK`), they end the file cleanly there; inside a batch, they cut
+    it as the end of the file there would.
     """
 
     def __init__(self, data: bytes | memoryview, version: int, source: str) -> None:
@@ -157,13 +158,19 @@ class GenerationSplitter:
                 return
             except TraceFormatError:
                 z = zero_run_start(data)
-                if z >= n or z > pos + BATCH_HEADER_MAX:  # no zeros, or not what broke the framing
-                    raise
+                if z >= n or z > pos + BATCH_HEADER_MAX or bytes(data[pos : pos + 5]) == b"go 1.":
+                    raise  # no zeros, or not what broke the framing (a second trace's header has some)
                 self.zero_tail = z
-                if z < pos:  # zeros inside the batch before: a cut there
+                if z > pos:  # inside the header of a batch being written: a cut there
+                    self.truncated_at = pos
+                    return
+                if cur and z < cur[-1].start:  # inside the batch before's header, which they made up
+                    self.truncated_at = cur[-1].at
+                    return
+                if pos - z > ZERO_SLACK:  # inside the batch before's events: a cut there
                     self.truncated_at = z
                     return
-                n = pos  # zeros where a batch begins (or inside its header): the file ends here
+                n = pos  # where a batch begins: the file ends here
                 break
             if batch is None:
                 self.truncated_at = pos
@@ -247,6 +254,10 @@ class GenerationSplitter:
 BATCH_HEADER_MAX = 2 + 4 * 10
 
 
+# a batch may end in zero bytes of its own (an event's last arguments, varints of 0): zeros
+# that begin no more than this before a batch boundary and run to the end of the file are
+# taken to begin at the boundary
+ZERO_SLACK = 8
 # zero bytes to the end of the file, as many as this, inside a batch are taken as damage: an
 # event begins with its type byte, never 0, and its arguments are a few varints, so only a
 # string of NUL bytes could encode so many; a crash leaves whole blocks of them (512 bytes and

@@ -47,6 +47,11 @@ func DropCutLine(path string) (int64, error) {
 		}
 		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
 			keep := start + int64(i) + 1
+			if now, err := f.Stat(); err != nil || now.Size() != size {
+				// it grew while it was read: a writer is at work on it, whose rows a cut
+				// would take; the collectors append to a file of their own alone
+				return 0, fmt.Errorf("%s: another process is writing it; give each collector a file of its own", path)
+			}
 			if err := f.Truncate(keep); err != nil {
 				return 0, fmt.Errorf("%s: cutting off its incomplete last line: %w", path, err)
 			}
