@@ -116,6 +116,23 @@ def test_a_restart_after_a_cut_line_appends_whole_rows(bins, tmp_path):
     assert df["t_ns"].is_monotonic_increasing
 
 
+def test_files_a_crash_left_as_zeros_are_begun_again(bins, tmp_path):
+    """A node that crashed before the sampler's first rows reached the disk leaves its files
+    the size they had, full of zero bytes: started again on them, the sampler writes each
+    anew (header and rows), and they read whole."""
+    root = tree(tmp_path, 2)
+    files = [root / "out.csv", tmp_path / "limits.csv", tmp_path / "host_stat.csv"]
+    for f in files:
+        f.write_bytes(bytes(300))
+    r, out = sample(bins, root, "g", extra=("--limits-out", str(files[1]), "--host-stat", str(files[2])))
+    assert r.returncode == 0, r.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gmp.GmpWarning)
+        assert len(gmp.read_cpu_stat(out)) >= 5
+        assert len(gmp.read_limits(files[1])) >= 1 and len(gmp.read_host_stat(files[2])) >= 1
+    assert all(b"\x00" not in f.read_bytes() for f in files)
+
+
 def test_unknown_cgroup_is_a_clear_error(bins, tmp_path):
     r, _ = sample(bins, tree(tmp_path, 2), "nope")
     assert r.returncode == 2

@@ -140,7 +140,7 @@ func openOut(path string) (*os.File, bool, error) {
 		_, err := os.Stdout.WriteString(header)
 		return os.Stdout, true, err
 	}
-	if _, err := bundle.DropCutLine(path); err != nil {
+	if _, err := bundle.DropCutLine(path, header); err != nil {
 		return nil, false, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)

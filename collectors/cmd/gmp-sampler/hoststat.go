@@ -176,7 +176,7 @@ func openHostStat(dest string, every int64) (*hostStat, error) {
 		h.w, h.json = os.Stderr, true
 		return h, nil
 	}
-	if _, err := bundle.DropCutLine(dest); err != nil {
+	if _, err := bundle.DropCutLine(dest, hostStatHeader); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("host stat output: %w", err)
 	}

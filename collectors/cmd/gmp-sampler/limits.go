@@ -77,7 +77,7 @@ func openLimitsSeries(dest string, every int64, sum *limitsSummary) (*limitsSeri
 		ls.w, ls.json = os.Stderr, true
 		return ls, nil
 	}
-	if _, err := bundle.DropCutLine(dest); err != nil {
+	if _, err := bundle.DropCutLine(dest, limitsHeader); err != nil {
 		return nil, fmt.Errorf("limits output: %w", err)
 	}
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)

@@ -50,12 +50,12 @@ func wantColumns(targets []*target) columns {
 // where this run's targets lack the files), the cgroup column if it has one (rows of one
 // target then carry its name); a file whose header is not one this sampler writes, or has
 // no cgroup column for the rows of several targets, is refused rather than given rows of
-// another shape.
+// another shape. A last line a killed sampler cut is cut off first (bundle.DropCutLine).
 func openOutput(path string, want columns) (*os.File, columns, error) {
 	if path == "-" {
 		return writeHeader(os.Stdout, want)
 	}
-	if _, err := bundle.DropCutLine(path); err != nil {
+	if _, err := bundle.DropCutLine(path, allHeaders()...); err != nil {
 		return nil, columns{}, fmt.Errorf("cannot append to output: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -72,6 +72,15 @@ func openOutput(path string, want columns) (*os.File, columns, error) {
 		return nil, columns{}, err
 	}
 	return f, have, nil
+}
+
+// allHeaders are the headers of every shape of rows this sampler writes.
+func allHeaders() []string {
+	var out []string
+	for _, c := range []columns{{}, {signals: true}, {cgroup: true}, {signals: true, cgroup: true}} {
+		out = append(out, c.header()+"\n")
+	}
+	return out
 }
 
 // writeHeader writes the header of c to w.

@@ -110,7 +110,8 @@ func TestAppendRowSignals(t *testing.T) {
 // TestOpenOutputColumns: a new file gets the header of the columns asked for; an existing
 // one keeps its header's columns, whatever this run's targets have; a header the sampler
 // does not write, or one without the cgroup column for several targets, is refused; a last
-// line cut by a killed sampler is cut off, so the next row starts a line of its own.
+// line cut by a killed sampler is cut off, so the next row starts a line of its own, and a
+// file holding only a cut header (or a crash's zero bytes) is begun again.
 func TestOpenOutputColumns(t *testing.T) {
 	none, sig := columns{}, columns{signals: true}
 	multi, sigMulti := columns{cgroup: true}, columns{signals: true, cgroup: true}
@@ -131,7 +132,9 @@ func TestOpenOutputColumns(t *testing.T) {
 		{name: "old-several-file-v2-run", existing: ptr(csvHeader + ",cgroup\n"), want: sigMulti, got: multi},
 		{name: "one-target-file-several", existing: ptr(csvHeader + "\n"), want: multi, refused: "no cgroup column"},
 		{name: "foreign-header", existing: ptr("a,b,c\n1,2,3\n"), want: none, refused: "not match its columns"},
-		{name: "header-cut", existing: ptr("t_ns,read_ns,usage_us"), want: none, refused: "not match its columns"},
+		// a header cut by a crash, before any row: begun again
+		{name: "header-cut", existing: ptr("t_ns,read_ns,usage_us"), want: none, got: none, after: ptr(csvHeader + "\n")},
+		{name: "zeros", existing: ptr("\x00\x00\x00"), want: sig, got: sig, after: ptr(csvHeader + signalsHeader + "\n")},
 		{name: "cut-row", existing: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n2,2,2"), want: none, got: none,
 			after: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n")},
 		{name: "longer-header", existing: ptr(csvHeader + signalsHeader + ",extra_us\n"), want: sig, refused: "not match"},

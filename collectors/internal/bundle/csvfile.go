@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 )
 
 // DropCutLine readies an existing CSV file at path for appending: a writer killed mid-write
@@ -13,10 +14,12 @@ import (
 // first row appended after a restart would be glued onto it, one line of two rows that no
 // reader can take. The cut line, never a whole row, is cut off, so the file ends where its
 // last whole row ends and the appended rows start on a line of their own. A file without any
-// newline (a cut header) is left as it is for the caller's header check; a missing file, an
+// newline is emptied where it holds only the start of one of the writer's headers, or only
+// zero bytes (what a file system leaves of data a crash kept from the disk), so the writer
+// begins it again; otherwise it is left for the caller's header check. A missing file, an
 // empty one or one that is not a regular file (a pipe, /dev/stdout) is left alone. Returns
 // the bytes cut off.
-func DropCutLine(path string) (int64, error) {
+func DropCutLine(path string, headers ...string) (int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -59,5 +62,23 @@ func DropCutLine(path string) (int64, error) {
 		}
 		end = start
 	}
-	return 0, nil
+	// no newline: the file is one cut line, at most a few KiB if a header
+	if size > 1<<16 {
+		return 0, nil
+	}
+	all := make([]byte, size)
+	if _, err := f.ReadAt(all, 0); err != nil {
+		return 0, fmt.Errorf("%s: reading it: %w", path, err)
+	}
+	started := len(bytes.Trim(all, "\x00")) == 0
+	for _, h := range headers {
+		started = started || strings.HasPrefix(h, string(all))
+	}
+	if !started {
+		return 0, nil
+	}
+	if err := f.Truncate(0); err != nil {
+		return 0, fmt.Errorf("%s: emptying its cut header: %w", path, err)
+	}
+	return size, nil
 }
