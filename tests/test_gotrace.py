@@ -223,6 +223,21 @@ def test_zeros_after_a_batch_that_ends_in_a_zero_and_inside_a_header():
             ), keep
 
 
+def test_a_go_1_22_generation_before_a_batch_of_an_impossible_one_is_yielded_whole():
+    """Before 1.26 a batch of another generation ends the one before: that one is whole, and
+    comes before the error the impossible generation (0) raises."""
+    from gmpanalysis.gotrace.wire import GenerationSplitter, split_generations
+
+    data = bytearray((FIXTURES / "traces" / "tiny-go1.22.trace").read_bytes())
+    gens, _ = split_generations(bytes(data), 22, "x")
+    data[gens[1].batches[0].at + 1] = 0  # its generation varint
+    got = []
+    with pytest.raises(gmp.TraceFormatError, match="generation 0 does not exist"):
+        for g in GenerationSplitter(bytes(data), 22, "x"):
+            got.append(g)
+    assert [(g.gen, g.start, g.end) for g in got] == [(gens[0].gen, gens[0].start, gens[0].end)]
+
+
 def test_two_traces_in_one_file_are_named_as_such():
     data = (FIXTURES / "traces" / "tiny-go1.26.trace").read_bytes()
     with pytest.raises(gmp.TraceFormatError, match=rf"offset {len(data)}: a second trace's header \('go 1.26 trace'\)"):

@@ -156,10 +156,14 @@ class GenerationSplitter:
             except _Short:
                 self.truncated_at = pos
                 return
-            except TraceFormatError:
+            except TraceFormatError as e:
                 z = zero_run_start(data)
                 if z >= n or z > pos + BATCH_HEADER_MAX or bytes(data[pos : pos + 5]) == b"go 1.":
-                    raise  # no zeros, or not what broke the framing (a second trace's header has some)
+                    # no zeros, or not what broke the framing (a second trace's header has some);
+                    # before 1.26 the generation before a batch of another one is whole
+                    if isinstance(e, _AfterGeneration):
+                        yield Generation(cur_gen or 0, cur, cur_start, pos)
+                    raise
                 self.zero_tail = z
                 if z > pos:  # inside the header of a batch being written: a cut there
                     self.truncated_at = pos
@@ -234,19 +238,26 @@ class GenerationSplitter:
                 f"{source} offset {pos}: batch of generation {gen} inside generation {cur_gen} "
                 "without an end-of-generation marker; the trace is corrupt"
             )
+        # before 1.26 a batch of another generation ends the one before, whatever its own
+        bad = _AfterGeneration if cur_gen is not None and gen != cur_gen else TraceFormatError
         if gen == 0 or gen > MAX_GENERATION:
-            raise TraceFormatError(
+            raise bad(
                 f"{source} offset {pos}: generation {gen} does not exist (they count from 1, one a "
                 "second); the trace is corrupt"
             )
         last = prev_gen if cur_gen is None or gen == cur_gen else cur_gen
         if (cur_gen is None or gen != cur_gen) and gen <= last:
             # Go's reader refuses this too; reading on would mix two generations' string tables
-            raise TraceFormatError(
+            raise bad(
                 f"{source} offset {pos}: generation {gen} after generation {last}; generations "
                 "only count up, so the trace is corrupt or pieced together from several files"
             )
         return Batch(gen, m, ts, p, p + length, exp, pos)
+
+
+class _AfterGeneration(TraceFormatError):
+    """A batch of an impossible generation right after a generation of a Go < 1.26 trace,
+    which it ends: that one is whole, and is yielded before the error."""
 
 
 # the most bytes a batch header takes: its type (and an experimental batch's kind), and four
