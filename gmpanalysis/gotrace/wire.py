@@ -239,18 +239,20 @@ class GenerationSplitter:
                 "without an end-of-generation marker; the trace is corrupt"
             )
         # before 1.26 a batch of another generation ends the one before, whatever its own
-        bad = _AfterGeneration if cur_gen is not None and gen != cur_gen else TraceFormatError
+        after = cur_gen is not None and gen != cur_gen
         if gen == 0 or gen > MAX_GENERATION:
-            raise bad(
+            raise _generation_error(
+                after,
                 f"{source} offset {pos}: generation {gen} does not exist (they count from 1, one a "
-                "second); the trace is corrupt"
+                "second); the trace is corrupt",
             )
         last = prev_gen if cur_gen is None or gen == cur_gen else cur_gen
         if (cur_gen is None or gen != cur_gen) and gen <= last:
             # Go's reader refuses this too; reading on would mix two generations' string tables
-            raise bad(
+            raise _generation_error(
+                after,
                 f"{source} offset {pos}: generation {gen} after generation {last}; generations "
-                "only count up, so the trace is corrupt or pieced together from several files"
+                "only count up, so the trace is corrupt or pieced together from several files",
             )
         return Batch(gen, m, ts, p, p + length, exp, pos)
 
@@ -258,6 +260,12 @@ class GenerationSplitter:
 class _AfterGeneration(TraceFormatError):
     """A batch of an impossible generation right after a generation of a Go < 1.26 trace,
     which it ends: that one is whole, and is yielded before the error."""
+
+
+def _generation_error(after: bool, text: str) -> TraceFormatError:
+    """The error of a batch of an impossible generation (``after``: one that ends the
+    generation before it)."""
+    return _AfterGeneration(text) if after else TraceFormatError(text)
 
 
 # the most bytes a batch header takes: its type (and an experimental batch's kind), and four
