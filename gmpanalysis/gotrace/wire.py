@@ -158,7 +158,7 @@ class GenerationSplitter:
                 return
             except TraceFormatError as e:
                 z = zero_run_start(data)
-                if z >= n or z > pos + BATCH_HEADER_MAX or bytes(data[pos : pos + 5]) == b"go 1.":
+                if z >= n or z > pos + BATCH_HEADER_MAX or _second_header(data, pos):
                     # no zeros, or not what broke the framing (a second trace's header has some);
                     # before 1.26 the generation before a batch of another one is whole
                     if isinstance(e, _AfterGeneration):
@@ -211,7 +211,7 @@ class GenerationSplitter:
                 raise _Short
             exp = data[pos + 1]
             p = pos + 2
-        elif bytes(data[pos : pos + 5]) == b"go 1.":
+        elif _second_header(data, pos):
             raise TraceFormatError(
                 f"{source} offset {pos}: a second trace's header ({bytes(data[pos : pos + 13]).decode('latin-1')!r}) "
                 "begins here: two "
@@ -262,6 +262,11 @@ class _AfterGeneration(TraceFormatError):
     which it ends: that one is whole, and is yielded before the error."""
 
 
+def _second_header(data: bytes | memoryview, pos: int) -> bool:
+    """A trace's header ("go 1.NN trace") begins at pos: a second trace in the file."""
+    return bytes(data[pos : pos + 5]) == b"go 1."
+
+
 def _generation_error(after: bool, text: str) -> TraceFormatError:
     """The error of a batch of an impossible generation (``after``: one that ends the
     generation before it)."""
@@ -286,10 +291,13 @@ ZERO_TAIL_MIN = 64
 
 def zero_run_start(data: bytes | memoryview) -> int:
     """Where the zero bytes that run to the end of ``data`` begin (its length: none), read
-    back from the end a MiB at a time (only on an error path, or once at the end)."""
+    back from the end a MiB at a time (on an error path, or once at the end of every read,
+    where a last byte other than 0 answers at once)."""
+    end = len(data)
+    if end == 0 or data[end - 1] != 0:
+        return end
     step = 1 << 20
     zeros = bytes(step)
-    end = len(data)
     while end > 0:
         a = max(end - step, 0)
         piece = bytes(data[a:end])

@@ -9,7 +9,6 @@ the cgroup, on success, failure or Ctrl-C alike.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -390,8 +389,6 @@ def _app_info(app: subprocess.Popen, meta: dict[str, Any], out: Path, progress: 
         app_pid=app.pid,
         app_addr=addr,
     )
-    with contextlib.suppress(OSError):  # the CPUs its threads may run on (taskset, a cpuset)
-        meta["cpus_allowed"] = len(os.sched_getaffinity(app.pid))
     to_meta(out / "meta.json", meta)
     progress(
         f"gmp-demoapp pid {app.pid} on {addr}: GOMAXPROCS={info['gomaxprocs']} "
@@ -452,6 +449,11 @@ def _finish_bundle(
     lstat = read_json(out / ".loadgen.json") or {}
     meta["mono_end_ns"] = sstat.get("mono_end_ns") or time.monotonic_ns()
     meta["sampler"].update(sstat)
+    # the CPUs the app's threads may run on (taskset, a cpuset), as the sampler found them in
+    # its cgroup: the same reading a Kubernetes collection records
+    cgs = sstat.get("cgroups") or [{}]
+    if isinstance(cgs[0].get("cpus"), int) and cgs[0]["cpus"] > 0:
+        meta["cpus_allowed"] = cgs[0]["cpus"]
     meta["load"].update({k: v for k, v in lstat.items() if k not in meta["load"]})
     meta["trace"] = trace_res or None
     if resizer is not None:
