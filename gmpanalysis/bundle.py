@@ -26,6 +26,7 @@ import pandas as pd
 from .bundlefiles import (
     CPU_STAT_COLUMNS,
     check_regular,
+    file_line,
     read_bytes,
     read_cpu_stat,
     read_host_stat,
@@ -232,14 +233,15 @@ def _check_clock(samples: pd.DataFrame, meta: dict[str, Any], d: Path) -> None:
         end = sampler.get("mono_end_ns")
     slack = 5_000_000_000
     first, last = int(np.argmin(t)), int(np.argmax(t))
+    lines = file_line(samples, samples.index.to_numpy())
     if isinstance(start, int) and t[first] < start - slack:
         raise BundleError(
-            f"{d / 'cpu_stat.csv'} line {first + 2}: t_ns {t[first]} is {(start - t[first]) / 1e9:.1f}s before "
+            f"{d / 'cpu_stat.csv'} line {lines[first]}: t_ns {t[first]} is {(start - t[first]) / 1e9:.1f}s before "
             f"meta.json mono_start_ns {start}; samples and meta come from different runs or clocks"
         )
     if isinstance(end, int) and t[last] > end + slack:
         raise BundleError(
-            f"{d / 'cpu_stat.csv'} line {last + 2}: t_ns {t[last]} is {(t[last] - end) / 1e9:.3g}s after meta.json "
+            f"{d / 'cpu_stat.csv'} line {lines[last]}: t_ns {t[last]} is {(t[last] - end) / 1e9:.3g}s after meta.json "
             f"mono_end_ns {end}; samples and meta come from different runs or clocks"
         )
 
@@ -267,7 +269,7 @@ def check_counters(
     for name, g in groups:
         if len(g) < 2:
             continue
-        line = g.index.to_numpy() + 2
+        line = file_line(samples, g.index.to_numpy())
         per = g["nr_periods"].to_numpy()
         thr = g["nr_throttled"].to_numpy()
         usage = g["usage_us"].to_numpy()

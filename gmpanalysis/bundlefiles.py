@@ -163,7 +163,7 @@ def parse_csv(
             ) from None
     bad = df[list(columns)].isna().any(axis=1).to_numpy()
     if bad.any():
-        line = int(np.flatnonzero(bad)[0]) + 2
+        line = file_line(df, int(np.flatnonzero(bad)[0]))
         raise BundleError(f"{source} line {line}: empty field(s) in a required column; fix or remove that line.")
     _check_ranges(df, source, ranges or {})
     return df, truncated
@@ -211,14 +211,25 @@ def _without_glued_lines(data: bytes, source: str, header: list[str], dtypes: di
         df = _read_csv(kept, dtypes)
     except (ValueError, OverflowError, TypeError, pd.errors.ParserError):
         return None
+    df.attrs["dropped_lines"] = tuple(i + 1 for i in glued)  # what file_line counts back in
     warnings.warn(
         f"{source} line(s) {', '.join(str(i + 1) for i in glued)}: a row cut off by a writer stopped mid-line, "
-        f"with the first row of the restarted writer appended to it ({h} fields expected, more found); dropped "
-        f"(the lines other messages name after it count without it), {len(df)} whole rows kept",
+        f"with the first row of the restarted writer appended to it ({h} fields expected, more found); dropped, "
+        f"{len(df)} whole rows kept",
         TruncatedLineWarning,
         stacklevel=5,
     )
     return df
+
+
+def file_line(df: pd.DataFrame, rows: Any) -> Any:
+    """The file's line numbers (1 is the header) of rows of a frame as parsed (their index
+    labels: positions at the parse, kept by every filter): ``label + 2``, counting back in
+    the glued lines :func:`_without_glued_lines` dropped. An int for an int, else an array."""
+    out = np.asarray(rows, dtype=np.int64) + 2
+    for d in df.attrs.get("dropped_lines", ()):  # ascending: each shifts the lines from it on
+        out = np.where(out >= d, out + 1, out)
+    return int(out) if out.ndim == 0 else out
 
 
 def _check_ranges(df: pd.DataFrame, source: str, ranges: dict[str, tuple[float, float]]) -> None:
@@ -240,7 +251,7 @@ def _check_ranges(df: pd.DataFrame, source: str, ranges: dict[str, tuple[float, 
                 first = (i, f"{c} {col.iloc[i]} is outside {_bound(lo)}..{_bound(hi)}")
     if first is not None:
         raise BundleError(
-            f"{source} line {first[0] + 2}: {first[1]}; the collectors never write such a value "
+            f"{source} line {file_line(df, first[0])}: {first[1]}; the collectors never write such a value "
             "(a corrupt or hand-edited file): fix or remove that line"
         )
 
@@ -295,7 +306,7 @@ def _check_sorted(df: pd.DataFrame, col: str, source: str, by: str | None = None
         t = g[col].to_numpy()
         back = np.flatnonzero(np.diff(t) < 0)
         if back.size:
-            line = int(g.index[back[0] + 1]) + 2
+            line = file_line(df, g.index[back[0] + 1])
             raise BundleError(
                 f"{source} line {line}: {col} goes backwards ({t[back[0]]} -> {t[back[0] + 1]}); "
                 "rows must be in time order (were two files concatenated?)"
@@ -399,7 +410,7 @@ def _parse_table(
     line announced (``cumulative``: :func:`parse_csv`)."""
     df, truncated = parse_csv(data, source, columns, optional, ranges, cumulative)
     if group is not None and group in df and df[group].isna().any():
-        line = int(np.flatnonzero(df[group].isna().to_numpy())[0]) + 2
+        line = file_line(df, int(np.flatnonzero(df[group].isna().to_numpy())[0]))
         raise BundleError(f"{source} line {line}: empty {group} field; every row names its {group}: fix that line")
     if sorted_by is not None:
         _check_sorted(df, sorted_by, source, by=group)

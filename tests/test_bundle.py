@@ -13,7 +13,7 @@ import pytest
 from conftest import RUNS
 
 import gmpanalysis as gmp
-from gmpanalysis.bundle import TruncatedLineWarning, parse_cpu_stat, parse_limits, parse_requests
+from gmpanalysis.bundle import TruncatedLineWarning, check_counters, parse_cpu_stat, parse_limits, parse_requests
 from gmpanalysis.errors import BundleError
 from gmpanalysis.frames import compare_runs
 
@@ -112,6 +112,40 @@ def test_a_row_glued_onto_a_cut_one_is_dropped_and_reported(keep):
         df = parse_cpu_stat(data, source="x/cpu_stat.csv")
     want = [1_000_000_000 + i * 997_000 for i in range(300) if i not in (150, 151)]
     assert df["t_ns"].tolist() == want
+
+
+def test_lines_named_after_a_dropped_glued_line_are_the_files_own():
+    """Where a glued line went, the lines other messages name after it are still the file's:
+    a value out of range, a time going backwards and a counter running ahead, each put on a
+    row after one glued line (and after two)."""
+    lines = GOOD.split(b"\n")
+
+    def damaged(edit, glued) -> tuple[bytes, int]:
+        out = list(lines)
+        out[201] = edit(out[201]) + b",MARK"  # a mark to find the row again, dropped below
+        for g in sorted(glued, reverse=True):  # file lines: the cut one and the one glued on
+            out[g - 1] = out[g - 1][:20] + out[g]
+            del out[g]
+        at = next(i for i, ln in enumerate(out) if ln.endswith(b",MARK"))
+        out[at] = out[at][: -len(b",MARK")]
+        return b"\n".join(out), at + 1
+
+    def field(i: int, v: bytes):
+        return lambda ln: b",".join(v if j == i else f for j, f in enumerate(ln.split(b",")))
+
+    for glued in ((152,), (61, 152)):
+        data, line = damaged(field(2, b"-1"), glued)
+        assert line == 202 - len(glued)
+        with pytest.warns(TruncatedLineWarning), pytest.raises(BundleError, match=f"line {line}: usage_us -1"):
+            parse_cpu_stat(data)
+        data, line = damaged(field(0, b"1000000000"), glued)
+        with pytest.warns(TruncatedLineWarning), pytest.raises(BundleError, match=f"line {line}: t_ns goes back"):
+            parse_cpu_stat(data)
+        data, line = damaged(field(4, b"900"), glued)
+        with pytest.warns(TruncatedLineWarning):
+            df = parse_cpu_stat(data)
+        with pytest.raises(BundleError, match=f"line {line}: nr_throttled 900 has run ahead"):
+            check_counters(df)
 
 
 def test_glued_lines_are_dropped_only_where_they_can_be_a_restart():
