@@ -133,6 +133,22 @@ def test_files_a_crash_left_as_zeros_are_begun_again(bins, tmp_path):
     assert all(b"\x00" not in f.read_bytes() for f in files)
 
 
+@pytest.mark.parametrize("which", ["limits", "host_stat"])
+def test_a_file_another_program_began_is_refused_and_kept(bins, tmp_path, which):
+    """A --limits-out or --host-stat file whose first line is not the sampler's header (a
+    file of another program, a path given twice) is refused before a row is written: rows
+    of the sampler's shape after it would make a file no reader takes, and its own content
+    stays as it was, cut line or not."""
+    root = tree(tmp_path, 2)
+    for before in (b"a,b\n1,2\n", b"a,b\n1,2\n3,", b"a,b"):
+        f = tmp_path / f"{which}.csv"
+        f.write_bytes(before)
+        flag = "--limits-out" if which == "limits" else "--host-stat"
+        r, _ = sample(bins, root, "g", extra=(flag, str(f)))
+        assert r.returncode != 0 and "not a header this collector writes" in r.stderr, r.stderr
+        assert f.read_bytes() == before
+
+
 def test_unknown_cgroup_is_a_clear_error(bins, tmp_path):
     r, _ = sample(bins, tree(tmp_path, 2), "nope")
     assert r.returncode == 2

@@ -122,6 +122,9 @@ func offsets(arrivals string, rate float64, duration time.Duration, max int, see
 // appended to in its own four columns.
 const header = "sched_ns,start_ns,end_ns,status,cpu_ns\n"
 
+// headerNoCPU is the first line of a requests.csv begun before cpu_ns.
+const headerNoCPU = "sched_ns,start_ns,end_ns,status\n"
+
 // openOut opens the requests CSV for appending and says whether its rows carry cpu_ns,
 // writing the header to a new or empty file.
 func openOut(path string) (*os.File, bool, error) {
@@ -140,7 +143,7 @@ func openOut(path string) (*os.File, bool, error) {
 		_, err := os.Stdout.WriteString(header)
 		return os.Stdout, true, err
 	}
-	if _, err := bundle.DropCutLine(path, header); err != nil {
+	if _, err := bundle.DropCutLine(path, header, headerNoCPU); err != nil {
 		return nil, false, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)

@@ -131,13 +131,13 @@ func TestOpenOutputColumns(t *testing.T) {
 		{name: "several-file-one-target", existing: ptr(csvHeader + signalsHeader + ",cgroup\n"), want: sig, got: sigMulti},
 		{name: "old-several-file-v2-run", existing: ptr(csvHeader + ",cgroup\n"), want: sigMulti, got: multi},
 		{name: "one-target-file-several", existing: ptr(csvHeader + "\n"), want: multi, refused: "no cgroup column"},
-		{name: "foreign-header", existing: ptr("a,b,c\n1,2,3\n"), want: none, refused: "not match its columns"},
+		{name: "foreign-header", existing: ptr("a,b,c\n1,2,3\n"), want: none, refused: "not a header this collector writes"},
 		// a header cut by a crash, before any row: begun again
 		{name: "header-cut", existing: ptr("t_ns,read_ns,usage_us"), want: none, got: none, after: ptr(csvHeader + "\n")},
 		{name: "zeros", existing: ptr("\x00\x00\x00"), want: sig, got: sig, after: ptr(csvHeader + signalsHeader + "\n")},
 		{name: "cut-row", existing: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n2,2,2"), want: none, got: none,
 			after: ptr(csvHeader + "\n1,1,1,1,1,1,1,1\n")},
-		{name: "longer-header", existing: ptr(csvHeader + signalsHeader + ",extra_us\n"), want: sig, refused: "not match"},
+		{name: "longer-header", existing: ptr(csvHeader + signalsHeader + ",extra_us\n"), want: sig, refused: "not a header this collector writes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "cpu_stat.csv")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -16,9 +17,10 @@ import (
 // last whole row ends and the appended rows start on a line of their own. A file without any
 // newline is emptied where it holds only the start of one of the writer's headers, or only
 // zero bytes (what a file system leaves of data a crash kept from the disk), so the writer
-// begins it again; otherwise it is left for the caller's header check. A missing file, an
-// empty one or one that is not a regular file (a pipe, /dev/stdout) is left alone. Returns
-// the bytes cut off.
+// begins it again. A file whose first line is none of headers (given any) is not one this
+// writer began, and rows appended to it would be of another shape than its own: it is
+// refused, cut or not. A missing file, an empty one or one that is not a regular file (a
+// pipe, /dev/stdout) is left alone. Returns the bytes cut off.
 func DropCutLine(path string, headers ...string) (int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -38,7 +40,7 @@ func DropCutLine(path string, headers ...string) (int64, error) {
 		return 0, fmt.Errorf("%s: reading its last byte: %w", path, err)
 	}
 	if buf[0] == '\n' {
-		return 0, nil
+		return 0, begunWith(f, path, headers)
 	}
 	// the last newline: rows are short, so a few small reads back from the end find it
 	buf = make([]byte, 4096)
@@ -54,6 +56,9 @@ func DropCutLine(path string, headers ...string) (int64, error) {
 				// it grew while it was read: a writer is at work on it, whose rows a cut
 				// would take; the collectors append to a file of their own alone
 				return 0, fmt.Errorf("%s: another process is writing it; give each collector a file of its own", path)
+			}
+			if err := begunWith(f, path, headers); err != nil {
+				return 0, err
 			}
 			if err := f.Truncate(keep); err != nil {
 				return 0, fmt.Errorf("%s: cutting off its incomplete last line: %w", path, err)
@@ -75,10 +80,36 @@ func DropCutLine(path string, headers ...string) (int64, error) {
 		started = started || strings.HasPrefix(h, string(all))
 	}
 	if !started {
-		return 0, nil
+		return 0, begunWith(f, path, headers)
 	}
 	if err := f.Truncate(0); err != nil {
 		return 0, fmt.Errorf("%s: emptying its cut header: %w", path, err)
 	}
 	return size, nil
+}
+
+// begunWith says whether the file's first line is one of headers (each with its newline);
+// nil where none are given.
+func begunWith(f *os.File, path string, headers []string) error {
+	if len(headers) == 0 {
+		return nil
+	}
+	longest := 0
+	for _, h := range headers {
+		longest = max(longest, len(h))
+	}
+	buf := make([]byte, longest)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: reading its header: %w", path, err)
+	}
+	for _, h := range headers {
+		if bytes.HasPrefix(buf[:n], []byte(h)) {
+			return nil
+		}
+	}
+	first, _, _ := bytes.Cut(buf[:n], []byte("\n"))
+	return fmt.Errorf("%s: its first line %q is not a header this collector writes (%q), so it did not begin "+
+		"this file and its rows would not fit it; move the file away or write to another", path, first,
+		strings.TrimSuffix(headers[0], "\n"))
 }

@@ -8,15 +8,14 @@ import (
 )
 
 func TestDropCutLine(t *testing.T) {
-	long := "h\n" + strings.Repeat("1,2,3\n", 2000) // the cut line's start lies more than one read back
+	long := "h1,h2\n" + strings.Repeat("1,2\n", 3000) // the cut line's start lies more than one read back
 	for _, c := range []struct {
 		name, before, after string
 		cut                 int64
 	}{
-		{"whole", "a,b\n1,2\n", "a,b\n1,2\n", 0},
-		{"cut-row", "a,b\n1,2\n3,", "a,b\n1,2\n", 2},
-		{"cut-first-row", "a,b\n12", "a,b\n", 2},
-		{"cut-header", "a,b", "a,b", 0}, // not a header of this writer's: left to its header check
+		{"whole", "h1,h2\n1,2\n", "h1,h2\n1,2\n", 0},
+		{"cut-row", "h1,h2\n1,2\n3,", "h1,h2\n1,2\n", 2},
+		{"cut-first-row", "h1,h2,h3\n12", "h1,h2,h3\n", 2},
 		{"cut-own-header", "h1,h", "", 4},
 		{"zeros", "\x00\x00\x00\x00", "", 4},
 		{"empty", "", "", 0},
@@ -36,5 +35,22 @@ func TestDropCutLine(t *testing.T) {
 	}
 	if n, err := DropCutLine(filepath.Join(t.TempDir(), "absent.csv")); n != 0 || err != nil {
 		t.Fatalf("absent file: %d, %v", n, err)
+	}
+}
+
+// A file this writer did not begin (its first line none of its headers) is refused, with or
+// without a cut line, and left as it was.
+func TestDropCutLineRefusesAForeignFile(t *testing.T) {
+	for _, before := range []string{"a,b", "a,b\n1,2\n", "a,b\n1,2\n3,", "h1,h2,h3,h4\n1\n", "\n1,2\n"} {
+		p := filepath.Join(t.TempDir(), "x.csv")
+		if err := os.WriteFile(p, []byte(before), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n, err := DropCutLine(p, "h1,h2\n", "h1,h2,h3\n")
+		b, _ := os.ReadFile(p)
+		if err == nil || !strings.Contains(err.Error(), "not a header this collector writes") || n != 0 ||
+			string(b) != before {
+			t.Fatalf("%q: cut %d, %v, file %q; want it refused and kept", before, n, err, b)
+		}
 	}
 }
