@@ -99,15 +99,13 @@ def predictions(where: str, w: str, runs: list[gmp.Run]) -> list[dict]:
     for tgt in runs:
         sources = [s for s in runs if conf[id(s)] != conf[id(tgt)]]
         # a run whose limit changed mid-run has no one setting to predict it under
-        quotas = gmp.df_periods(tgt)["quota_us"].dropna()
-        resized = quotas.nunique() > 1
-        if not sources or resized:
+        if not sources or W.resized(tgt) is not None:
             continue
         truth = W.measured(tgt)
         st = W.target_setting(tgt)
         cpus = float(st["cpus"])
         limit = None if st["quota_us"] is None else st["quota_us"] / st["period_us"]
-        reg = ME.regime(cpus, limit, float(st["gomaxprocs"]))
+        reg = ME.regime(cpus, limit, float(st["gomaxprocs"]), int(st["period_us"]))
         for src in sources:
             pred = W.predict(src, tgt)
             e = ME.errors_of(pred, truth)

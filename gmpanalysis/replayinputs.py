@@ -253,6 +253,21 @@ def _stw_model(run: Run) -> dict[str, float] | None:
     return memo(run, "stw_model", _stw_model_built)
 
 
+def resized(run: Run) -> str | None:
+    """Where a limit of the run was changed in place mid-run (the table's level's, or a
+    level's above with a quota of its own): which, and its quotas in turn ("container: 50000
+    → 200000 µs"); None where every level kept one quota. Such a run has no one setting."""
+    from .levels import table_level
+
+    levels = [(table_level(run), _own_quota(run))]
+    levels += [(str(lv["level"]), lv["quota_by_period"]) for lv in _outer_levels(run)]
+    for name, q in levels:
+        seen = list(dict.fromkeys(x for x in q.values() if not math.isnan(x)))
+        if len(seen) > 1:
+            return f"{name}: " + " → ".join(f"{x:.0f}" for x in seen[:4]) + (" → …" if len(seen) > 4 else "") + " µs"
+    return None
+
+
 def prep_built(run: Run) -> dict[str, Any]:
     """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
     unlimited = no_quota(run)

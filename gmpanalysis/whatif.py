@@ -66,6 +66,7 @@ from .replayinputs import (
     demand_built,
     memo,
     prep_built,
+    resized,
     run_periods,
     settings,
 )
@@ -498,18 +499,33 @@ def target_setting(target: Run) -> dict[str, Any]:
 
 def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
     """:func:`estimate` of ``source``'s demand under ``target``'s settings: what the target
-    would have measured, predicted from the source, its tick phase taken as unknown."""
-    return estimate(source, phases, **target_setting(target))
+    would have measured, predicted from the source, its tick phase taken as unknown. A
+    target whose limit was resized mid-run has no one setting: predicted from itself, it
+    is replayed under its own limits period by period; from another run, a
+    :class:`UsageError` says so."""
+    change = resized(target)
+    if change is None:
+        return estimate(source, phases, **target_setting(target))
+    if source is target or source.path == target.path:
+        lim = memo(target, "prep", prep_built)["settings"]
+        return estimate(source, phases, gomaxprocs=lim["gomaxprocs"], cpus=lim["cpus"])
+    raise UsageError(
+        f"predict: {target.name}'s limit was changed mid-run ({change}), so it has no one setting to predict "
+        f"from {source.name}; predict runs of one setting each, or replay {source.name} under each quota "
+        "with gmp.what_if(run, quota_us=...)"
+    )
 
 
 def validate(runs: list[Run]) -> pd.DataFrame:
     """Each run predicted from each other one (:func:`predict`: its settings replayed over
     the other's demand, its tick phase taken as unknown) beside what it measured: one row
-    per (source, target) and figure."""
+    per (source, target) and figure. A run resized mid-run is predicted from itself only."""
     rows = []
     for tgt in runs:
         truth = measured(tgt)
         for src in runs:
+            if src is not tgt and resized(tgt) is not None:
+                continue  # no one setting to predict it under
             got = predict(src, tgt)
             for key, v in truth.items():
                 rows.append({"target": tgt.meta.get("name"), "source": src.meta.get("name"), "figure": key,
@@ -523,6 +539,7 @@ __all__ = [
     "measured",
     "predict",
     "replay_as",
+    "resized",
     "settings",
     "summarize",
     "target_setting",

@@ -326,6 +326,28 @@ def test_a_limit_resized_in_place_is_replayed_as_it_was():
         W.what_if(run, quota_us=float("nan"))
 
 
+def test_a_resized_run_has_no_one_setting_to_predict(runs):
+    """predict(run, run) of a run resized in place replays its own quotas period by period
+    (0.5 CPU, then 2: throttled about as measured), not its first quota (0.5 CPU all
+    through, which throttles about twice as often); from another run it is refused, naming
+    the change, and validate predicts it from itself only."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run("fixtures/runs/resize-0.5to2cpu-default")
+    assert W.resized(run) == "container: 50000 → 200000 µs"
+    other = runs["cpu-0.5cpu-gmp2"]
+    assert W.resized(other) is None
+    got, truth = W.predict(run, run)["throttled_pct"], W.measured(run)["throttled_pct"]
+    first = W.estimate(run, quota_us=50_000)["throttled_pct"]
+    one_period = 100 / len(W.what_if(run))
+    assert abs(got - truth) <= 3 * one_period < first - truth
+    with pytest.raises(UsageError, match=r"changed mid-run \(container: 50000 → 200000 µs\)"):
+        W.predict(other, run)
+    v = W.validate([other, run])
+    pairs = {(t, s) for t in (other.name, run.name) for s in (other.name, run.name)} - {(run.name, other.name)}
+    assert set(zip(v["target"], v["source"], strict=True)) == pairs
+
+
 def test_a_run_without_a_limit_predicts_the_limited_ones(runs):
     """The question an unlimited service asks: fixtures/whatif/unlimited-cpu-gmp2 is the
     CPU-bound load of the three example runs (same seeded schedule) with no quota at all.
