@@ -130,6 +130,14 @@ def test_preflight_without_root(monkeypatch, tmp_path):
         ({"duration_s": 2, "trace_start_s": 1, "trace_s": 4}, "does not fit"),
         ({"gomaxprocs": 0}, "gomaxprocs"),
         ({"period_us": 10}, "period_us"),
+        ({"duration_s": 3, "resize_at_s": 10, "cpu_limit_after": 2.0, "trace_s": 0}, "no resize would happen"),
+        ({"cpu_limit": 0.005}, r"cpu_limit 0.005 CPU is a quota of 500 µs .* below the kernel's least \(1000 µs"),
+        ({"cpu_limit": 0.5, "period_us": 1000, "sample_interval_us": 499}, "least .*: 1 CPU"),
+        ({"parent_cpu_limit": 0.005}, "parent_cpu_limit 0.005 CPU"),
+        ({"resize_at_s": 2, "cpu_limit_after": 0.001}, "cpu_limit_after 0.001 CPU"),
+        ({"cpu_limit": 0.5, "burst_us": 80_000}, "burst_us 80000 is above the quota of cpu_limit 0.5 CPU"),
+        ({"resize_at_s": 2, "cpu_limit_after": 0.2, "burst_us": 40_000}, "above the quota of cpu_limit_after"),
+        ({"period_us": 1000, "cpu_limit": 2}, r"more than half the 1000 µs period.*at most 499 µs"),
     ],
 )
 def test_preflight_refuses_bad_configs(kw, match):
@@ -147,6 +155,11 @@ def test_parse_cpu_limit():
 
 def test_default_rate_is_80_percent_of_capacity():
     assert LabConfig(cpu_limit=0.5, work_ms=25).effective_rate() == 16.0
+    # what the group can serve: the least of its limit, its parent's and the machine's CPUs
+    assert LabConfig(cpu_limit=None, parent_cpu_limit=0.3, work_ms=30).effective_rate() == 8.0
+    assert LabConfig(cpu_limit=0.5, parent_cpu_limit=0.25, work_ms=25).effective_rate() == 8.0
+    many = float(os.cpu_count() or 1) + 1
+    assert LabConfig(cpu_limit=many, work_ms=25).effective_rate() == round(0.8 * (many - 1) * 40, 2)
 
 
 @pytest.mark.parametrize(

@@ -189,7 +189,14 @@ class LabCgroup:
             with open(path, "w") as f:
                 f.write(value)
         except OSError as e:
-            raise LabError(f"writing {value!r} to {path} failed: {e.strerror}") from None
+            why = ""
+            if e.errno == errno.EINVAL and path.name.startswith(("cpu.max", "cpu.cfs_")):
+                # tg_set_cfs_bandwidth and, on v1 only, tg_cfs_schedulable_down refuse these
+                why = (
+                    " (the kernel refuses a burst above the quota, and on cgroup v1 a quota above the parent "
+                    "cgroup's: raise the parent's limit, or lower this one or the burst)"
+                )
+            raise LabError(f"writing {value!r} to {path} failed: {e.strerror}{why}") from None
 
     def remove(self, timeout_s: float = 5.0) -> None:
         """Remove the directories this object created, waiting for exited processes to leave.

@@ -47,7 +47,9 @@ class LabConfig:
     layout: str = "lab"
 
     def effective_rate(self) -> float:
+        """The open loop's rate: as given, else 80 % of what the group can serve at the
+        start (the least of its limit, the parent's and the machine's CPUs)."""
         if self.rate is not None:
             return self.rate
-        cpus = self.cpu_limit if self.cpu_limit is not None else float(os.cpu_count() or 1)
+        cpus = min(x for x in (self.cpu_limit, self.parent_cpu_limit, float(os.cpu_count() or 1)) if x is not None)
         return round(0.8 * cpus * 1000.0 / self.work_ms, 2)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import to_meta
+from ..cgroup import MIN_QUOTA_US
 from ..errors import GmpError, LabError
 from ..schema import new_meta
 from .binaries import ensure_binaries
@@ -82,6 +83,28 @@ def check_config(cfg: LabConfig) -> None:
         raise LabError("duration_s must be in (0, 3600]: load runs are bounded")
     if cfg.trace_s and cfg.trace_start_s + cfg.trace_s > cfg.duration_s:
         raise LabError(f"trace window {cfg.trace_start_s}+{cfg.trace_s}s does not fit in the {cfg.duration_s}s run")
+    if cfg.resize_at_s is not None and not 0 < cfg.resize_at_s < cfg.duration_s:
+        raise LabError(f"resize_at_s {cfg.resize_at_s} is not inside the {cfg.duration_s}s run: no resize would happen")
+    for what, cpus in (("cpu_limit", cfg.cpu_limit), ("parent_cpu_limit", cfg.parent_cpu_limit),
+                       ("cpu_limit_after", cfg.cpu_limit_after)):  # fmt: skip
+        if cpus is not None and round(cpus * cfg.period_us) < MIN_QUOTA_US:
+            raise LabError(
+                f"{what} {cpus:g} CPU is a quota of {cpus * cfg.period_us:g} µs per {cfg.period_us} µs period, below "
+                f"the kernel's least ({MIN_QUOTA_US} µs: {MIN_QUOTA_US / cfg.period_us:g} CPU); give at least that, or "
+                "a longer period (a kubelet raises such a limit to the least quota: give that limit to run its case)"
+            )
+    for what, cpus in (("cpu_limit", cfg.cpu_limit), ("cpu_limit_after", cfg.cpu_limit_after)):
+        if cpus is not None and cfg.burst_us > round(cpus * cfg.period_us):
+            raise LabError(
+                f"burst_us {cfg.burst_us} is above the quota of {what} {cpus:g} CPU ({round(cpus * cfg.period_us)} µs "
+                "per period): the kernel refuses a burst above the quota"
+            )
+    if 2 * cfg.sample_interval_us > cfg.period_us:
+        raise LabError(
+            f"sample_interval_us {cfg.sample_interval_us} is more than half the {cfg.period_us} µs period: the "
+            f"analysis places the period grid from reads at least every half period; give at most "
+            f"{(cfg.period_us // 2 - 1) | 1} µs (--interval-us; an odd number, so the reads sweep across the period)"
+        )
 
 
 def calibrate(bins: dict[str, Path]) -> int:
@@ -499,8 +522,8 @@ def sweep(
 
 
 def _quota(cpus: float | None, period_us: int) -> int | None:
-    """A CPU limit as a CFS quota (µs per period); at least the kernel's 1 ms."""
-    return None if cpus is None else max(1000, round(cpus * period_us))
+    """A CPU limit as a CFS quota (µs per period; check_config refuses one below the kernel's least)."""
+    return None if cpus is None else round(cpus * period_us)
 
 
 def parse_cpu_limit(text: str) -> float | None:

@@ -309,8 +309,12 @@ func main() {
 	} else {
 		sum["span_s"], sum["first_start_ns"], sum["last_end_ns"] = nil, nil, nil
 	}
-	fmt.Fprintf(os.Stderr, "gmp-loadgen: %d requests (%d ok, %d errors) in %.2fs; latency p50 %.1fms p99 %.1fms\n",
-		ok+failed, ok, failed, span, q(0.5), q(0.99))
+	if ok+failed > 0 {
+		fmt.Fprintf(os.Stderr, "gmp-loadgen: %d requests (%d ok, %d errors) in %.2fs; latency p50 %.1fms p99 %.1fms\n",
+			ok+failed, ok, failed, span, q(0.5), q(0.99))
+	} else {
+		fmt.Fprintf(os.Stderr, "gmp-loadgen: no request sent (rate %g/s for %s)\n", *rate, duration)
+	}
 	if *summaryPath != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		_ = os.WriteFile(*summaryPath, append(b, '\n'), 0o644)
