@@ -43,10 +43,14 @@ G_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 COARSE_LIMITS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
-def _candidates(max_limit: float, own: float | None) -> list[float]:
+def _candidates(max_limit: float, own: float | None, least: float) -> list[float]:
+    """The default limits up to max_limit, none below ``least`` (the kernel's least quota at
+    the run's period: 1 CPU at a 1 ms period)."""
     steps = [x / 4 for x in range(1, 8)] + [float(x) for x in range(2, 65)]
-    out = sorted({x for x in steps if x <= max_limit + 1e-9} | ({own} if own and own <= max_limit else set()))
-    return out or [max_limit]
+    out = sorted(
+        {x for x in steps if least - 1e-9 <= x <= max_limit + 1e-9} | ({own} if own and own <= max_limit else set())
+    )
+    return out or [max(max_limit, least)]
 
 
 def _g_candidates(ncpu: int, own_g: int | None) -> list[int]:
@@ -172,7 +176,7 @@ def advise(
     top = float(max_limit or ncpu)
     period = int(lim0["period_us"])
     own = None if lim0["quota_us"] is None else lim0["quota_us"] / period
-    cand_limits = sorted(set(limits)) if limits is not None else _candidates(top, own)
+    cand_limits = sorted(set(limits)) if limits is not None else _candidates(top, own, MIN_QUOTA_US / period)
     own_g = int(lim0["gomaxprocs"]) if lim0["gomaxprocs"] else None
     if gomaxprocs is not None:
         cand_g = sorted(set(gomaxprocs))
@@ -203,7 +207,7 @@ def advise(
     table = _rank(table, objective, with_requests)
     best = table.iloc[0]
     validation = load_validation()
-    reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs))
+    reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs), period)
     err = model_error(reg, validation)
     table.attrs["regime"] = reg
     table.attrs["model_error"] = err
@@ -268,7 +272,9 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
     elif objective == "p99":
         best = t["p99_ms"].min()
         t = t.assign(_near=t["p99_ms"] > 1.05 * best)
-        t = t.sort_values(["_near", "cost_cpu", "p99_ms", "burst_us", "gomaxprocs"]).drop(columns="_near")
+        # within 5 % of the best p99 the cheapest wins, and at one cost a setting without a
+        # burst: a burst is worth setting only where it buys more than that
+        t = t.sort_values(["_near", "cost_cpu", "burst_us", "p99_ms", "gomaxprocs"]).drop(columns="_near")
     else:
         t = t.assign(_bad=~_cost_ok(t, with_requests))
         t = t.sort_values(["_bad", "cost_cpu", "p99_ms", "throttled_pct", "burst_us", "gomaxprocs"])

@@ -196,7 +196,7 @@ class Analysis:
         """:func:`gmpanalysis.df_local_checks`."""
         return local_checks(self.periods, self.freezes())
 
-    def offsets(self, bucket_ms: float = 10.0) -> pd.DataFrame:
+    def offsets(self, bucket_ms: float | None = None) -> pd.DataFrame:
         """:func:`gmpanalysis.df_period_offsets` (memoised per bucket width)."""
         cache = self.__dict__.setdefault("_offsets", {})
         if bucket_ms not in cache:

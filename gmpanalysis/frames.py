@@ -100,9 +100,10 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     return analyze(run).level_periods(level).copy()
 
 
-def df_period_offsets(run: Run, bucket_ms: float = 10.0, per: pd.DataFrame | None = None) -> pd.DataFrame:
+def df_period_offsets(run: Run, bucket_ms: float | None = None, per: pd.DataFrame | None = None) -> pd.DataFrame:
     """What happens inside each period: usage in fixed buckets of the offset from the
-    period's start (FlameScope's sub-second offset view, on the CFS grid).
+    period's start (FlameScope's sub-second offset view, on the CFS grid). ``bucket_ms``
+    defaults to 10 ms, or a tenth of the period where it is shorter than 100 ms.
 
     cpuacct usage is charged in scheduler-tick steps (4 ms per CPU at HZ=250): a bucket can
     receive a tick's worth of CPU that ran in the bucket before it, and show more CPUs busy

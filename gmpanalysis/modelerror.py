@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .cgroup import DEFAULT_PERIOD_US
+
 VALIDATION_FILE = Path(__file__).with_name("whatif-validation.json")
 # the figures and how each error is measured
 UNITS = {
@@ -34,9 +36,11 @@ MIN_PREDICTIONS = 3
 MIN_TARGETS = 2
 
 
-def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float) -> str:
+def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float, period_us: int = DEFAULT_PERIOD_US) -> str:
     """The regime of a setting: ``cpus`` the CPUs it may run on (2 or fewer, 3-8, 9 or more)
-    and GOMAXPROCS over the limit in CPUs (at most 1, up to 4, above 4; "no limit")."""
+    and GOMAXPROCS over the limit in CPUs (at most 1, up to 4, above 4; "no limit"); a CFS
+    period other than the kernel's default 100 ms is a regime of its own (the quota's slices,
+    the tick and the sampling weigh differently against a short period)."""
     c = "≤2 CPUs" if cpus <= 2 else ("3-8 CPUs" if cpus <= 8 else "≥9 CPUs")
     if limit_cpu is None or not math.isfinite(limit_cpu) or limit_cpu <= 0:
         return f"{c}, no limit"
@@ -45,7 +49,8 @@ def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float) -> str:
         g = "GOMAXPROCS ≤ limit"
     else:
         g = "GOMAXPROCS ≤ 4× limit" if r <= 4 + 1e-9 else "GOMAXPROCS > 4× limit"
-    return f"{c}, {g}"
+    p = "" if period_us == DEFAULT_PERIOD_US else f", {period_us / 1000:g} ms periods"
+    return f"{c}, {g}{p}"
 
 
 def errors_of(pred: dict[str, float], truth: dict[str, float]) -> dict[str, float]:

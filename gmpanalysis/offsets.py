@@ -14,12 +14,19 @@ from .intervals import known_true
 from .levels import covered_by, level_names, level_run
 
 
-def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float) -> pd.DataFrame:
+def default_bucket_ms(period_ns: int) -> float:
+    """10 ms, or a tenth of a period shorter than 100 ms."""
+    return min(10.0, period_ns / 1e7)
+
+
+def period_offsets(run: Run, per: pd.DataFrame, bucket_ms: float | None) -> pd.DataFrame:
     """:func:`df_period_offsets` over a given period table."""
     names = level_names(run)
     single = len(names) == 1 and "cgroup" not in run.samples
     s = run.samples if single else level_run(run, per.attrs.get("level") or names[0]).samples
     P = int(per["end_ns"].iloc[0] - per["start_ns"].iloc[0]) if len(per) else bundle_period_us(run.meta) * 1000
+    if bucket_ms is None:
+        bucket_ms = default_bucket_ms(P)
     if not (isinstance(bucket_ms, int | float) and 0 < bucket_ms * 1e6 <= P):
         raise UsageError(f"df_period_offsets: bucket_ms {bucket_ms!r} must lie in (0, {P / 1e6:g}] (the period)")
     b_ns = int(bucket_ms * 1e6)

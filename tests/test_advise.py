@@ -235,3 +235,24 @@ def test_without_requests_the_advice_says_its_throttling_is_a_lower_bound():
 
     thr = W.measured(run)["throttled_pct"]
     assert "the throttling predicted is a lower bound" in said and f"({thr:.0f} % of its periods throttled)" in said
+
+
+def test_a_short_period_is_advised_within_the_kernels_quotas_and_without_borrowed_bars():
+    """A real run at a 2 ms period (fixtures/short-period): the kernel's least quota, 1 ms,
+    is 0.5 CPU there, so the default candidates start at 0.5 (0.25 CPU was refused as
+    advise's own argument); the regime names the period, and no error bars measured at
+    100 ms periods are lent to it. The offsets view and the report work there too (10 ms
+    buckets would not fit the period: a tenth of it is the default)."""
+    run = _load(Path("fixtures/short-period/period-2ms-0.5cpu-gmp2"))
+    t = advise(run, gomaxprocs=[1, 2])
+    assert t["limit_cpu"].min() == 0.5 and (t["quota_us"] >= 1000).all()
+    assert t.attrs["regime"].endswith(", 2 ms periods") and t.attrs["model_error"] == {}
+    assert "not been validated in this regime" in t.attrs["recommendation"]
+    with pytest.raises(UsageError, match="below the least quota"):
+        advise(run, limits=[0.25])
+    off = gmp.df_period_offsets(run)
+    assert sorted(off["offset_ms"].unique()) == pytest.approx([0.2 * i for i in range(10)])
+    per = gmp.df_periods(run)
+    assert off.groupby("period")["cpus"].mean().mul(2000).to_numpy() == pytest.approx(
+        per.set_index("period").loc[off["period"].unique(), "usage_us"].to_numpy(), rel=1e-6, abs=1e-6
+    )

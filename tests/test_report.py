@@ -249,3 +249,11 @@ def test_cpus_frozen_above_gomaxprocs_are_explained():
     vm, host = findings(cmp)[:2]
     assert "more than its 2 Ps" in vm and "threads without a P" in vm
     assert "more than its" not in host
+
+
+def test_a_short_period_run_is_reported(tmp_path):
+    """A real run at a 2 ms period: the report (its offsets figure on 0.2 ms buckets) is
+    written, and says the period."""
+    run = gmp.load_run("fixtures/short-period/period-2ms-0.5cpu-gmp2")
+    html = gmp.to_report([run], tmp_path / "r.html").read_text()
+    assert "period-2ms-0.5cpu-gmp2" in html and "1 ms per 2 ms" in html
