@@ -272,14 +272,14 @@ def test_an_unreadable_file_is_named(tmp_path):
 
 
 def _synthetic(events: bytes, strings: bytes = b"", version: int = 22) -> bytes:
-    """A one-generation trace of the given version: a frequency batch, an optional string
-    batch, and ``events`` as one event batch of thread 1."""
+    """A one-generation trace of the given version: a frequency batch, ``events`` as one
+    event batch of thread 1, and the string batch that closes a generation (``strings`` in
+    it, or none)."""
     from trace_mutants import Batch, Model, enc, write
 
     items = [Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x08" + enc(15_625_000)))]
-    if strings:
-        items.append(Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x04" + strings)))
     items.append(Batch(None, 1, 7, 100, bytearray(events)))
+    items.append(Batch(None, 1, (1 << 64) - 1, 100, bytearray(b"\x04" + strings)))
     return write(Model(bytearray(b"go 1.%d trace" % version).ljust(16, b"\0"), items, version))
 
 
@@ -372,8 +372,10 @@ def test_many_rows_open_across_many_generations():
         else:  # the rest run and stop on thread 7: a part with rows done and rows open
             events += start + bytes([spec.EV_GOSTOP]) + enc(1) + enc(1) + enc(0)
     items.append(Batch(None, 1, 7, 1000, events))
+    items.append(Batch(None, 1, none, 1000, bytearray(b"\x04")))  # the string batch closing it
     for g in range(2, 42):
         items.append(Batch(None, g, none, 10**7 * g, bytearray(b"\x08" + enc(15_625_000))))
+        items.append(Batch(None, g, none, 10**7 * g, bytearray(b"\x04")))
     data = write(Model(bytearray(b"go 1.22 trace").ljust(16, b"\0"), items, 22))
     whole = read_trace(data)
     parts = list(gmp.iter_generations(data))

@@ -278,7 +278,7 @@ def parse_trace(
         if release is not None:
             release(chunk[-1].end)
     truncated_at = splitter.truncated_at
-    _warn_damage(source, len(data), truncated_at, info, splitter.zero_tail)
+    _warn_damage(source, len(data), truncated_at, info, splitter.zero_tail, splitter.unclosed)
     built = builder.finish(info["last_ns"] or 0)
     del builder
     trim()
@@ -363,7 +363,7 @@ def _iter_generations(
             yield held
         held = GoTrace(meta=meta, **got)
     del buf
-    _warn_damage(source, len(data), splitter.truncated_at, info, splitter.zero_tail)
+    _warn_damage(source, len(data), splitter.truncated_at, info, splitter.zero_tail, splitter.unclosed)
     if held is not None:
         rest = builder.take(info["last_ns"] or 0, final=True)
         for name, df in rest.items():
@@ -376,17 +376,31 @@ def _iter_generations(
 
 
 def _warn_damage(
-    source: str, size: int, truncated_at: int | None, info: dict[str, Any], zeros: int | None = None
+    source: str,
+    size: int,
+    truncated_at: int | None,
+    info: dict[str, Any],
+    zeros: int | None = None,
+    unclosed: tuple[int, int] | None = None,
 ) -> None:
-    """After a read: a cut in a generation or a tail of zero bytes (from ``zeros`` on), and
-    threads' clocks that went back."""
+    """After a read: a cut in a generation, a tail of zero bytes (from ``zeros`` on) or a
+    last generation never closed (``unclosed``: generation, offset), and threads' clocks
+    that went back."""
     if truncated_at is not None or zeros is not None:
-        how = (
-            f"ends inside a generation at offset {truncated_at} (of {size} bytes)"
-            if zeros is None
-            else f"ends in {size - zeros} zero bytes from offset {zeros} (what a file system leaves of data a "
-            "crash kept from reaching the disk)"
-        )
+        if zeros is not None:
+            how = (
+                f"ends in {size - zeros} zero bytes from offset {zeros} (what a file system leaves of data a "
+                "crash kept from reaching the disk)"
+            )
+        elif unclosed is not None:
+            how = (
+                f"ends before its last generation ({unclosed[0]}, from offset {unclosed[1]}) was closed: the "
+                "runtime closes a generation with its stack and string tables (from Go 1.26, and an end marker), "
+                "and the process stopped before (exited without trace.Stop, or the download was cut); that "
+                "generation was left out"
+            )
+        else:
+            how = f"ends inside a generation at offset {truncated_at} (of {size} bytes)"
         warnings.warn(
             f"{source}: trace {how}; the {info['generations_seen']} complete generation(s) before it were read",
             TruncatedTraceWarning,

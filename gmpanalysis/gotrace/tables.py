@@ -550,7 +550,12 @@ class Builder:
         sdone = sw.pop("done")
         sw["end_ns"][~sdone] = last_ns
         sw["open"] = ~sdone
-        return typed_frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+        out = typed_frame(sw, SCHEMAS["sweep"]).sort_values(["start_ns", "m"], kind="stable", ignore_index=True)
+        # a sweep under way when a generation begins is stated again there (GCSweepActive),
+        # which opens a row where the sweep's own began one: a thread sweeps for one P at a
+        # time, so two rows it ends at one sweep end are one sweep, from the earlier start
+        again = out.duplicated(["m", "end_ns", "swept_bytes", "reclaimed_bytes", "open"])
+        return out[~again.to_numpy()].reset_index(drop=True) if again.any() else out
 
     def _take_global(self, last_ns: int, final: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The gomaxprocs table (real changes only) and the gc table from the global events

@@ -119,7 +119,8 @@ class GenerationSplitter:
     headers; after the iteration, ``truncated_at`` is the offset of a cut, or None.
 
     A generation is complete when the next one begins (a batch of another generation, or the
-    EndOfGeneration byte of Go >= 1.26), or, before 1.26, when the file ends cleanly after it.
+    EndOfGeneration byte of Go >= 1.26), or, before 1.26, when the file ends cleanly after it
+    and it holds the tables the runtime writes when a generation ends (:meth:`_closed`).
     A cut anywhere else drops the generation it falls in and reports where. Zero bytes to
     the end of the file, where they break the framing, are taken as its end (``zero_tail``:
     where they begin): what a file system leaves of the data a crash kept from reaching the
@@ -132,6 +133,9 @@ class GenerationSplitter:
         self.data, self.version, self.source = data, version, source
         self.truncated_at: int | None = None
         self.zero_tail: int | None = None
+        # (generation, offset) of a last generation the file ends after, at a batch's end,
+        # that was never closed (:meth:`_closed`; from Go 1.26, no end marker)
+        self.unclosed: tuple[int, int] | None = None
 
     def __iter__(self):  # noqa: ANN204 (a generator of Generation)
         data, version = self.data, self.version
@@ -194,9 +198,26 @@ class GenerationSplitter:
         if has_eog and cur:
             # Go >= 1.26 ends every generation with the marker: one without it was cut off
             self.truncated_at = cur[-1].end
+            if cur[-1].end == pos:  # at a batch's end: never closed rather than cut in a batch
+                self.unclosed = (cur_gen or 0, cur_start)
+            return
+        if cur and not self._closed(cur):
+            self.truncated_at, self.unclosed = pos, (cur_gen or 0, cur_start)
             return
         if cur:
             yield Generation(cur_gen or 0, cur, cur_start, pos)
+
+    def _closed(self, batches: list[Batch]) -> bool:
+        """Before Go 1.26, whether a generation the file ends after was written to its end:
+        the runtime closes each with its CPU samples, its stack table and last its string
+        table (each batch written only where it has entries; a generation with stacks names
+        their functions, so it has strings), after a frequency batch up to Go 1.24. A
+        process that exits without stopping its trace (os.Exit, a crash, a cut download of
+        /debug/pprof/trace) leaves its last generation without them: its events name strings
+        and stacks that were never written."""
+        data = self.data
+        kinds = {data[b.start] for b in batches if b.exp is None and b.end > b.start}
+        return spec.EV_STRINGS in kinds and (self.version >= 25 or spec.EV_FREQUENCY in kinds)
 
     def _batch(self, pos: int, n: int, cur_gen: int | None, prev_gen: int) -> Batch | None:
         """The batch whose header is at pos (None: the file ends inside it); raises

@@ -111,13 +111,18 @@ func main() {
 		}
 		switch ev.Kind() {
 		case trace.EventRangeBegin, trace.EventRangeActive:
+			// a range under way when a generation begins is stated again there
+			// (RangeActive): it opens one only where none is open (one begun before the trace)
+			again := ev.Kind() == trace.EventRangeActive
 			rg := ev.Range()
 			if kind, ok := strings.CutPrefix(rg.Name, "stop-the-world ("); ok {
-				stwOpen[ev.Goroutine()] = struct {
-					t    int64
-					kind string
-				}{t, strings.TrimSuffix(kind, ")")}
-			} else if rg.Name == "GC concurrent mark phase" {
+				if _, open := stwOpen[ev.Goroutine()]; !(again && open) {
+					stwOpen[ev.Goroutine()] = struct {
+						t    int64
+						kind string
+					}{t, strings.TrimSuffix(kind, ")")}
+				}
+			} else if rg.Name == "GC concurrent mark phase" && !(again && gcOpen >= 0) {
 				gcOpen = t
 			}
 		case trace.EventRangeEnd:

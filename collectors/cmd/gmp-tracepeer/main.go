@@ -157,11 +157,16 @@ func read(path string, w want) (*tables, error) {
 			l := ev.Label()
 			labels[l.Resource.Goroutine()] = l.Label
 		case trace.EventRangeBegin, trace.EventRangeActive:
+			// a range under way when a generation begins is stated again there
+			// (RangeActive): it opens one only where none is open (one begun before the trace)
+			again := ev.Kind() == trace.EventRangeActive
 			rg := ev.Range()
 			switch {
 			case strings.HasPrefix(rg.Name, "stop-the-world (") && w["stw"]:
-				kind := strings.TrimSuffix(strings.TrimPrefix(rg.Name, "stop-the-world ("), ")")
-				stwOpen[ev.Goroutine()] = stw{start: now, kind: kind, g: ev.Goroutine()}
+				if _, open := stwOpen[ev.Goroutine()]; !(again && open) {
+					kind := strings.TrimSuffix(strings.TrimPrefix(rg.Name, "stop-the-world ("), ")")
+					stwOpen[ev.Goroutine()] = stw{start: now, kind: kind, g: ev.Goroutine()}
+				}
 			case rg.Name == "GC concurrent mark phase" && w["gc"]:
 				if gcOpen < 0 {
 					gcOpen = now
@@ -171,7 +176,9 @@ func read(path string, w want) (*tables, error) {
 					assistOpen[rg.Scope.Goroutine()] = now
 				}
 			case rg.Name == "GC incremental sweep" && w["sweep"]:
-				sweepOpen[rg.Scope.Proc()] = openSweep{now, ev.Thread()}
+				if _, open := sweepOpen[rg.Scope.Proc()]; !(again && open) {
+					sweepOpen[rg.Scope.Proc()] = openSweep{now, ev.Thread()}
+				}
 			}
 		case trace.EventRangeEnd:
 			rg := ev.Range()
