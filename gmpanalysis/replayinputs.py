@@ -19,7 +19,7 @@ from .cgroup import bundle_cpus, bundle_period_us
 from .errors import BundleError, GmpError, MissingDataError
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
-from .served import latency_ms, succeeded
+from .served import answered, latency_ms, succeeded
 
 
 def memo(run: Run, key: str, build: Any) -> Any:
@@ -211,7 +211,8 @@ def latency_shape(r: pd.DataFrame) -> np.ndarray | None:
 
 
 # requests.csv's cpu_ns is taken as the spread of the cost when at least this share of the
-# requests carry it (a timeout or a failure carries none and gets the others' mean)
+# requests the service answered carry it (one it never answered, a client's timeout,
+# carries none)
 MIN_CPU_NS_SHARE = 0.5
 
 
@@ -219,15 +220,22 @@ def request_costs(r: pd.DataFrame, used_ns: float) -> tuple[float | np.ndarray, 
     """The CPU each request (rows in ``r``'s order) needs in the replay, adding up to
     ``used_ns``, the group's CPU over the requests' span: where the service reported each
     request's own CPU (``cpu_ns``), in proportion to it, so the runtime's CPU beside the
-    handlers (GC workers, the network) is spread over the requests as they cost; otherwise
-    one mean for all. Returns the costs and which it was ("cpu_ns" or "mean")."""
+    handlers (GC workers, the network) is spread over the requests as they cost, those
+    without it at the others' mean; otherwise one mean for all. The group's CPU is at least
+    the handlers', so where it is less than the requests would cost at those rates, the
+    ones without cpu_ns were not all served (clients gave up on a service the quota held
+    back): the costs stay as reported, the others' at the mean, and add up to more than the
+    group got, the demand it could not serve. Returns the costs and which it was ("cpu_ns"
+    or "mean")."""
     n = len(r)
     if "cpu_ns" in r:
         own = r["cpu_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
         known = ~np.isnan(own)
-        if known.mean() >= MIN_CPU_NS_SHARE and own[known].sum() > 0:
-            own = np.where(known, own, own[known].mean())
-            return own * (used_ns / own.sum()), "cpu_ns"
+        ans = answered(r)
+        if ans.any() and known[ans].mean() >= MIN_CPU_NS_SHARE and own[known].sum() > 0:
+            fill = np.where(known, own, own[known].mean())
+            scale = used_ns / fill.sum()
+            return fill * (scale if known.all() else max(scale, 1.0)), "cpu_ns"
     return used_ns / n, "mean"
 
 

@@ -280,6 +280,32 @@ def test_each_request_costs_in_proportion_to_what_the_service_reported(runs):
     assert W.demand(dataclasses.replace(run, requests=r))["cost_source"] == "mean"
 
 
+def test_requests_a_client_gave_up_on_cost_what_the_answered_ones_did(runs):
+    """An overloaded service: most requests never answered (status 0, no cpu_ns: the client
+    gave up). The share that decides for cpu_ns is of the answered requests, and where the
+    group's CPU is less than all requests would cost at the answered ones' rates (it was
+    not all served), the answered keep their reported cost and the others get their mean,
+    instead of the group's CPU spread thin over requests it never served."""
+    import dataclasses
+
+    run = runs["cpu-0.5cpu-gmp2"]
+    r = run.requests.sort_values("sched_ns", kind="stable").reset_index(drop=True)
+    # each answered one reported 60 ms: all of them would have needed twice what the group got
+    r["cpu_ns"] = pd.array(np.full(len(r), 60_000_000), dtype="Int64")
+    gone = np.arange(len(r)) % 4 != 0
+    r.loc[gone, "cpu_ns"] = pd.NA
+    r.loc[gone, "status"] = 0
+    d = W.demand(dataclasses.replace(run, requests=r))
+    own = r["cpu_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    assert d["cost_source"] == "cpu_ns"
+    assert d["cost_ns"][~gone] == pytest.approx(own[~gone]) and d["cost_ns"][gone] == pytest.approx(own[~gone].mean())
+    assert d["cost_ns"].sum() > d["used_us"] * 1000
+    r.loc[gone, "cpu_ns"] = 60_000_000  # every request answered: the group's CPU shared out, as before
+    r.loc[gone, "status"] = 200
+    whole = W.demand(dataclasses.replace(run, requests=r))
+    assert whole["cost_ns"].sum() == pytest.approx(whole["used_us"] * 1000)
+
+
 def test_settings_are_checked(runs):
     run = runs["cpu-0.5cpu-gmp2"]
     with pytest.raises(UsageError, match="gomaxprocs=0"):
