@@ -63,13 +63,22 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     frozen = per["frozen_us"].to_numpy(dtype=np.float64, na_value=np.nan)
     # the periods that know it are those whose throttling, and which level froze them, is known
     known = per["throttled"].notna().to_numpy().copy()
+    thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
     if "frozen_by" in per:
         by = per["frozen_by"]
         known &= by.notna().to_numpy()
         event = by.fillna("").str.len().to_numpy() > 0
+        only_own = by.fillna("").to_numpy(dtype=object) == str(per.attrs.get("level"))
     else:
-        event = per["throttled"].fillna(False).to_numpy(dtype=bool)
-    return told_or_typical(frozen, event, known)
+        event, only_own = thr, thr
+    least = most = None
+    if "exhausted_lo_us" in per and len(per):
+        # what the period's own reads allow: frozen at least as long as its own quota's
+        # stall, and no longer than that stall where no other level froze it
+        P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
+        least = np.where(thr, P - column(per, "exhausted_hi_us"), 0.0)
+        most = np.where(only_own, P - column(per, "exhausted_lo_us"), P)
+    return told_or_typical(frozen, event, known, least, most)
 
 
 def column(

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import gmpanalysis as gmp
 from gmpanalysis import degrade as D
+from gmpanalysis.compare import frozen_ms_per_s, stall_ms_per_s
 from gmpanalysis.levels import level_run
 from gmpanalysis.periods import df_period_groups
 
@@ -119,3 +120,7 @@ def test_counts_are_conserved_and_brackets_hold_the_truth(d):
     assert x.loc[x["exhausted_at_us"].isna(), ["stall_us", "cpus_throttled"]].isna().all().all()
     u = m[~near_reset]
     assert ((u["usage_us_c"] >= u["usage_lo_us"] - 1e-6) & (u["usage_us_c"] <= u["usage_hi_us"] + 1e-6)).all()
+    # on one level the frozen rate is the stall: a freeze the reads leave open is filled
+    # within what its period's reads allow, as the stall's is
+    frozen, stall = frozen_ms_per_s(per), stall_ms_per_s(per)
+    assert (np.isnan(frozen) and np.isnan(stall)) or frozen == pytest.approx(stall, rel=1e-9, abs=1e-9)
