@@ -11,7 +11,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
-from .levels import quota_at_end
+from .levels import level_names, level_run, quota_at_end, table_level
 from .served import latency_ms, succeeded
 
 
@@ -330,7 +330,10 @@ def compare_table(
         desc = f"{load.get('mode')} {load.get('arrivals') or ''} {load.get('rate') or load.get('concurrency')}".replace(
             "  ", " "
         )
-        # a limit resized in place (limits.csv): the quota of the table's last period too
+        # a limit resized in place (limits.csv): the quota of the table's last period too;
+        # both of the table's level (a pod's, where the container has no limit of its own)
+        level = table_level(run) if per is not None else level_names(run)[0]
+        first_q = level_run(run, level).meta.get("quota_us")
         last = quota_at_end(run)
         limit = m.get("cpu_limit")
         if not limit and m.get("quota_us") is not None and m.get("period_us"):
@@ -343,7 +346,9 @@ def compare_table(
             "name": shown[i],
             "gomaxprocs": gomaxprocs[i],
             "cpu_limit": limit,
-            "quota_us": m.get("quota_us"),
+            "quota_level": level,
+            "own_level": level == level_names(run)[0],
+            "quota_us": first_q,
             "quota_last_us": last,
             "load": desc,
         }

@@ -230,9 +230,11 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
 
     Columns: ``name``; ``gomaxprocs`` (effective at the start: recorded, else from the
     trace, else a literal env value; see :attr:`gmpanalysis.Analysis.gomaxprocs`);
-    ``cpu_limit`` (as meta.json gives it; "500m → 2" when resized in place); ``quota_us`` at
-    the start and ``quota_last_us`` at the end (the table's level; limits.csv where resized
-    in place, as df_levels' column: :func:`gmpanalysis.levels.quota_at_end`);
+    ``cpu_limit`` (as meta.json gives it; "500m → 2" when resized in place); ``quota_level``
+    the level whose quota the period table is on, and ``own_level`` whether it is the
+    process's own (not where a container without a limit sits in a pod with one);
+    ``quota_us`` at the start and ``quota_last_us`` at the end (that level's; limits.csv
+    where resized in place, as df_levels' column: :func:`gmpanalysis.levels.quota_at_end`);
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
     sampled span); ``requests_unsampled`` (requests begun before the first or after the last

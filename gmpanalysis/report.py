@@ -24,7 +24,7 @@ from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .goversion import go_version_of
 from .levels import describe as describe_levels
-from .levels import quota_at_end, quota_words
+from .levels import level_names, level_run, quota_at_end, quota_words, table_level
 from .offsets import cpus_available
 from .periods import df_period_groups
 from .replayinputs import no_quota
@@ -89,6 +89,13 @@ def findings(cmp: pd.DataFrame) -> list[str]:
     out = []
     for r in cmp.itertuples(index=False):
         limit = f"a {r.cpu_limit} CPU limit" if isinstance(r.cpu_limit, str) and r.cpu_limit else "no CPU limit"
+        own = getattr(r, "own_level", True) is not False
+        whose = "its own quota" if own else f"the {r.quota_level}'s quota"
+        if not own and limit == "no CPU limit":
+            q = r.quota_us if pd.notna(r.quota_us) else r.quota_last_us
+            limit = "no CPU limit of its own" + (
+                f" (the {r.quota_level}'s quota: {q / 1e3:g} ms per period)" if pd.notna(q) else ""
+            )
         head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with {limit}"
         if r.frozen_periods:
             # what froze the process, at any level, first: a pod's quota freezes a container
@@ -100,11 +107,13 @@ def findings(cmp: pd.DataFrame) -> list[str]:
             )
             s = f"{head} — frozen in {r.frozen_pct_wall:.0f} % of periods, {per_s} (periods per level: {r.frozen_by})"
             if r.throttled_periods:
-                s += f"; its own quota {_ran_out(r)}."
-            else:
+                s += f"; {whose} {_ran_out(r)}."
+            elif own:
                 s += "; its own cgroup's quota never ran out: another level's quota froze it."
+            else:
+                s += f"; the {r.quota_level}'s quota never ran out: another level's quota froze it."
         elif r.throttled_periods:
-            s = f"{head} — the quota {_ran_out(r)}."
+            s = f"{head} — {'the quota' if own else whose} {_ran_out(r)}."
         else:
             s = f"{head} — never throttled."
         if pd.notna(r.stw_spanning_boundary) and r.stw_spanning_boundary > 0:
@@ -386,10 +395,14 @@ def _run_section(plot: Any, run: Run, name: str, t: dict[str, Any], vmax: float 
     m, per, off, stw = run.meta, t["per"], t["off"], t["stw"]
     env = m.get("gomaxprocs_env")
     grid = "no CFS periods" if per is None else f"period grid phase ±{per.attrs['grid'].uncertainty_ns / 1e3:.0f} µs"
+    # the quota of the level the table is on: a pod's where the container has none
+    level = table_level(run) if per is not None else level_names(run)[0]
+    lm = level_run(run, level).meta
+    whose = "quota" if level == level_names(run)[0] else f"no quota of its own, the {level}'s"
     parts = [
         f"<h2>{html.escape(name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
-        f"({html.escape('GOMAXPROCS unset' if env is None else f'env {env}')}), quota "
-        f"{html.escape(quota_words(m.get('quota_us'), quota_at_end(run), m.get('period_us')))}, "
+        f"({html.escape('GOMAXPROCS unset' if env is None else f'env {env}')}), {html.escape(whose)} "
+        f"{html.escape(quota_words(lm.get('quota_us'), quota_at_end(run), lm.get('period_us')))}, "
         f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
         f"{html.escape(str(m.get('kernel')))}; {grid}.</p>",
         f"<p>{html.escape(explain_gomaxprocs(run))}</p>",
