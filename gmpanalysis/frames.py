@@ -48,9 +48,12 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     ``reason`` string, why values are interpolated or unknown (NA when exact);
     ``active`` boolean, the period timer ran (nr_periods rose at its end; NA if unknown);
     ``nr_periods``, ``nr_throttled`` Int64 counter increments credited at its end (NA if
-    unknown); ``quota_us`` µs; ``usage_us`` µs of CPU in the period, interpolated at the
-    boundaries, with ``usage_lo_us``/``usage_hi_us`` the bracket the reads around the
-    boundaries allow; ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
+    unknown); ``quota_us`` µs; ``usage_us`` µs of CPU the usage counter gained in the
+    period, interpolated at the boundaries, with ``usage_lo_us``/``usage_hi_us`` the bracket
+    the reads around the boundaries allow (the kernel charges the counter at ticks and
+    context switches, a running CPU's time up to a tick late: a period can show more than
+    its CPUs could run, short periods above all; ``reason`` says so where it does);
+    ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
     ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
     queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
     usage still rose at a running CPU's pace (NaN if not throttled, or if the reads leave it

@@ -145,6 +145,18 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     for r in np.flatnonzero(gap).tolist():
         what = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
         reason[r] = what if not reason[r] else reason[r] + "; " + what
+    ncpu = bundle_cpus(run.meta)
+    if ncpu:
+        # the counter is charged at ticks and context switches, a running CPU's time up to a
+        # tick late: a period can show more than its CPUs could run (short periods above all)
+        over = np.flatnonzero(usage > ncpu * P / 1e3 + 1.0)
+        for r in over.tolist():
+            what = (
+                f"the usage counter rose {usage[r] / 1e3:.2f} ms, more than {ncpu} CPUs can run in its "
+                f"{P / 1e6:g} ms: it is charged at ticks and context switches, a running CPU's time up to a "
+                f"tick ({tick / 1e6:g} ms) late"
+            )
+            reason[r] = what if not reason[r] else reason[r] + "; " + what
     for r in np.flatnonzero(open_ex).tolist():
         what = f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)"
         reason[r] = what if not reason[r] else reason[r] + "; " + what

@@ -451,3 +451,20 @@ def test_a_big_trace_is_summed_per_period_one_generation_at_a_time(monkeypatch, 
     assert whole.go_running_us.notna().any()
     if "alloc" in path.name:  # GC workers and assists at work: both sums are exercised
         assert (whole.gc_worker_us.fillna(0) > 0).any() and (whole.assist_us.fillna(0) > 0).any()
+
+
+def test_a_period_whose_counter_rose_more_than_its_cpus_run_says_why():
+    """At a 2 ms period (a real run, fixtures/short-period) the usage counter, charged at
+    ticks (4 ms at HZ=250), gains more in some periods than 2 CPUs run in 2 ms: those rows
+    say so in ``reason``, the rest do not, and every increment stays in the table."""
+    run = gmp.load_run("fixtures/short-period/period-2ms-0.5cpu-gmp2")
+    per = gmp.df_periods(run)
+    over = per["usage_us"] > 2 * 2000 + 1
+    said = per["reason"].fillna("").str.contains("more than 2 CPUs can run in its 2 ms")
+    assert over.any() and (said == over).all()
+    s = run.samples
+    inside = s[(s.t_ns >= per.start_ns.iloc[0]) & (s.t_ns <= per.end_ns.iloc[-1])]
+    assert per["usage_us"].sum() == pytest.approx(
+        np.interp(per.end_ns.iloc[-1], s.t_ns, s.usage_us) - np.interp(per.start_ns.iloc[0], s.t_ns, s.usage_us),
+        rel=1e-9,
+    ) and len(inside)
