@@ -128,7 +128,8 @@ def _usage_caveat(runs: list[Run]) -> str:
         return ""
     return (
         f" Without requests the demand replayed is the CPU the run used, which its quota held down "
-        f"({thr:.0f} % of its periods throttled): at its own limit or below, the throttling predicted "
+        f"({thr:.0f} % of its periods from its first CPU use to its last throttled): at its own limit or "
+        "below, the throttling predicted "
         "is a lower bound."
     )
 

@@ -234,7 +234,10 @@ def test_without_requests_the_advice_says_its_throttling_is_a_lower_bound():
     from gmpanalysis import whatif as W
 
     thr = W.measured(run)["throttled_pct"]
-    assert "the throttling predicted is a lower bound" in said and f"({thr:.0f} % of its periods throttled)" in said
+    assert (
+        "the throttling predicted is a lower bound" in said
+        and f"({thr:.0f} % of its periods from its first CPU use to its last throttled)" in said
+    )
 
 
 def test_a_short_period_is_advised_within_the_kernels_quotas_and_without_borrowed_bars():
