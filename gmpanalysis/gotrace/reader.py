@@ -56,7 +56,9 @@ class GoTrace:
 
     ``stw``: start_ns, end_ns, kind, g, open (still running at the end of the trace).
     ``gc``: seq, start_ns, end_ns, open — the concurrent mark phase of each cycle.
-    ``gomaxprocs``: t_ns, procs — real changes only.
+    ``gomaxprocs``: t_ns, procs — real changes only, after a first row with the value in
+    force where the read begins (the trace's start; with a window, the start of the first
+    generation read, where the runtime states it again: the change itself may lie before).
     ``running``: g, p, m, start_ns, end_ns, label, open — one row per interval a goroutine
     ran; label is the GC worker label ("GC (dedicated)", ...) or "".
     ``assist``: g, start_ns, end_ns, open — GC mark assists.
