@@ -4,7 +4,8 @@ Every candidate setting is replayed over each run's demand (:func:`~.whatif.what
 the predictions are averaged over the runs. Objectives:
 
 - ``throttle``: the fewest throttled periods (then the least stall, then the cheapest);
-- ``p99``: the lowest p99 latency, and among settings within 5 % of it the cheapest;
+- ``p99``: the lowest p99 latency, and among settings within 5 % of it the cheapest (at one
+  cost, one without a burst); the others after them by p99;
 - ``cost``: the cheapest limit whose p99 is within 25 % of the best any candidate reaches
   and that throttles at most 10 % of periods (without requests: the cheapest that
   throttles at most 10 %).
@@ -46,11 +47,16 @@ COARSE_LIMITS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 def _candidates(max_limit: float, own: float | None, least: float) -> list[float]:
     """The default limits up to max_limit, none below ``least`` (the kernel's least quota at
     the run's period: 1 CPU at a 1 ms period)."""
+    if max_limit < least - 1e-9:
+        raise UsageError(
+            f"advise(max_limit={max_limit:g}): below the least quota the kernel accepts at the run's period "
+            f"({least:g} CPU): raise max_limit, or advise a run of a longer period"
+        )
     steps = [x / 4 for x in range(1, 8)] + [float(x) for x in range(2, 65)]
     out = sorted(
         {x for x in steps if least - 1e-9 <= x <= max_limit + 1e-9} | ({own} if own and own <= max_limit else set())
     )
-    return out or [max(max_limit, least)]
+    return out or [max_limit]
 
 
 def _g_candidates(ncpu: int, own_g: int | None) -> list[int]:
@@ -198,7 +204,7 @@ def advise(
     else:
         # coarse to fine: limits doubling from 0.25 CPU (and the run's own), then every
         # candidate between the best of those and its neighbours
-        coarse = sorted({x for x in cand_limits if x in COARSE_LIMITS or x == own} | {cand_limits[-1]})
+        coarse = sorted({x for x in cand_limits if x in COARSE_LIMITS or x == own} | {cand_limits[0], cand_limits[-1]})
         rows = at(coarse)
         first = _rank(pd.DataFrame(rows), objective, with_requests)
         i = coarse.index(float(first.iloc[0].limit_cpu))
@@ -272,10 +278,11 @@ def _rank(t: pd.DataFrame, objective: str, with_requests: bool) -> pd.DataFrame:
         t = t.sort_values([*keys, "gomaxprocs"])
     elif objective == "p99":
         best = t["p99_ms"].min()
-        t = t.assign(_near=t["p99_ms"] > 1.05 * best)
+        far = t["p99_ms"] > 1.05 * best
         # within 5 % of the best p99 the cheapest wins, and at one cost a setting without a
-        # burst: a burst is worth setting only where it buys more than that
-        t = t.sort_values(["_near", "cost_cpu", "burst_us", "p99_ms", "gomaxprocs"]).drop(columns="_near")
+        # burst (a burst is worth setting only where it buys more than that); the rest by p99
+        near = t[~far].sort_values(["cost_cpu", "burst_us", "p99_ms", "gomaxprocs"])
+        t = pd.concat([near, t[far].sort_values(["p99_ms", "cost_cpu", "burst_us", "gomaxprocs"])])
     else:
         t = t.assign(_bad=~_cost_ok(t, with_requests))
         t = t.sort_values(["_bad", "cost_cpu", "p99_ms", "throttled_pct", "burst_us", "gomaxprocs"])

@@ -222,7 +222,13 @@ def cmd_trace(a: argparse.Namespace) -> int:
     print(f"span: {span:.3f} s  (CLOCK_MONOTONIC {m['first_ns']} .. {m['last_ns']} ns)")
     if m.get("zero_tail") is not None:
         print(f"ZERO BYTES from offset {m['zero_tail']} to the end (a crash's unwritten tail): taken as the end")
-    if m["truncated"] is not None:
+    if m.get("unclosed") is not None:
+        u = m["unclosed"]
+        print(
+            f"NOT CLOSED: the last generation ({u['generation']}, from offset {u['offset']}) lacks the tables the "
+            "runtime writes when a generation ends (the process stopped without trace.Stop): left out"
+        )
+    elif m["truncated"] is not None:
         print(f"TRUNCATED at offset {m['truncated']}: the complete generations before it were read")
     gc = tr.gc
     if len(gc):

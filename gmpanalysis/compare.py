@@ -342,6 +342,8 @@ def compare_table(
             first = limit or f"{m['quota_us'] / m['period_us']:g}"
             after = "no limit" if last is None else f"{last / m['period_us']:g}"
             limit = f"{first} → {after}"
+        elif m.get("quota_us") is None and level == level_names(run)[0] and last is not None and m.get("period_us"):
+            limit = f"none → {last / m['period_us']:g}"  # a limit set in place where there was none
         row: dict[str, object] = {
             "name": shown[i],
             "gomaxprocs": gomaxprocs[i],

@@ -45,7 +45,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     overlaps the period; ``hole_ms`` the longest such hole (ms, 0 if none); ``group`` Int64,
     the ambiguous group the period belongs to (several period ends inside one hole: the
     counters give only their sum, see :func:`df_period_groups`), NA if its counters are exact;
-    ``reason`` string, why values are interpolated or unknown (NA when exact);
+    ``reason`` string, why values are interpolated, unknown or out of the ordinary (a
+    quota change, a hole, an exhaustion the reads leave open, a usage counter charged late;
+    NA when none applies);
     ``active`` boolean, the period timer ran (nr_periods rose at its end; NA if unknown);
     ``nr_periods``, ``nr_throttled`` Int64 counter increments credited at its end (NA if
     unknown); ``quota_us`` µs; ``usage_us`` µs of CPU the usage counter gained in the

@@ -532,11 +532,12 @@ def describe(a: Any, level: str | None = None) -> list[str]:
         parts.append(f"the {r.level}'s ({q}{when})")
     out.append(f"{len(names)} bandwidth timers can freeze this process: " + ", ".join(parts) + ".")
     inside = fz[fz["ref_period"].notna()]
-    quotas = dict(zip(lv["level"], lv["quota_us"], strict=True))
+    # a level limited at any moment of the run (set in place where it had none, or taken away)
+    limited = {r.level: not (pd.isna(r.quota_us) and pd.isna(r.quota_last_us)) for r in lv.itertuples(index=False)}
     own_count = {r.level: (r.throttled, r.periods) for r in lv.itertuples(index=False)}
     for name in names:
         f = inside[inside["level"] == name]
-        if pd.isna(quotas.get(name)):
+        if not limited.get(name, False):
             out.append(
                 f"The {name} has no limit of its own" + (": the runtime reads only that." if name == names[0] else ".")
             )

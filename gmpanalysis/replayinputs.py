@@ -262,17 +262,20 @@ def _stw_model(run: Run) -> dict[str, float] | None:
 
 
 def resized(run: Run) -> str | None:
-    """Where a limit of the run was changed in place mid-run (the table's level's, or a
-    level's above with a quota of its own): which, and its quotas in turn ("container: 50000
-    → 200000 µs"); None where every level kept one quota. Such a run has no one setting."""
-    from .levels import table_level
+    """Where a limit of the run was changed in place mid-run, at any level (limits.csv: a
+    quota changed, set where there was none, or taken away): which level, and its quotas in
+    turn ("container: 50000 µs → 200000 µs", "container: none → 150000 µs"); None where every
+    level kept one setting. Such a run has no one setting."""
+    from .levels import level_names, level_run
 
-    levels = [(table_level(run), _own_quota(run))]
-    levels += [(str(lv["level"]), lv["quota_by_period"]) for lv in _outer_levels(run)]
-    for name, q in levels:
-        seen = list(dict.fromkeys(x for x in q.values() if not math.isnan(x)))
+    for name in level_names(run):
+        lim = level_run(run, name).limits
+        if lim is None or len(lim) < 2:
+            continue
+        q = lim["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+        seen = list(dict.fromkeys("none" if math.isnan(x) else f"{x:.0f} µs" for x in q))
         if len(seen) > 1:
-            return f"{name}: " + " → ".join(f"{x:.0f}" for x in seen[:4]) + (" → …" if len(seen) > 4 else "") + " µs"
+            return f"{name}: " + " → ".join(seen[:4]) + (" → …" if len(seen) > 4 else "")
     return None
 
 

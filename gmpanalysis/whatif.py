@@ -5,7 +5,9 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 * **Demand.** Each request of the run arrives when the load generator scheduled it
   (``sched_ns``) and needs its share of the run's CPU use over the requests' span: in
   proportion to the CPU the service reported for it (requests.csv ``cpu_ns``, the handler's
-  own thread CPU), or, without that, the same for every request. An open-loop generator
+  own thread CPU), or, without that, the same for every request; where the group got less
+  than the requests would cost at the reported rates (clients gave up on some), the
+  reported costs, more than the group got (:func:`~.replayinputs.request_costs`). An open-loop generator
   sends each one on time whatever is in flight (vegeta adds workers); a closed-loop one (``load.mode`` =
   "closed") has ``load.concurrency`` clients, each sending its next request when the last
   one is answered, and latency counts from the sending.
@@ -510,8 +512,8 @@ def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, fl
         lim = memo(target, "prep", prep_built)["settings"]
         return estimate(source, phases, gomaxprocs=lim["gomaxprocs"], cpus=lim["cpus"])
     raise UsageError(
-        f"predict: {target.name}'s limit was changed mid-run ({change}), so it has no one setting to predict "
-        f"from {source.name}; predict runs of one setting each, or replay {source.name} under each quota "
+        f"predict: {target.path}: its limit was changed mid-run ({change}), so it has no one setting to predict "
+        f"from {source.path}; predict runs of one setting each, or replay the source under each quota "
         "with gmp.what_if(run, quota_us=...)"
     )
 

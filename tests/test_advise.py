@@ -259,3 +259,44 @@ def test_a_short_period_is_advised_within_the_kernels_quotas_and_without_borrowe
     assert off.groupby("period")["cpus"].mean().mul(2000).to_numpy() == pytest.approx(
         per.set_index("period").loc[off["period"].unique(), "usage_us"].to_numpy(), rel=1e-6, abs=1e-6
     )
+
+
+def test_the_p99_ranking_prefers_the_cheapest_near_the_best_then_orders_by_p99():
+    """The rule of the p99 objective, on rows of known numbers: within 5 % of the best p99
+    the cheapest comes first, at one cost the one without a burst (a burst that buys less
+    than 5 % is not worth setting); every setting outside that band comes after, by p99,
+    not by cost."""
+    import pandas as pd
+
+    from gmpanalysis.advise import _rank
+
+    t = pd.DataFrame(
+        {
+            "limit_cpu": [2.0, 1.0, 1.0, 0.25, 0.25, 0.5],
+            "cost_cpu": [2.0, 1.0, 1.0, 0.25, 0.25, 0.5],
+            "burst_us": [0.0, 100_000.0, 0.0, 0.0, 25_000.0, 0.0],
+            "gomaxprocs": [2, 2, 2, 2, 2, 2],
+            "p99_ms": [100.0, 102.0, 104.0, 90_000.0, 80_000.0, 500.0],
+            "throttled_pct": [0.0] * 6,
+        }
+    )
+    r = _rank(t, "p99", True)
+    assert list(zip(r.limit_cpu, r.burst_us, strict=True)) == [
+        (1.0, 0.0),  # within 5 % of 100 ms and cheapest; without the burst at that cost
+        (1.0, 100_000.0),
+        (2.0, 0.0),
+        (0.5, 0.0),  # then by p99: 500 ms, 80 s, 90 s, whatever they cost
+        (0.25, 25_000.0),
+        (0.25, 0.0),
+    ]
+
+
+def test_advise_tries_the_least_limit_and_refuses_a_max_limit_below_it():
+    """At a 2 ms period the least quota is 0.5 CPU: a max_limit below that is refused, naming
+    both; the least candidate is tried even where it is none of the coarse steps."""
+    from gmpanalysis.advise import _candidates
+
+    run = _load(Path("fixtures/short-period/period-2ms-0.5cpu-gmp2"))
+    with pytest.raises(UsageError, match=r"max_limit=0.25.*least quota .* \(0.5 CPU\)"):
+        advise(run, max_limit=0.25)
+    assert _candidates(4.0, 1.0, 1000 / 1500)[0] == 0.75  # a 1.5 ms period: 0.667 CPU at least

@@ -771,3 +771,22 @@ def test_a_sweep_under_way_at_a_generation_boundary_is_one_sweep(bins):
     parts = list(gmp.iter_generations(path))
     assert sum(len(p.sweep) for p in parts) == len(tr.sweep)
     assert sum(int(p.sweep["swept_bytes"].sum()) for p in parts) == int(tr.sweep["swept_bytes"].sum())
+
+
+def test_the_trace_command_names_a_generation_never_closed(tmp_path, capsys):
+    """`gmpanalysis trace` on a Go 1.22 trace cut at a batch's end before its last
+    generation's string table: it says which generation was left out, and where."""
+    from gmpanalysis.cli import main
+    from gmpanalysis.gotrace import spec
+    from gmpanalysis.gotrace.wire import split_generations
+
+    data = (FIXTURES / "traces" / "go1.22.trace").read_bytes()
+    gens, _ = split_generations(data, 22, "x")
+    last = gens[-1]
+    end = next(b for b in last.batches if data[b.start] == spec.EV_STRINGS).at
+    (tmp_path / "cut.trace").write_bytes(data[:end])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TruncatedTraceWarning)
+        assert main(["trace", str(tmp_path / "cut.trace")]) == 0
+    out = capsys.readouterr().out
+    assert f"NOT CLOSED: the last generation ({last.gen}, from offset {last.start})" in out and "TRUNCATED" not in out

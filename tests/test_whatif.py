@@ -4,6 +4,7 @@ on the shipped runs, and the runs predicted from one another."""
 from __future__ import annotations
 
 import math
+import shutil
 import warnings
 from fractions import Fraction
 
@@ -352,7 +353,7 @@ def test_a_limit_resized_in_place_is_replayed_as_it_was():
         W.what_if(run, quota_us=float("nan"))
 
 
-def test_a_resized_run_has_no_one_setting_to_predict(runs):
+def test_a_resized_run_has_no_one_setting_to_predict(runs, tmp_path):
     """predict(run, run) of a run resized in place replays its own quotas period by period
     (0.5 CPU, then 2: throttled about as measured), not its first quota (0.5 CPU all
     through, which throttles about twice as often); from another run it is refused, naming
@@ -360,15 +361,28 @@ def test_a_resized_run_has_no_one_setting_to_predict(runs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run = gmp.load_run("fixtures/runs/resize-0.5to2cpu-default")
-    assert W.resized(run) == "container: 50000 → 200000 µs"
+    assert W.resized(run) == "container: 50000 µs → 200000 µs"
     other = runs["cpu-0.5cpu-gmp2"]
     assert W.resized(other) is None
     got, truth = W.predict(run, run)["throttled_pct"], W.measured(run)["throttled_pct"]
     first = W.estimate(run, quota_us=50_000)["throttled_pct"]
     one_period = 100 / len(W.what_if(run))
     assert abs(got - truth) <= 3 * one_period < first - truth
-    with pytest.raises(UsageError, match=r"changed mid-run \(container: 50000 → 200000 µs\)"):
+    with pytest.raises(UsageError, match=r"changed mid-run \(container: 50000 µs → 200000 µs\)"):
         W.predict(other, run)
+    # a limit taken away in place (or set where there was none) is a change too
+    removed = tmp_path / "removed"
+    shutil.copytree(run.path, removed)
+    lim = (removed / "limits.csv").read_text().splitlines()
+    head, rows = lim[0].split(","), [x.split(",") for x in lim[1:]]
+    rows[-1][head.index("quota_us")] = ""
+    (removed / "limits.csv").write_text("\n".join([lim[0], *(",".join(r) for r in rows)]) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gone = gmp.load_run(removed)
+    assert W.resized(gone) == "container: 50000 µs → none"
+    with pytest.raises(UsageError, match="changed mid-run"):
+        W.predict(other, gone)
     v = W.validate([other, run])
     pairs = {(t, s) for t in (other.name, run.name) for s in (other.name, run.name)} - {(run.name, other.name)}
     assert set(zip(v["target"], v["source"], strict=True)) == pairs

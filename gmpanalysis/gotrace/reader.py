@@ -290,6 +290,7 @@ def parse_trace(
     meta = _meta(info, version, source, len(data), want, window)
     meta["truncated"] = truncated_at
     meta["zero_tail"] = splitter.zero_tail
+    meta["unclosed"] = _unclosed(splitter)
     return GoTrace(meta=meta, **built)
 
 
@@ -374,7 +375,14 @@ def _iter_generations(
                 setattr(held, name, pd.concat([mine, df], ignore_index=True) if len(mine) else df)
         held.meta["truncated"] = splitter.truncated_at
         held.meta["zero_tail"] = splitter.zero_tail
+        held.meta["unclosed"] = _unclosed(splitter)
         yield held
+
+
+def _unclosed(splitter: GenerationSplitter) -> dict[str, int] | None:
+    """meta["unclosed"]: the last generation the runtime never closed, left out."""
+    u = splitter.unclosed
+    return None if u is None else {"generation": u[0], "offset": u[1]}
 
 
 def _warn_damage(
@@ -437,6 +445,7 @@ def _meta(
         "clock_snapshots": info["clock_snapshots"],
         "truncated": None,
         "zero_tail": None,
+        "unclosed": None,
         "clock_steps_back": len(info["clock_steps_back"]),
         "bytes": size,
         "tables": tuple(t for t in TABLES if t in want),
@@ -477,8 +486,12 @@ def read_trace(
     end of the file where they break its framing (what a crash leaves of data that never
     reached the disk) end it: ``meta["zero_tail"]`` = where they begin, the warning too, and
     ``meta["truncated"]`` where they begin inside a batch (where a batch would begin, the
-    generations before are whole, as at a clean end of the file). A corrupt or unsupported
-    file raises :class:`TraceFormatError` naming the offset.
+    generations before are whole, as at a clean end of the file). A last generation the
+    runtime never closed (the process stopped without trace.Stop: its string and stack
+    tables, and from Go 1.26 its end marker, never written) is left out, with the warning,
+    ``meta["truncated"]`` at the end of the file and ``meta["unclosed"]`` = {"generation",
+    "offset"} where it begins. A corrupt or unsupported file raises
+    :class:`TraceFormatError` naming the offset.
 
     The file is read a group of generations at a time (a piece of its batches at a time with
     the compiled code), mapped rather than copied; it must not shrink while it is read.

@@ -210,11 +210,13 @@ class GenerationSplitter:
     def _closed(self, batches: list[Batch]) -> bool:
         """Before Go 1.26, whether a generation the file ends after was written to its end:
         the runtime closes each with its CPU samples, its stack table and last its string
-        table (each batch written only where it has entries; a generation with stacks names
-        their functions, so it has strings), after a frequency batch up to Go 1.24. A
-        process that exits without stopping its trace (os.Exit, a crash, a cut download of
-        /debug/pprof/trace) leaves its last generation without them: its events name strings
-        and stacks that were never written."""
+        table, after a frequency batch up to Go 1.24; every generation has strings (the
+        runtime registers the GC workers' labels and the block and stop reasons in each one's
+        table: traceRegisterLabelsAndReasons). A process that exits without stopping its
+        trace (os.Exit, a crash, a cut download of /debug/pprof/trace) leaves its last
+        generation without them: its events name strings and stacks never written. A string
+        table long enough to fill several batches, cut between two, passes as closed (rare:
+        the tables are written in a moment at the generation's end)."""
         data = self.data
         kinds = {data[b.start] for b in batches if b.exp is None and b.end > b.start}
         return spec.EV_STRINGS in kinds and (self.version >= 25 or spec.EV_FREQUENCY in kinds)

@@ -1,0 +1,49 @@
+"""Where the limit is not the container's own from the start (fixtures/levels, real runs):
+a container without a limit in a pod with one, and a limit set in place where there was
+none. What the summary, the findings, the levels' sentences and the what-if say of them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import gmpanalysis as gmp
+from gmpanalysis import whatif as W
+from gmpanalysis.errors import UsageError
+from gmpanalysis.report import findings
+
+
+def _load(name: str) -> gmp.Run:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gmp.load_run(f"fixtures/levels/{name}")
+
+
+def test_a_container_without_a_limit_in_a_pod_with_one_is_told_by_the_pods_quota(tmp_path):
+    run = _load("ctr-none-pod0.5-gmp2")
+    cmp = gmp.compare_runs([run])
+    row = cmp.iloc[0]
+    assert (row.quota_level, bool(row.own_level), row.quota_us, row.quota_last_us) == ("pod", False, 50_000, 50_000)
+    said = findings(cmp)[0]
+    assert "no CPU limit of its own (the pod's quota: 50 ms per period)" in said
+    assert "the pod's quota ran out" in said and "its own quota" not in said
+    sentences = " ".join(gmp.levels.describe(gmp.analyze(run)))
+    assert "The container has no limit of its own" in sentences and "The pod's quota froze it" in sentences
+    html = gmp.to_report([run], tmp_path / "r.html").read_text()
+    assert "no quota of its own, the pod&#x27;s 50 ms per 100 ms" in html  # the report escapes the quote
+
+
+def test_a_limit_set_where_there_was_none_is_a_limit_and_a_change():
+    run = _load("late-none-to-0.5cpu-gmp2")
+    cmp = gmp.compare_runs([run])
+    row = cmp.iloc[0]
+    assert row.cpu_limit == "none → 0.5" and row.quota_us is None and row.quota_last_us == 50_000
+    said = findings(cmp)[0]
+    assert "with a none → 0.5 CPU limit" in said and "no CPU limit" not in said
+    assert W.resized(run) == "container: none → 50000 µs"
+    other = _load("ctr-none-pod0.5-gmp2")
+    with pytest.raises(UsageError, match=r"changed mid-run \(container: none → 50000 µs\)"):
+        W.predict(other, run)
+    own = W.predict(run, run)  # from itself: its own limits, period by period
+    assert own["throttled_pct"] > 0
