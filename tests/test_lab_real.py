@@ -119,6 +119,30 @@ def test_a_limit_written_onto_a_group_that_had_none(bins, tmp_path):
     assert gmp.period_summary(per)["throttled_pct_active"] > 0
 
 
+def test_a_pod_with_a_limit_of_its_own_keeps_it_when_the_container_is_resized(bins, tmp_path):
+    """Pod-level resources: the pod's limit is its own, not its container's sum, so an
+    in-place resize of the container leaves it (the lab gave the pod the container's new
+    quota, loosening the limit that bound)."""
+    cfg = LabConfig(
+        name="t",
+        cpu_limit=0.5,
+        parent_cpu_limit=0.8,
+        cpu_limit_after=0.3,
+        resize_at_s=1.0,
+        gomaxprocs=2,
+        workload="cpu",
+        work_ms=20,
+        duration_s=2.5,
+        trace_s=0.0,
+    )
+    run = gmp.load_run(run_lab(cfg, tmp_path / "t", bins=bins))
+    lim = run.limits
+    pod, ctr = lim[lim["cgroup"] == "pod"], lim[lim["cgroup"] == "container"]
+    assert pod["quota_us"].tolist() == [80_000]
+    assert ctr["quota_us"].tolist() == [50_000, 30_000]
+    assert [w["level"] for w in run.meta["resizes"]] == ["container"]
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to leave one out")
 def test_a_process_on_fewer_cpus_than_the_node(bins, tmp_path):
     """The demo app under taskset's affinity (as under a cpuset: the static CPU manager's

@@ -52,6 +52,7 @@ class Levels:
         self.slices: list[LabCgroup] = []
         self.pod_uid: str | None = None
         self.container_id: str | None = None
+        self.pod_follows = True  # set by create
         self.parent = parent
         if layout not in LAYOUTS:
             raise LabError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
@@ -80,6 +81,10 @@ class Levels:
         v1 refuses a child quota above its parent's (EINVAL); a child without a limit under a
         limited parent is allowed. In the kubelet layout a pod given no quota of its own gets
         the container's, as a kubelet gives a pod whose containers all have limits their sum."""
+        # a pod given a limit of its own (pod-level resources) keeps it through a container's
+        # resize; one given its container's (the kubelet's sum for a one-container pod)
+        # follows it (resize)
+        self.pod_follows = pod_quota_us is None or pod_quota_us == quota_us
         if self.slices and pod_quota_us is None:
             pod_quota_us = quota_us
         try:
@@ -143,11 +148,12 @@ class Levels:
         return out
 
     def resize(self, quota_us: int | None) -> list[dict[str, Any]]:
-        """Rewrite the quota in place (the pod's too, to the same sum as the kubelet would for
-        a one-container pod), in the kubelet's order. Returns what was written, when."""
+        """Rewrite the container's quota in place, and the pod's where it follows the
+        container's (the sum a kubelet gives a one-container pod; a pod with a limit of its
+        own keeps it), in the kubelet's order. Returns what was written, when."""
         old = self.app.limits().quota_us
         grow = quota_us is None or (old is not None and quota_us > old)
-        order = [("pod", self.pod), ("container", self.app)]
+        order = [("pod", self.pod if self.pod_follows else None), ("container", self.app)]
         if not grow:
             order.reverse()
         done = []
