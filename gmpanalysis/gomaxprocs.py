@@ -270,8 +270,13 @@ def _drift(
         )
     dflt = r["go1.25 default"]
     if v is not None and since is not None and since > FOLLOW_LAG_NS:
+        numcpu = "NumCPU" in can and "go1.25 default" not in can and r.get("NumCPU") == v
         if r["env"] is not None and dflt is not None and dflt != v:
             drift.append(f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}")
+        elif numcpu and r["env"] is None:
+            # the binary's runtime takes NumCPU (before Go 1.25, or containermaxprocs=0): its
+            # own rule explains the value, where automaxprocs (a library it may not have) would too
+            drift.append(f"{v} is NumCPU, the rule of this binary's runtime, which no limit moves")
         elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
             drift.append(f"automaxprocs set {v} once at start, and its rule now gives {r['automaxprocs']}")
         elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:

@@ -35,15 +35,19 @@ def test_a_container_without_a_limit_in_a_pod_with_one_is_told_by_the_pods_quota
 
 
 def test_a_limit_set_where_there_was_none_is_a_limit_and_a_change():
-    run = _load("late-none-to-0.5cpu-gmp2")
+    run = _load("late-none-to-0.5cpu-go124")
     cmp = gmp.compare_runs([run])
     row = cmp.iloc[0]
     assert row.cpu_limit == "none → 0.5" and row.quota_us is None and row.quota_last_us == 50_000
     said = findings(cmp)[0]
-    assert "with a none → 0.5 CPU limit" in said and "no CPU limit" not in said
+    assert "GOMAXPROCS 2 with a none → 0.5 CPU limit" in said and "no CPU limit" not in said
     assert W.resized(run) == "container: none → 50000 µs"
     other = _load("ctr-none-pod0.5-gmp2")
     with pytest.raises(UsageError, match=r"changed mid-run \(container: none → 50000 µs\)"):
         W.predict(other, run)
     own = W.predict(run, run)  # from itself: its own limits, period by period
     assert own["throttled_pct"] > 0
+    # a go 1.24 module: GOMAXPROCS is NumCPU, which the limit set later does not move
+    end = gmp.df_gomaxprocs(run).iloc[-1]
+    assert "2 is NumCPU, the rule of this binary's runtime, which no limit moves" in end["drift"]
+    assert "automaxprocs set" not in end["drift"]
