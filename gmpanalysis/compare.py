@@ -352,6 +352,7 @@ def compare_table(
             "own_level": level == level_names(run)[0],
             "quota_us": first_q,
             "quota_last_us": last,
+            "burst_us": level_run(run, level).meta.get("burst_us") or 0,
             "load": desc,
         }
         r = run.requests

@@ -240,6 +240,7 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     process's own (not where a container without a limit sits in a pod with one);
     ``quota_us`` at the start and ``quota_last_us`` at the end (that level's; limits.csv
     where resized in place, as df_levels' column: :func:`gmpanalysis.levels.quota_at_end`);
+    ``burst_us`` that level's CFS burst (0: none);
     ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
     sampled span); ``requests_unsampled`` (requests begun before the first or after the last

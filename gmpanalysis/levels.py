@@ -493,9 +493,16 @@ def covered_by(freezes: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def quota_words(first: Any, last: Any, period_us: Any) -> str:
+def quota_words(first: Any, last: Any, period_us: Any, burst_us: Any = None) -> str:
     """A level's limit in words: "50 ms per 100 ms", "50 ms per 100 ms, then 200 ms" after
-    a resize in place, "no limit"."""
+    a resize in place, "no limit"; with a burst, "(burst 20 ms)" after it."""
+    q = _quota_words(first, last, period_us)
+    if burst_us is not None and not pd.isna(burst_us) and int(burst_us) > 0 and q != "no limit":
+        q += f" (burst {int(burst_us) / 1e3:g} ms)"
+    return q
+
+
+def _quota_words(first: Any, last: Any, period_us: Any) -> str:
 
     def ms(x: Any) -> str:
         return "no limit" if pd.isna(x) else f"{int(x) / 1e3:g} ms"
@@ -527,7 +534,7 @@ def describe(a: Any, level: str | None = None) -> list[str]:
     out = []
     parts = []
     for r in lv.itertuples(index=False):
-        q = quota_words(r.quota_us, r.quota_last_us, r.period_us)
+        q = quota_words(r.quota_us, r.quota_last_us, r.period_us, r.burst_us)
         when = "" if r.level == ref or np.isnan(r.offset_ms) else f", its period ends {r.offset_ms:.1f} ms after"
         parts.append(f"the {r.level}'s ({q}{when})")
     out.append(f"{len(names)} bandwidth timers can freeze this process: " + ", ".join(parts) + ".")

@@ -96,6 +96,9 @@ def findings(cmp: pd.DataFrame) -> list[str]:
             limit = "no CPU limit of its own" + (
                 f" (the {r.quota_level}'s quota: {q / 1e3:g} ms per period)" if pd.notna(q) else ""
             )
+        burst = getattr(r, "burst_us", 0)
+        if pd.notna(burst) and burst > 0:
+            limit += f" and a {burst / 1e3:g} ms burst"
         head = f"{r.name}: GOMAXPROCS {r.gomaxprocs} with {limit}"
         if r.frozen_periods:
             # what froze the process, at any level, first: a pod's quota freezes a container
@@ -402,7 +405,7 @@ def _run_section(plot: Any, run: Run, name: str, t: dict[str, Any], vmax: float 
     parts = [
         f"<h2>{html.escape(name)}</h2><p>GOMAXPROCS {analyze(run).gomaxprocs} "
         f"({html.escape('GOMAXPROCS unset' if env is None else f'env {env}')}), {html.escape(whose)} "
-        f"{html.escape(quota_words(lm.get('quota_us'), quota_at_end(run), lm.get('period_us')))}, "
+        f"{html.escape(quota_words(lm.get('quota_us'), quota_at_end(run), lm.get('period_us'), lm.get('burst_us')))}, "
         f"{html.escape(str(go_version_of(run) or 'Go version unknown'))}, kernel "
         f"{html.escape(str(m.get('kernel')))}; {grid}.</p>",
         f"<p>{html.escape(explain_gomaxprocs(run))}</p>",

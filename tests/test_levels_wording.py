@@ -51,3 +51,17 @@ def test_a_limit_set_where_there_was_none_is_a_limit_and_a_change():
     end = gmp.df_gomaxprocs(run).iloc[-1]
     assert "2 is NumCPU, the rule of this binary's runtime, which no limit moves" in end["drift"]
     assert "automaxprocs set" not in end["drift"]
+
+
+def test_a_burst_is_said_with_the_limit():
+    """cpu.max.burst / cpu.cfs_burst_us beside the quota wherever the limit is put in words."""
+    from gmpanalysis.levels import quota_words
+
+    assert quota_words(50_000, 50_000, 100_000, 20_000) == "50 ms per 100 ms (burst 20 ms)"
+    assert quota_words(50_000, 200_000, 100_000, 0) == "50 ms per 100 ms, then 200 ms"
+    assert quota_words(None, None, 100_000, 20_000) == "no limit"
+    run = _load("late-none-to-0.5cpu-go124")
+    cmp = gmp.compare_runs([run])
+    assert cmp.iloc[0]["burst_us"] == 0 and " burst" not in findings(cmp)[0]
+    cmp.loc[0, "burst_us"] = 25_000
+    assert "with a none → 0.5 CPU limit and a 25 ms burst" in findings(cmp)[0]
