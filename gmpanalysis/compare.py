@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,18 @@ def told_or_typical(
     return value, known & np.isfinite(value)
 
 
+def stall_bracket(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, float]:
+    """The one owner of a throttled period's stall bracket: it stood frozen from somewhere in
+    its exhaustion bracket (``exhausted_lo_us``..``exhausted_hi_us``) to the boundary, so its
+    stall lies in P - hi .. P - lo (µs; NaN where the reads do not bound it, or it was not
+    throttled), and the period P (µs, the table's first row's)."""
+    P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3 if len(per) else math.nan
+    if "exhausted_lo_us" not in per:
+        nan = np.full(len(per), np.nan)
+        return nan, nan.copy(), P
+    return P - column(per, "exhausted_hi_us"), P - column(per, "exhausted_lo_us"), P
+
+
 def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The one definition of the wall time a run stood frozen, per period: µs frozen by any
     level (``frozen_us``: the container's quota or the pod's, their union), and which periods
@@ -75,9 +88,9 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if "exhausted_lo_us" in per and len(per):
         # what the period's own reads allow: frozen at least as long as its own quota's
         # stall, and no longer than that stall where no other level froze it
-        P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
-        least = np.where(thr, P - column(per, "exhausted_hi_us"), 0.0)
-        most = np.where(only_own, P - column(per, "exhausted_lo_us"), P)
+        s_least, s_most, P = stall_bracket(per)
+        least = np.where(thr, s_least, 0.0)
+        most = np.where(only_own, s_most, P)
     return told_or_typical(frozen, event, known, least, most)
 
 
@@ -102,8 +115,7 @@ def stall_ms_per_s(per: pd.DataFrame | Mapping[str, np.ndarray]) -> float:
     thr = column(per, "throttled", np.float64)
     least = most = None
     if isinstance(per, pd.DataFrame) and "exhausted_lo_us" in per and len(per):
-        P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
-        least, most = P - column(per, "exhausted_hi_us"), P - column(per, "exhausted_lo_us")
+        least, most, _ = stall_bracket(per)
     stall, known = told_or_typical(stall, thr == 1, np.isfinite(thr), least, most)
     if not known.any():
         return np.nan
@@ -204,13 +216,11 @@ def stall_bounds_ms_per_s(per: pd.DataFrame) -> tuple[float, float]:
     hit = thr.fillna(False).to_numpy(dtype=bool)
     if not known.any():
         return np.nan, np.nan
-    P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3
-    lo_ex = per["exhausted_lo_us"].to_numpy(dtype=np.float64, na_value=np.nan)
-    hi_ex = per["exhausted_hi_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+    b_least, b_most, P = stall_bracket(per)
     # a dated exhaustion too lies in its bracket; one the reads do not even bound, anywhere
     # in the period
-    least = np.where(hit, P - np.nan_to_num(hi_ex, nan=P), stall)
-    most = np.where(hit, P - np.nan_to_num(lo_ex, nan=0.0), stall)
+    least = np.where(hit, np.nan_to_num(b_least, nan=0.0), stall)
+    most = np.where(hit, np.nan_to_num(b_most, nan=P), stall)
     ok = known & np.isfinite(least) & np.isfinite(most)
     if not ok.any():
         return np.nan, np.nan
