@@ -139,35 +139,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     cpus = _cpus_throttled(d_thr_us, stall, measurable, bundle_cpus(run.meta))
 
     quota, changes = quota_per_period(run, start, end)
-    reason = np.full(n, "", dtype=object)
-    for r, what in changes:
-        reason[r] = what if not reason[r] else reason[r] + "; " + what
-    for r in np.flatnonzero(gap).tolist():
-        what = f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples"
-        reason[r] = what if not reason[r] else reason[r] + "; " + what
-    ncpu = bundle_cpus(run.meta)
-    if ncpu:
-        # the counter is charged at ticks and context switches, a running CPU's time up to a
-        # tick late: a period can show more than its CPUs could run (short periods above all)
-        over = np.flatnonzero(usage > ncpu * P / 1e3 + 1.0)
-        for r in over.tolist():
-            what = (
-                f"the usage counter rose {usage[r] / 1e3:.2f} ms, more than {ncpu} CPUs can run in its "
-                f"{P / 1e6:g} ms: it is charged at ticks and context switches, a running CPU's time up to a "
-                f"tick ({tick / 1e6:g} ms) late"
-            )
-            reason[r] = what if not reason[r] else reason[r] + "; " + what
-    for r in np.flatnonzero(open_ex).tolist():
-        what = f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)"
-        reason[r] = what if not reason[r] else reason[r] + "; " + what
-    for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():
-        hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
-        what = (
-            f"{int(g.nr_throttled)} of {g.boundaries} period ends in one {hole:.0f} ms hole were throttled "
-            f"({g.throttled_us / 1e3:.1f} ms throttled time between them; group {g.group})"
-        )
-        sel = cr.group == g.group
-        reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
+    reason = _reasons(n, changes, hole_ms, gap, usage, bundle_cpus(run.meta), P, tick, open_ex, ex_lo, ex_hi, cr)
 
     v2 = _v2_signals(s, t, B, margin, P)
 
@@ -205,6 +177,54 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
         }
     )
     return df, cr
+
+
+def _reasons(
+    n: int,
+    changes: list[tuple[int, str]],
+    hole_ms: np.ndarray,
+    gap: np.ndarray,
+    usage: np.ndarray,
+    ncpu: int | None,
+    P: int,
+    tick: int,
+    open_ex: np.ndarray,
+    ex_lo: np.ndarray,
+    ex_hi: np.ndarray,
+    cr: Credits,
+) -> np.ndarray:
+    """The ``reason`` of each period: why its values are interpolated, unknown or out of the
+    ordinary ("" where none applies)."""
+    reason = np.full(n, "", dtype=object)
+
+    def add(r: int, what: str) -> None:
+        reason[r] = what if not reason[r] else reason[r] + "; " + what
+
+    for r, what in changes:
+        add(r, what)
+    for r in np.flatnonzero(gap).tolist():
+        add(r, f"usage interpolated across a {hole_ms[r]:.0f} ms hole in the samples")
+    if ncpu:
+        # the counter is charged at ticks and context switches, a running CPU's time up to a
+        # tick late: a period can show more than its CPUs could run (short periods above all)
+        for r in np.flatnonzero(usage > ncpu * P / 1e3 + 1.0).tolist():
+            add(
+                r,
+                f"the usage counter rose {usage[r] / 1e3:.2f} ms, more than {ncpu} CPUs can run in its "
+                f"{P / 1e6:g} ms: it is charged at ticks and context switches, a running CPU's time up to a "
+                f"tick ({tick / 1e6:g} ms) late",
+            )
+    for r in np.flatnonzero(open_ex).tolist():
+        add(r, f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)")
+    for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():
+        hole = (g.hole_end_ns - g.hole_start_ns) / 1e6
+        what = (
+            f"{int(g.nr_throttled)} of {g.boundaries} period ends in one {hole:.0f} ms hole were throttled "
+            f"({g.throttled_us / 1e3:.1f} ms throttled time between them; group {g.group})"
+        )
+        sel = cr.group == g.group
+        reason[sel] = np.where(reason[sel] == "", what, reason[sel] + "; " + what)
+    return reason
 
 
 V2_SIGNALS = ("psi_some_us", "psi_full_us", "local_throttled_us")

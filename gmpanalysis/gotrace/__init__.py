@@ -1,6 +1,7 @@
 """Go execution trace reader (formats of Go 1.22 - 1.27), pure Python with numpy."""
 
-from .reader import TABLES, ClockWarning, GoTrace, TruncatedTraceWarning, iter_generations, parse_trace, read_trace
+from ..errors import ClockWarning, TruncatedTraceWarning
+from .reader import TABLES, GoTrace, iter_generations, parse_trace, read_trace
 from .wire import UnknownVersionWarning
 
 __all__ = [

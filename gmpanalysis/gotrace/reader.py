@@ -7,7 +7,6 @@ import dataclasses
 import mmap
 import os
 import stat
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import ClockWarning, GmpError, NotFoundError, TraceFormatError, TruncatedTraceWarning, UsageError
+from ..errors import GmpError, NotFoundError, TraceFormatError, UsageError
 from ..schema import MAX_NS
 from . import parallel as _parallel
 from . import spec
 from . import tables as _tables
+from .damage import damage_meta, warn_damage
 from .decode import (
     TICKS_PER_S_LINUX,
     decode_chunk,
@@ -279,8 +279,7 @@ def parse_trace(
             progress(chunk[-1].end)
         if release is not None:
             release(chunk[-1].end)
-    truncated_at = splitter.truncated_at
-    _warn_damage(source, len(data), truncated_at, info, splitter.zero_tail, splitter.unclosed)
+    warn_damage(source, len(data), splitter, info)
     built = builder.finish(info["last_ns"] or 0)
     del builder
     trim()
@@ -288,9 +287,7 @@ def parse_trace(
         built = _clip(built, window)
     info["generations_decoded"] = chosen
     meta = _meta(info, version, source, len(data), want, window)
-    meta["truncated"] = truncated_at
-    meta["zero_tail"] = splitter.zero_tail
-    meta["unclosed"] = _unclosed(splitter)
+    meta.update(damage_meta(splitter))
     return GoTrace(meta=meta, **built)
 
 
@@ -366,66 +363,15 @@ def _iter_generations(
             yield held
         held = GoTrace(meta=meta, **got)
     del buf
-    _warn_damage(source, len(data), splitter.truncated_at, info, splitter.zero_tail, splitter.unclosed)
+    warn_damage(source, len(data), splitter, info)
     if held is not None:
         rest = builder.take(info["last_ns"] or 0, final=True)
         for name, df in rest.items():
             if len(df):
                 mine = getattr(held, name)
                 setattr(held, name, pd.concat([mine, df], ignore_index=True) if len(mine) else df)
-        held.meta["truncated"] = splitter.truncated_at
-        held.meta["zero_tail"] = splitter.zero_tail
-        held.meta["unclosed"] = _unclosed(splitter)
+        held.meta.update(damage_meta(splitter))
         yield held
-
-
-def _unclosed(splitter: GenerationSplitter) -> dict[str, int] | None:
-    """meta["unclosed"]: the last generation the runtime never closed, left out."""
-    u = splitter.unclosed
-    return None if u is None else {"generation": u[0], "offset": u[1]}
-
-
-def _warn_damage(
-    source: str,
-    size: int,
-    truncated_at: int | None,
-    info: dict[str, Any],
-    zeros: int | None = None,
-    unclosed: tuple[int, int] | None = None,
-) -> None:
-    """After a read: a cut in a generation, a tail of zero bytes (from ``zeros`` on) or a
-    last generation never closed (``unclosed``: generation, offset), and threads' clocks
-    that went back."""
-    if truncated_at is not None or zeros is not None:
-        if zeros is not None:
-            how = (
-                f"ends in {size - zeros} zero bytes from offset {zeros} (what a file system leaves of data a "
-                "crash kept from reaching the disk)"
-            )
-        elif unclosed is not None:
-            how = (
-                f"ends before its last generation ({unclosed[0]}, from offset {unclosed[1]}) was closed: the "
-                "runtime closes a generation with its stack and string tables (from Go 1.26, and an end marker), "
-                "and the process stopped before (exited without trace.Stop, or the download was cut); that "
-                "generation was left out"
-            )
-        else:
-            how = f"ends inside a generation at offset {truncated_at} (of {size} bytes)"
-        warnings.warn(
-            f"{source}: trace {how}; the {info['generations_seen']} complete generation(s) before it were read",
-            TruncatedTraceWarning,
-            stacklevel=4,
-        )
-    back = info["clock_steps_back"]
-    if back:
-        at, m, ns_back = back[0]
-        warnings.warn(
-            f"{source}: a thread's clock goes back at {len(back)} batch start(s), first at offset {at} "
-            f"(thread {m}, by {ns_back} ns); those events were held at the thread's last time. "
-            "The runtime never writes this: the trace is damaged there",
-            ClockWarning,
-            stacklevel=4,
-        )
 
 
 def _meta(
