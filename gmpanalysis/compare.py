@@ -13,7 +13,7 @@ from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
 from .levels import level_names, level_run, quota_at_end, table_level
-from .served import latency_ms, succeeded
+from .served import latency_ms, sampled, succeeded
 
 
 def _pct(x: pd.Series | np.ndarray, q: float) -> float:
@@ -369,8 +369,7 @@ def compare_table(
         if r is not None and len(r) and len(run.samples):
             # a request begun outside the sampled span ran in periods nobody measured (a
             # sampler that died early): it is counted apart, not in throughput or latency
-            t = run.samples["t_ns"]
-            inside = (r["start_ns"] >= t.min()) & (r["start_ns"] <= t.max())
+            inside = sampled(r, run.samples)
             row["requests_unsampled"] = int((~inside).sum())
             r = r[inside]
         if r is not None and len(r):

@@ -19,7 +19,7 @@ from .cgroup import bundle_cpus, bundle_period_us
 from .errors import BundleError, GmpError, MissingDataError
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
-from .served import answered, latency_ms, succeeded
+from .served import answered, latency_ms, sampled, succeeded
 
 
 def memo(run: Run, key: str, build: Any) -> Any:
@@ -160,6 +160,13 @@ def demand_built(run: Run) -> dict[str, Any]:
     """:func:`demand`, built."""
     per = run_periods(run)
     r = run.requests
+    unsampled = 0
+    if r is not None and len(r):
+        # only the requests whose CPU the counters measured: the group's CPU is shared out
+        # over them (one begun after the sampler died would get a share of nothing)
+        inside = sampled(r, run.samples)
+        unsampled = int((~inside).sum())
+        r = r[inside]
     if r is None or not len(r):
         u = per.dropna(subset=["usage_us"])
         u = u[u["usage_us"] > 0]
@@ -178,6 +185,7 @@ def demand_built(run: Run) -> dict[str, Any]:
             "used_us": float(work.sum() / 1000),
             "span_ns": (int(u["start_ns"].iloc[0]), int(u["end_ns"].iloc[-1])),
             "source": "usage",
+            "unsampled": unsampled,
         }
     r = r.sort_values("sched_ns", kind="stable")
     sched = r["sched_ns"].to_numpy(dtype=np.int64)
@@ -196,6 +204,7 @@ def demand_built(run: Run) -> dict[str, Any]:
         "span_ns": (t0, t1),
         "source": "requests",
         "cost_source": own,
+        "unsampled": unsampled,
     }
 
 
@@ -308,7 +317,8 @@ def demand(run: Run) -> dict[str, Any]:
     """The run's CPU demand as the replay takes it: arrivals (``sched_ns``, int64 ns) and the
     CPU each needs (``cost_ns``: one mean for requests, one value per item otherwise), the
     generator's in-flight cap (``concurrency``: the clients of a closed loop; None for an
-    open one), the measured CPU over the span, and where the demand came from
+    open one), the measured CPU over the span, the requests left out as begun outside the
+    sampled span (``unsampled``: their CPU was not measured), and where the demand came from
     (``source``: "requests", with ``cost_source`` "cpu_ns" or "mean": :func:`request_costs`;
     or "usage" for a bundle without requests: each period's measured
     CPU as work arriving in it, a lower bound where the run was throttled, since work the

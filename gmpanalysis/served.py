@@ -22,3 +22,14 @@ def answered(r: pd.DataFrame) -> np.ndarray:
 def latency_ms(r: pd.DataFrame) -> np.ndarray:
     """Per request: ms from its scheduled start to its end."""
     return (r["end_ns"].to_numpy() - r["sched_ns"].to_numpy()) / 1e6
+
+
+def sampled(r: pd.DataFrame, samples: pd.DataFrame) -> np.ndarray:
+    """Per request: begun inside the sampled span (from cpu_stat.csv's first read to its
+    last). One begun outside ran in periods nobody measured (a sampler that died early, or
+    started late): the counters say nothing of the CPU it took."""
+    if not len(samples):
+        return np.zeros(len(r), dtype=bool)
+    t = samples["t_ns"].to_numpy()
+    start = r["start_ns"].to_numpy()
+    return (start >= t.min()) & (start <= t.max())

@@ -72,7 +72,7 @@ from .replayinputs import (
     run_periods,
     settings,
 )
-from .served import answered, latency_ms, succeeded
+from .served import answered, latency_ms, sampled, succeeded
 
 
 def _num(x: object) -> bool:
@@ -439,6 +439,7 @@ def measured(run: Run) -> dict[str, float]:
     lat = None
     rps = math.nan
     if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
+        r = r[sampled(r, run.samples)]  # the requests the replay has
         lat = latency_ms(r)[succeeded(r)]
         # answered (any HTTP status), as the replay answers every request
         ans = answered(r)

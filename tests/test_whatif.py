@@ -527,3 +527,26 @@ def test_another_period_keeps_a_resized_runs_quotas_in_cpus():
             W.what_if(run, period_us=bad)
     with pytest.raises(UsageError, match=r"outer\[0\]"):
         W.what_if(run, outer=[{"quota_us": 500, "period_us": 100_000}])
+
+
+def test_requests_begun_after_the_sampler_died_are_left_out_of_the_demand(runs, tmp_path):
+    """A sampler that died halfway (its rows end at 55 % of the run, the load went on): the
+    requests begun after its last read ran in periods nobody measured, so the group's CPU is
+    shared out over the others only (as compare_runs counts them), not spread thin over all:
+    each costs about what it did in the whole run."""
+    run = runs["cpu-0.5cpu-gmp2"]
+    cut = tmp_path / "cut"
+    shutil.copytree(run.path, cut)
+    lines = (cut / "cpu_stat.csv").read_text().splitlines(keepends=True)
+    t = np.array([int(x.split(",")[0]) for x in lines[1:]])
+    keep = t <= t[0] + 0.55 * (t[-1] - t[0])
+    (cut / "cpu_stat.csv").write_text(lines[0] + "".join(x for x, k in zip(lines[1:], keep, strict=True) if k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        died = gmp.load_run(cut)
+    whole, half = W.demand(run), W.demand(died)
+    unsampled = int(gmp.compare_runs([died]).iloc[0]["requests_unsampled"])
+    assert half["unsampled"] == unsampled > 0 and whole["unsampled"] == 0
+    assert len(half["sched_ns"]) == len(whole["sched_ns"]) - unsampled
+    mean = float(np.mean(half["cost_ns"]))
+    assert mean == pytest.approx(float(np.mean(whole["cost_ns"])), rel=0.15)
