@@ -12,7 +12,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
-from .levels import level_names, level_run, quota_at_end, table_level
+from .levels import level_names, level_run, quota_at_end, settings_in_turn, table_level
 from .served import latency_ms, sampled, succeeded
 
 
@@ -326,6 +326,23 @@ def unlimited_summary() -> dict[str, object]:
     return out
 
 
+def _limit_in_turn(run: Run, limit: str | None) -> str | None:
+    """The process's own limit in words as it changed in place ("500m → 2", "none → 0.5",
+    "500m → 1 → 0.5": limits.csv, in CPUs); ``limit`` (meta.json's) where it never did."""
+    m = run.meta
+    period = m.get("period_us")
+    quotas: list[int | None] = []
+    for q, _ in settings_in_turn(run, level_names(run)[0]):
+        if not quotas or quotas[-1] != q:
+            quotas.append(q)
+    if len(quotas) < 2 or not period:
+        return limit
+    words = ["none" if q is None else f"{q / period:g}" for q in quotas]
+    if limit and quotas[0] is not None and quotas[0] == m.get("quota_us"):
+        words[0] = limit
+    return " → ".join(words)
+
+
 def compare_table(
     runs: Sequence[Run], periods: Sequence[pd.DataFrame | None], gomaxprocs: Sequence[int | None]
 ) -> pd.DataFrame:
@@ -348,12 +365,7 @@ def compare_table(
         limit = m.get("cpu_limit")
         if not limit and m.get("quota_us") is not None and m.get("period_us"):
             limit = f"{m['quota_us'] / m['period_us']:g}"  # a collector that wrote the quota alone
-        if m.get("quota_us") is not None and last != m.get("quota_us") and m.get("period_us"):
-            first = limit or f"{m['quota_us'] / m['period_us']:g}"
-            after = "no limit" if last is None else f"{last / m['period_us']:g}"
-            limit = f"{first} → {after}"
-        elif m.get("quota_us") is None and level == level_names(run)[0] and last is not None and m.get("period_us"):
-            limit = f"none → {last / m['period_us']:g}"  # a limit set in place where there was none
+        limit = _limit_in_turn(run, limit)
         row: dict[str, object] = {
             "name": shown[i],
             "gomaxprocs": gomaxprocs[i],

@@ -270,16 +270,24 @@ def _drift(
         )
     dflt = r["go1.25 default"]
     if v is not None and since is not None and since > FOLLOW_LAG_NS:
+        # something is off only where a rule that follows the limit would now give another value
+        off = dflt is not None and dflt != v
         numcpu = "NumCPU" in can and "go1.25 default" not in can and r.get("NumCPU") == v
-        if r["env"] is not None and dflt is not None and dflt != v:
+        if r["env"] is not None and off:
             drift.append(f"pinned by GOMAXPROCS={r['env']} in the environment: the default rule would now give {dflt}")
         elif numcpu and r["env"] is None:
             # the binary's runtime takes NumCPU (before Go 1.25, or containermaxprocs=0): its
             # own rule explains the value, where automaxprocs (a library it may not have) would too
-            drift.append(f"{v} is NumCPU, the rule of this binary's runtime, which no limit moves")
-        elif at_start["automaxprocs"] == v and r["automaxprocs"] != v and r["env"] is None:
+            if off:
+                drift.append(f"{v} is NumCPU, the rule of this binary's runtime, which no limit moves")
+        elif (
+            at_start["automaxprocs"] == v
+            and r["automaxprocs"] != v
+            and r["env"] is None
+            and not ("go1.25 default" in can and not off)
+        ):
             drift.append(f"automaxprocs set {v} once at start, and its rule now gives {r['automaxprocs']}")
-        elif "go1.25 default" in can and dflt is not None and dflt != v and r["env"] is None:
+        elif "go1.25 default" in can and off and r["env"] is None:
             drift.append(f"the limit changed {(since / 1e9):.1f} s ago and GOMAXPROCS did not follow")
     return drift
 

@@ -17,6 +17,7 @@ quota and unthrottles the group.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,25 @@ def level_run(run: Run, name: str | None = None) -> Run:
     # and selecting a level's rows of an hour's samples costs ~0.1 s
     cache[name] = r
     return r
+
+
+def settings_in_turn(run: Run, level: str) -> list[tuple[int | None, int]]:
+    """A level's CFS settings in the order they held: (quota µs or None for no limit, burst
+    µs), from limits.csv's rows with consecutive repeats merged (a limit changed and changed
+    back is three), meta.json's where the bundle has no rows."""
+    lr = level_run(run, level)
+    lim = lr.limits
+    if lim is None or not len(lim):
+        q = lr.meta.get("quota_us")
+        return [(None if q is None else int(q), int(lr.meta.get("burst_us") or 0))]
+    quota = lim["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    burst = lim["burst_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=0.0)
+    out: list[tuple[int | None, int]] = []
+    for q, b in zip(quota.tolist(), burst.tolist(), strict=True):
+        x = (None if math.isnan(q) else int(q), int(b))
+        if not out or out[-1] != x:
+            out.append(x)
+    return out
 
 
 def quota_at_end(run: Run, level: str | None = None) -> int | None:

@@ -208,12 +208,16 @@ def _reasons(
         # the counter is charged at ticks and context switches, a running CPU's time up to a
         # tick late: a period can show more than its CPUs could run (short periods above all)
         for r in np.flatnonzero(usage > ncpu * P / 1e3 + 1.0).tolist():
-            add(
-                r,
-                f"the usage counter rose {usage[r] / 1e3:.2f} ms, more than {ncpu} CPUs can run in its "
-                f"{P / 1e6:g} ms: it is charged at ticks and context switches, a running CPU's time up to a "
-                f"tick ({tick / 1e6:g} ms) late",
-            )
+            said = f"the usage counter rose {usage[r] / 1e3:.2f} ms, more than {ncpu} CPUs can run in its "
+            said += f"{P / 1e6:g} ms"
+            if usage[r] <= ncpu * (P + tick) / 1e3 + 1.0:
+                said += (
+                    f": it is charged at ticks and context switches, a running CPU's time up to a tick "
+                    f"({tick / 1e6:g} ms) late"
+                )
+            else:  # more than a tick late on every CPU: no charging explains it
+                said += ", even each a tick late: a jump the kernel does not make (check cpu_stat.csv there)"
+            add(r, said)
     for r in np.flatnonzero(open_ex).tolist():
         add(r, f"quota ran out between {ex_lo[r] / 1e3:.1f} and {ex_hi[r] / 1e3:.1f} ms (the reads leave it open)")
     for g in cr.groups.itertuples(index=False) if len(cr.groups) else ():

@@ -272,19 +272,18 @@ def _stw_model(run: Run) -> dict[str, float] | None:
 
 def resized(run: Run) -> str | None:
     """Where a limit of the run was changed in place mid-run, at any level (limits.csv: a
-    quota changed, set where there was none, or taken away): which level, and its quotas in
-    turn ("container: 50000 µs → 200000 µs", "container: none → 150000 µs"); None where every
-    level kept one setting. Such a run has no one setting."""
-    from .levels import level_names, level_run
+    quota or a burst changed, a quota set where there was none or taken away): which level,
+    and its settings in turn ("container: 50000 µs → 200000 µs", "container: none → 150000
+    µs → none"); None where every level kept one setting. Such a run has no one setting."""
+    from .levels import level_names, settings_in_turn
+
+    def words(q: int | None, b: int) -> str:
+        return ("none" if q is None else f"{q} µs") + (f" (burst {b} µs)" if b else "")
 
     for name in level_names(run):
-        lim = level_run(run, name).limits
-        if lim is None or len(lim) < 2:
-            continue
-        q = lim["quota_us"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-        seen = list(dict.fromkeys("none" if math.isnan(x) else f"{x:.0f} µs" for x in q))
+        seen = settings_in_turn(run, name)
         if len(seen) > 1:
-            return f"{name}: " + " → ".join(seen[:4]) + (" → …" if len(seen) > 4 else "")
+            return f"{name}: " + " → ".join(words(*x) for x in seen[:4]) + (" → …" if len(seen) > 4 else "")
     return None
 
 

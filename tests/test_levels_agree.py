@@ -100,7 +100,7 @@ def test_a_limit_removed_in_place_is_told_as_no_limit(tmp_path):
     (b / "limits.csv").write_text("\n".join(lines) + "\n")
     run = _load(b)
     row = gmp.compare_runs([run]).iloc[0]
-    assert row["cpu_limit"] == "500m → no limit" and row["quota_last_us"] is None
+    assert row["cpu_limit"] == "500m → none" and row["quota_last_us"] is None
     assert gmp.df_levels(run).iloc[0]["quota_last_us"] is pd.NA
     assert "quota 50 ms per 100 ms, then no limit" in gmp.to_report(run, tmp_path / "r.html").read_text()
 

@@ -47,10 +47,19 @@ def test_a_limit_set_where_there_was_none_is_a_limit_and_a_change():
         W.predict(other, run)
     own = W.predict(run, run)  # from itself: its own limits, period by period
     assert own["throttled_pct"] > 0
-    # a go 1.24 module: GOMAXPROCS is NumCPU, which the limit set later does not move
-    end = gmp.df_gomaxprocs(run).iloc[-1]
-    assert "2 is NumCPU, the rule of this binary's runtime, which no limit moves" in end["drift"]
-    assert "automaxprocs set" not in end["drift"]
+    # a go 1.24 module: GOMAXPROCS is NumCPU (2), which the limit set later does not move; no
+    # rule would give fewer than 2 at 0.5 CPU (the go1.25 default's floor is 2): nothing to
+    # blame on automaxprocs, and no drift of NumCPU's to name
+    g = gmp.df_gomaxprocs(run)
+    end = g.iloc[-1]
+    assert "NumCPU" in end["followed"] and "automaxprocs set" not in end["drift"] and "is NumCPU" not in end["drift"]
+    # where a rule following the limit would give another value (the limit at 1.5 CPUs on
+    # 4 CPUs, as a 4-vCPU run of this build had it: 2 against NumCPU's 4), NumCPU is named
+    from gmpanalysis.gomaxprocs import _drift
+
+    r = {"env": None, "go1.25 default": 2, "NumCPU": 4, "automaxprocs": 1, "downward API": None}
+    said = _drift(4, 1.5, [], r, {"automaxprocs": 4}, {"NumCPU", "automaxprocs"}, 10**10)
+    assert said[-1] == "4 is NumCPU, the rule of this binary's runtime, which no limit moves"
 
 
 def test_a_burst_is_said_with_the_limit():
@@ -65,3 +74,29 @@ def test_a_burst_is_said_with_the_limit():
     assert cmp.iloc[0]["burst_us"] == 0 and " burst" not in findings(cmp)[0]
     cmp.loc[0, "burst_us"] = 25_000
     assert "with a none → 0.5 CPU limit and a 25 ms burst" in findings(cmp)[0]
+
+
+def test_a_limit_changed_and_changed_back_is_told_in_turn(tmp_path):
+    """A real resized run (0.5 → 2 CPU) with a third limits.csv row putting 0.5 back, and one
+    whose burst changed instead: the summary's limit and what the what-if calls a change list
+    the settings in turn, a return to the first one included."""
+    import shutil
+
+    src = "fixtures/runs/resize-0.5to2cpu-default"
+    back = tmp_path / "back"
+    shutil.copytree(src, back)
+    lines = (back / "limits.csv").read_text().splitlines()
+    last = lines[-1].split(",")
+    t = int(last[0])
+    lines.append(",".join([str(t + 1_000_000_000), str(t + 990_000_000), *last[2:4], "50000", "0"]))
+    (back / "limits.csv").write_text("\n".join(lines) + "\n")
+    run = gmp.load_run(back)
+    assert gmp.compare_runs([run]).iloc[0]["cpu_limit"] == "500m → 2 → 0.5"
+    assert W.resized(run) == "container: 50000 µs → 200000 µs → 50000 µs"
+    burst = tmp_path / "burst"
+    shutil.copytree(src, burst)
+    lines = (burst / "limits.csv").read_text().splitlines()
+    row = lines[-1].split(",")
+    row[4], row[5] = "50000", "20000"
+    (burst / "limits.csv").write_text("\n".join([*lines[:-1], ",".join(row)]) + "\n")
+    assert W.resized(gmp.load_run(burst)) == "container: 50000 µs → 50000 µs (burst 20000 µs)"

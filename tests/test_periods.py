@@ -468,3 +468,16 @@ def test_a_period_whose_counter_rose_more_than_its_cpus_run_says_why():
         np.interp(per.end_ns.iloc[-1], s.t_ns, s.usage_us) - np.interp(per.start_ns.iloc[0], s.t_ns, s.usage_us),
         rel=1e-9,
     ) and len(inside)
+
+
+def test_a_usage_jump_no_tick_explains_is_called_one():
+    """The usage counter of a real run raised by 5 s from one read on (a damaged file): the
+    period it lands in says no charging at ticks explains it and where to look; the tick
+    wording is for what a tick per CPU can explain."""
+    run = copy.copy(level_run(gmp.load_run(next(p for p in RUNS if p.name == "cpu-0.5cpu-gmp2"))))
+    s = run.samples.copy()
+    s.loc[len(s) // 2 :, "usage_us"] += 5_000_000
+    run.samples = s
+    said = gmp.df_periods(run)["reason"].fillna("")
+    jumped = said.str.contains("a jump the kernel does not make")
+    assert jumped.sum() == 1 and not said[jumped].str.contains("a tick .4 ms. late").any()
