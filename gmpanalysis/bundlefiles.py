@@ -518,12 +518,15 @@ def parse_limits(data: bytes, *, source: str = "limits.csv") -> pd.DataFrame:
         (df["period_us"].lt(1000) | df["period_us"].gt(1_000_000), "period_us must be 1000..1000000 µs"),
         (df["quota_us"].lt(1000).fillna(False), "quota_us must be empty (no limit) or at least 1000 µs"),
         (df["burst_us"].lt(0), "burst_us must be >= 0"),
+        # tg_set_cfs_bandwidth refuses a burst above the quota: no kernel held one
+        (df["burst_us"].gt(df["quota_us"]).fillna(False), "burst_us above quota_us, which the kernel refuses"),
         ((df["prev_ns"] >= df["t_ns"]).fillna(False), "prev_ns must be before t_ns"),
     )
     for bad, what in checks:
         b = bad.to_numpy(dtype=bool)
         if b.any():
-            raise BundleError(f"{source} line {int(np.flatnonzero(b)[0]) + 2}: {what}; fix or remove that line")
+            line = file_line(df, int(np.flatnonzero(b)[0]))
+            raise BundleError(f"{source} line {line}: {what}; fix or remove that line")
     return df[["t_ns", "prev_ns", "cgroup", "period_us", "quota_us", "burst_us"]]
 
 

@@ -171,6 +171,10 @@ def test_limits_csv_errors_name_the_line():
         parse_limits((good + "9,5,container,100000,12,0\n").encode())
     with pytest.raises(gmp.BundleError, match="missing column"):
         parse_limits(b"t_ns,cgroup,period_us,burst_us\n1,a,100000,0\n")
+    # the kernel refuses a burst above the quota (tg_set_cfs_bandwidth); none above no limit
+    with pytest.raises(gmp.BundleError, match="line 3: burst_us above quota_us"):
+        parse_limits((good + "9,5,container,100000,50000,90000\n").encode())
+    assert len(parse_limits((good + "9,5,container,100000,50000,50000\n").encode())) == 2
 
 
 def test_a_container_limited_late_under_a_pod_limited_throughout(tmp_path):
