@@ -107,8 +107,11 @@ def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | N
             f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"
         )
     ncpu = int(lim0["cpus"] if cpus is None else cpus)
-    if ncpu < 1 or (max_limit is not None and max_limit <= 0):
-        raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive numbers")
+    if ncpu < 1 or (
+        max_limit is not None
+        and not (isinstance(max_limit, numbers.Real) and math.isfinite(max_limit) and max_limit > 0)
+    ):
+        raise UsageError(f"advise: cpus={cpus}, max_limit={max_limit}: give positive (finite) numbers")
     return ncpu
 
 
@@ -184,6 +187,9 @@ def advise(
     period = int(lim0["period_us"])
     own = None if lim0["quota_us"] is None else lim0["quota_us"] / period
     cand_limits = sorted(set(limits)) if limits is not None else _candidates(top, own, MIN_QUOTA_US / period)
+    over = [x for x in cand_limits if max_limit is not None and isinstance(x, numbers.Real) and x > max_limit]
+    if over:
+        raise UsageError(f"advise(limits={cand_limits!r}, max_limit={max_limit:g}): {over} above max_limit")
     own_g = int(lim0["gomaxprocs"]) if lim0["gomaxprocs"] else None
     if gomaxprocs is not None:
         cand_g = sorted(set(gomaxprocs))

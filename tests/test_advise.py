@@ -300,3 +300,16 @@ def test_advise_tries_the_least_limit_and_refuses_a_max_limit_below_it():
     with pytest.raises(UsageError, match=r"max_limit=0.25.*least quota .* \(0.5 CPU\)"):
         advise(run, max_limit=0.25)
     assert _candidates(4.0, 1.0, 1000 / 1500)[0] == 0.75  # a 1.5 ms period: 0.667 CPU at least
+
+
+def test_max_limit_is_a_finite_number_and_bounds_the_limits_given():
+    """max_limit NaN or infinite is named as such (not as limits=[nan]); limits given above it
+    are refused rather than advised past it."""
+    import math
+
+    run = _load(BUNDLES[0])
+    for bad in (math.nan, math.inf, 0.0):
+        with pytest.raises(UsageError, match=f"max_limit={bad}: give positive"):
+            advise(run, max_limit=bad, gomaxprocs=[2], bursts=[0.0])
+    with pytest.raises(UsageError, match=r"\[2.0\] above max_limit"):
+        advise(run, max_limit=0.6, limits=[0.5, 2.0], gomaxprocs=[2], bursts=[0.0])
