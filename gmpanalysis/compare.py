@@ -57,9 +57,6 @@ def stall_bracket(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, float]:
     stall lies in P - hi .. P - lo (µs; NaN where the reads do not bound it, or it was not
     throttled), and the period P (µs, the table's first row's)."""
     P = float((per["end_ns"] - per["start_ns"]).iloc[0]) / 1e3 if len(per) else math.nan
-    if "exhausted_lo_us" not in per:
-        nan = np.full(len(per), np.nan)
-        return nan, nan.copy(), P
     return P - column(per, "exhausted_hi_us"), P - column(per, "exhausted_lo_us"), P
 
 
@@ -360,7 +357,7 @@ def compare_table(
         # a limit resized in place (limits.csv): the quota of the table's last period too;
         # both of the table's level (a pod's, where the container has no limit of its own)
         level = table_level(run) if per is not None else level_names(run)[0]
-        first_q = level_run(run, level).meta.get("quota_us")
+        lm = level_run(run, level).meta
         last = quota_at_end(run)
         limit = m.get("cpu_limit")
         if not limit and m.get("quota_us") is not None and m.get("period_us"):
@@ -372,9 +369,9 @@ def compare_table(
             "cpu_limit": limit,
             "quota_level": level,
             "own_level": level == level_names(run)[0],
-            "quota_us": first_q,
+            "quota_us": lm.get("quota_us"),
             "quota_last_us": last,
-            "burst_us": level_run(run, level).meta.get("burst_us") or 0,
+            "burst_us": lm.get("burst_us") or 0,
             "load": desc,
         }
         r = run.requests

@@ -183,15 +183,25 @@ def settings_in_turn(run: Run, level: str) -> list[tuple[int | None, int]]:
     return out
 
 
+def resized(run: Run) -> str | None:
+    """Where a limit of the run was changed in place mid-run, at any level (a quota or a
+    burst changed, set where there was none or taken away): the level and its settings in
+    turn ("container: none → 150000 µs → none"); None where every level kept one setting."""
+    for name in level_names(run):
+        seen = [
+            ("none" if q is None else f"{q} µs") + (f" (burst {b} µs)" if b else "")
+            for q, b in settings_in_turn(run, name)
+        ]
+        if len(seen) > 1:
+            return f"{name}: " + " → ".join(seen[:4]) + (" → …" if len(seen) > 4 else "")
+    return None
+
+
 def quota_at_end(run: Run, level: str | None = None) -> int | None:
     """A level's quota at the end of the run (µs; None: no limit, or a limit removed in
     place): the last row of limits.csv where the limit was resized in place, meta.json's
     otherwise. The table's level by default."""
-    lr = level_run(run, table_level(run) if level is None else level)
-    if lr.limits is not None and len(lr.limits) > 1:
-        q = lr.limits["quota_us"].iloc[-1]
-        return None if pd.isna(q) else int(q)
-    return lr.meta.get("quota_us")
+    return settings_in_turn(run, table_level(run) if level is None else level)[-1][0]
 
 
 def _quota_text(v: float) -> str:

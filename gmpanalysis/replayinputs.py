@@ -270,23 +270,6 @@ def _stw_model(run: Run) -> dict[str, float] | None:
     return memo(run, "stw_model", _stw_model_built)
 
 
-def resized(run: Run) -> str | None:
-    """Where a limit of the run was changed in place mid-run, at any level (limits.csv: a
-    quota or a burst changed, a quota set where there was none or taken away): which level,
-    and its settings in turn ("container: 50000 µs → 200000 µs", "container: none → 150000
-    µs → none"); None where every level kept one setting. Such a run has no one setting."""
-    from .levels import level_names, settings_in_turn
-
-    def words(q: int | None, b: int) -> str:
-        return ("none" if q is None else f"{q} µs") + (f" (burst {b} µs)" if b else "")
-
-    for name in level_names(run):
-        seen = settings_in_turn(run, name)
-        if len(seen) > 1:
-            return f"{name}: " + " → ".join(words(*x) for x in seen[:4]) + (" → …" if len(seen) > 4 else "")
-    return None
-
-
 def prep_built(run: Run) -> dict[str, Any]:
     """Everything a replay reads from the run, in one memo (one Analysis lookup per replay)."""
     unlimited = no_quota(run)

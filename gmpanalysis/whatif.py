@@ -63,12 +63,12 @@ from .cfsreplay import group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .compare import column, frozen_ms_per_s, frozen_periods, stall_ms_per_s
 from .errors import MissingDataError, UsageError
+from .levels import resized
 from .replayinputs import (
     demand,
     demand_built,
     memo,
     prep_built,
-    resized,
     run_periods,
     settings,
 )
@@ -526,8 +526,9 @@ def validate(runs: list[Run]) -> pd.DataFrame:
     rows = []
     for tgt in runs:
         truth = measured(tgt)
+        one_setting = resized(tgt) is None
         for src in runs:
-            if src is not tgt and resized(tgt) is not None:
+            if src is not tgt and not one_setting:
                 continue  # no one setting to predict it under
             got = predict(src, tgt)
             for key, v in truth.items():
