@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ type sampler struct {
 	pending      []byte // rows not written yet
 	lastFlush    int64
 	badData      bool // stopped on a read that did not parse
+	stopping     bool // this tick is the last, taken after a stop was asked for
 }
 
 func newSampler(c *config, targets []*target, cols columns, w *os.File, hs *hostStat, ls *limitsSeries,
@@ -73,10 +75,16 @@ func (s *sampler) run() {
 		}
 		ts := unix.NsecToTimespec(deadline)
 		sleepUntil(&ts)
-		if sig := s.stop.Load(); sig != 0 {
+		// A stop still takes this tick's read, which comes after the request: whoever stops
+		// the sampler does so after what the rows must bracket (the agent, a trace's end), so
+		// the last row may not come before it, however late this wake-up is. Not on SIGPIPE:
+		// the output is gone.
+		sig := s.stop.Load()
+		if sig == int32(syscall.SIGPIPE) {
 			s.sum.StopReason = stopReason(sig)
 			return
 		}
+		s.stopping = sig != 0
 		now := monoNs()
 		s.lat.add(now - deadline)
 		s.sum.Ticks++
@@ -105,6 +113,10 @@ func (s *sampler) run() {
 		// /proc/stat (≈tens of µs, well inside the interval).
 		if s.hs != nil {
 			s.hs.sampleIfDue(last)
+		}
+		if s.stopping {
+			s.sum.StopReason = stopReason(sig)
+			return
 		}
 		// Keep the grid start + k·interval; if we overslept past later deadlines, skip them.
 		k++
@@ -172,8 +184,15 @@ func (s *sampler) readLimits() (last int64, ok bool) {
 // deleted), or a read did not parse (never written as a row of zeros): stop cleanly so
 // what was written stays a valid file.
 func (s *sampler) readFailed(t *target, err error) {
+	ge, gone := err.(*cgroup.GoneError)
+	if gone && s.stopping {
+		// the read after a stop: the container may end at once once its collector has
+		// asked the sampler to stop; the stop stays the signal's, clean
+		s.sum.StopReason = stopReason(s.stop.Load())
+		return
+	}
 	s.sum.ReadErrors++
-	if ge, gone := err.(*cgroup.GoneError); gone {
+	if gone {
 		s.sum.StopReason = "cgroup gone: " + ge.Path
 	} else {
 		s.sum.StopReason = "bad cgroup data: " + err.Error()

@@ -176,13 +176,55 @@ func TestSamplerStopsOnBadData(t *testing.T) {
 	}
 }
 
+// TestSamplerStopsOnSignal: a stop takes one more read, after the request, so the rows
+// reach past whatever the stopper waited for (the node agent stops the sampler once a
+// trace's body has ended, and the bundle's rows must cover the trace), even when the
+// request came while the loop was behind.
 func TestSamplerStopsOnSignal(t *testing.T) {
-	s, sum, _, _ := newTestSampler(t, "--cgroup", "g", "--interval", "1ms")
+	s, sum, out, _ := newTestSampler(t, "--cgroup", "a=g", "--cgroup", "b=g", "--interval", "1ms")
+	asked := monoNs()
 	s.stop.Store(int32(syscall.SIGTERM))
 	s.begin(0)
 	s.run()
 	s.finish()
-	if sum.StopReason != "terminated" || sum.Ticks != 0 || s.exitCode() != 0 {
+	if sum.StopReason != "terminated" || sum.Ticks != 1 || sum.Rows != 2 || s.exitCode() != 0 {
+		t.Errorf("stop %q, ticks %d, rows %d, exit %d", sum.StopReason, sum.Ticks, sum.Rows, s.exitCode())
+	}
+	_, rows := readRows(t, out)
+	if len(rows) != 2 {
+		t.Fatalf("rows %q", rows)
+	}
+	for _, r := range rows {
+		if tNs, _ := strconv.ParseInt(r[0], 10, 64); tNs < asked {
+			t.Errorf("row %q: read %d ns before the stop was asked for", r, asked-tNs)
+		}
+	}
+}
+
+// TestSamplerStopGoneIsClean: the container may go at once once its collector has asked the
+// sampler to stop; that last read finding the cgroup gone leaves a clean stop (exit 0).
+func TestSamplerStopGoneIsClean(t *testing.T) {
+	s, sum, _, _ := newTestSampler(t, "--cgroup", "g", "--interval", "1ms")
+	s.begin(0)
+	// a stand-in for the kernel's ENODEV on a removed cgroup's held file (a fixture file
+	// stays readable once removed): the closed file fails its read the same way
+	s.targets[0].close()
+	s.stop.Store(int32(syscall.SIGTERM))
+	s.run()
+	s.finish()
+	if sum.StopReason != "terminated" || sum.ReadErrors != 0 || s.exitCode() != 0 {
+		t.Errorf("stop %q, read errors %d, exit %d", sum.StopReason, sum.ReadErrors, s.exitCode())
+	}
+}
+
+// TestSamplerStopsOnSIGPIPE: the output is gone; no read is taken for it.
+func TestSamplerStopsOnSIGPIPE(t *testing.T) {
+	s, sum, _, _ := newTestSampler(t, "--cgroup", "g", "--interval", "1ms")
+	s.stop.Store(int32(syscall.SIGPIPE))
+	s.begin(0)
+	s.run()
+	s.finish()
+	if sum.StopReason != "broken pipe" || sum.Ticks != 0 || s.exitCode() != 0 {
 		t.Errorf("stop %q, ticks %d, exit %d", sum.StopReason, sum.Ticks, s.exitCode())
 	}
 }
