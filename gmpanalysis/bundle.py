@@ -459,6 +459,16 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if requests is not None:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more
+    if limits is not None and len(limits) and "cgroup" in samples and len(samples):
+        # several levels sampled: limits.csv names them as cpu_stat.csv does (one sampler
+        # writes both); a name only limits.csv has is a level read for nothing, or files
+        # of two collections put together
+        sampled = {str(x) for x in pd.unique(samples["cgroup"])}
+        if stray := sorted({str(x) for x in pd.unique(limits["cgroup"])} - sampled):
+            notes.append(
+                f"{d / 'limits.csv'}: level(s) {', '.join(map(repr, stray))} are in no row of cpu_stat.csv "
+                f"(it samples {', '.join(map(repr, sorted(sampled)))}); their limits are not used"
+            )
 
     trace: Path | None = d / "trace.out"
     if not os.path.lexists(trace):

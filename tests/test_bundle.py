@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import RUNS
+from conftest import FIXTURES, RUNS
 
 import gmpanalysis as gmp
 from gmpanalysis.bundle import TruncatedLineWarning, check_counters, parse_cpu_stat, parse_limits, parse_requests
@@ -277,6 +277,22 @@ def test_load_run_inconsistent_clocks(tmp_path):
     (d / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(gmp.BundleError, match="different runs or clocks"):
         gmp.load_run(d)
+
+
+def test_limits_of_a_level_not_sampled_are_named(tmp_path):
+    """limits.csv naming a level cpu_stat.csv never samples (files of two collections put
+    together): the load says so, and the level's own limits still come from meta.json."""
+    d = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / "nested-0.5cpu-pod0.5-gmp2", d)
+    text = (d / "limits.csv").read_text().replace(",pod,", ",ghost,")
+    assert ",ghost," in text
+    (d / "limits.csv").write_text(text)
+    run = gmp.load_run(d)
+    said = [n for n in run.notes if "limits.csv" in n and "'ghost'" in n]
+    assert said and "'container', 'pod'" in said[0] and "not used" in said[0], run.notes
+    assert gmp.df_periods(run)["throttled"].any()
+    clean = gmp.load_run(FIXTURES / "runs" / "nested-0.5cpu-pod0.5-gmp2")
+    assert not [n for n in clean.notes if "in no row of cpu_stat.csv" in n]
 
 
 def test_load_run_tolerates_unfinished_collection(tmp_path):
