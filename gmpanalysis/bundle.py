@@ -338,6 +338,22 @@ def check_counters(
 WRAP_SLACK = 1 << 24
 
 
+def _stray_limits(limits: pd.DataFrame | None, samples: pd.DataFrame, path: Path) -> list[str]:
+    """A note for limits.csv naming levels cpu_stat.csv never samples. With several levels
+    sampled, one sampler names them alike in both files: a name only limits.csv has is a
+    level read for nothing, or files of two collections put together."""
+    if limits is None or not len(limits) or "cgroup" not in samples or not len(samples):
+        return []
+    sampled = {str(x) for x in pd.unique(samples["cgroup"])}
+    stray = sorted({str(x) for x in pd.unique(limits["cgroup"])} - sampled)
+    if not stray:
+        return []
+    return [
+        f"{path}: level(s) {', '.join(map(repr, stray))} are in no row of cpu_stat.csv (it samples "
+        f"{', '.join(map(repr, sorted(sampled)))}); their limits are not used"
+    ]
+
+
 def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
     """Every request ends after it was scheduled and sent; rows written twice count once."""
     notes: list[str] = []
@@ -459,16 +475,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if requests is not None:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more
-    if limits is not None and len(limits) and "cgroup" in samples and len(samples):
-        # several levels sampled: limits.csv names them as cpu_stat.csv does (one sampler
-        # writes both); a name only limits.csv has is a level read for nothing, or files
-        # of two collections put together
-        sampled = {str(x) for x in pd.unique(samples["cgroup"])}
-        if stray := sorted({str(x) for x in pd.unique(limits["cgroup"])} - sampled):
-            notes.append(
-                f"{d / 'limits.csv'}: level(s) {', '.join(map(repr, stray))} are in no row of cpu_stat.csv "
-                f"(it samples {', '.join(map(repr, sorted(sampled)))}); their limits are not used"
-            )
+    notes += _stray_limits(limits, samples, d / "limits.csv")
 
     trace: Path | None = d / "trace.out"
     if not os.path.lexists(trace):
