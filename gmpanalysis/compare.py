@@ -144,7 +144,8 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     Counts include what ambiguous groups hold (periods inside holes in the samples, see
     :func:`gmpanalysis.df_period_groups`), so they equal the kernel's counter deltas.
     Keys: periods, active_periods, throttled_periods, unknown_periods (rows whose
-    throttling the samples cannot tell), throttled_pct_wall (%), throttled_pct_active (%),
+    throttling the samples cannot tell), unlimited_periods (rows without a quota: a limit
+    set or removed in place during the run), throttled_pct_wall (%), throttled_pct_active (%),
     stall_ms_per_s (ms frozen per second of wall time, over periods that know it), with
     stall_ms_per_s_lo and stall_ms_per_s_hi the least and most it can be where the reads
     leave moments of exhaustion open (:func:`stall_bounds_ms_per_s`),
@@ -186,6 +187,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "active_periods": act,
         "throttled_periods": thr,
         "unknown_periods": int(per["throttled"].isna().sum()),
+        "unlimited_periods": int(per["quota_us"].isna().sum()) if "quota_us" in per else 0,
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
         "throttled_pct_active": 100 * thr / act if act else np.nan,
         "stall_ms_per_s": stall_ms_per_s(per),
@@ -198,7 +200,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "throttled_rq_s": thr_us / 1e6,
         # every row's usage (an idle period uses about none), over the kernel's active count
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
-        **_frozen_summary(per),
+        **_frozen_summary(per, int(extra["nr_throttled"])),
     }
 
 
@@ -245,16 +247,22 @@ def frozen_periods(per: pd.DataFrame | Mapping[str, np.ndarray]) -> np.ndarray:
     """Which periods some level's quota froze: df_periods' ``frozen_by`` (NA: unknown,
     False), or a replay's own throttling and what the levels above alone held."""
     if isinstance(per, pd.DataFrame) and "frozen_by" in per:
-        return (per["frozen_by"].fillna("").str.len() > 0).to_numpy()
+        # a period the own level's counters call throttled was frozen, whatever the other
+        # levels' (unknown outside their samples' span) did
+        return (per["frozen_by"].fillna("").str.len() > 0).to_numpy() | per["throttled"].fillna(False).to_numpy(
+            dtype=bool
+        )
     hit = column(per, "throttled", bool, False)
     if "frozen_other_us" in per:  # a replay's, as a frame or as its columns
         hit = hit | (column(per, "frozen_other_us", na=0.0) > 0)
     return hit
 
 
-def _frozen_summary(per: pd.DataFrame) -> dict[str, object]:
+def _frozen_summary(per: pd.DataFrame, group_throttled: int = 0) -> dict[str, object]:
+    """The frozen keys of :func:`period_summary`; ``group_throttled``: the throttled periods
+    ambiguous groups hold (rows whose own throttling is NA), frozen each, which no row says."""
     n = len(per)
-    hit = int(frozen_periods(per).sum())
+    hit = int(frozen_periods(per).sum()) + group_throttled
     by = sorted(frozen_by_levels(per).items(), key=lambda x: (-x[1], x[0]))
     return {
         "frozen_periods": hit,
@@ -309,7 +317,8 @@ def unlimited_summary() -> dict[str, object]:
     it; what only periods tell (their count, exhaustion, CPUs throttled) is NaN."""
     out: dict[str, object] = dict.fromkeys(
         (
-            "periods", "active_periods", "unknown_periods", "throttled_pct_active", "exhausted_p10_ms",
+            "periods", "active_periods", "unknown_periods", "unlimited_periods", "throttled_pct_active",
+            "exhausted_p10_ms",
             "exhausted_p50_ms", "exhausted_p90_ms", "cpus_throttled_p50", "throttled_rq_ms_per_throttled",
             "usage_ms_per_active",
         ),

@@ -143,20 +143,16 @@ def level_run(run: Run, name: str | None = None) -> Run:
     if kept is None or any(a is not b for a, b in zip(kept[0], inputs, strict=True)):
         kept = (inputs, {})
         run.__dict__["_level_runs"] = kept
-    cache = kept[1]
-    if name in cache:
+    if name in (cache := kept[1]):
         return cache[name]
     s = run.samples
     if "cgroup" in s:
         s = s[s["cgroup"] == name].drop(columns="cgroup").reset_index(drop=True)
         s.attrs.update(run.samples.attrs)
-    lim = run.limits
-    if lim is not None:
-        lim = lim[lim["cgroup"] == name].reset_index(drop=True)
+    lim = None if run.limits is None else run.limits[run.limits["cgroup"] == name].reset_index(drop=True)
     r = dataclasses.replace(run, meta=_level_meta(run, name), samples=s, limits=lim)
-    if run.trace_path is not None:
-        if not streams_trace(run):  # a big one is summed per generation by each level instead
-            r._trace = run.trace  # parsed once, shared by every level
+    if run.trace_path is not None and not streams_trace(run):  # a big one: summed per generation by each level
+        r._trace = run.trace  # parsed once, shared by every level
     r.notes = run.notes
     # every level of the current inputs is kept: a multi-level table asks for each in turn,
     # and selecting a level's rows of an hour's samples costs ~0.1 s
@@ -427,10 +423,10 @@ def add_frozen_columns(
     ti = np.flatnonzero(per["throttled"].fillna(False).to_numpy(dtype=bool))
     add = ti[np.array([own not in x.split(",") for x in by[ti]], dtype=bool)] if len(ti) else ti
     by[add] = np.where(by[add] == "", own, own + "," + by[add])
-    unknown = per["throttled"].isna().to_numpy().copy()
+    own_unknown, outside = per["throttled"].isna().to_numpy(), np.zeros(n, dtype=bool)
     for a, b in (spans or {}).values():
-        unknown |= (start < a) | (end > b)
-    per["frozen_by"] = pd.array(np.where(unknown, None, by), dtype="string")
+        outside |= (start < a) | (end > b)
+    per["frozen_by"] = pd.array(np.where(own_unknown | outside, None, by), dtype="string")
 
     # a freeze whose start the reads leave open is known only to be at least as long as
     # from its bracket's end: the periods its bracket overlaps do not know their frozen time
@@ -444,10 +440,13 @@ def add_frozen_columns(
         return np.cumsum(mark)[:n] > 0
 
     others = freezes[freezes["level"] != own] if len(freezes) else freezes
-    for col, fs in (("frozen_us", freezes), ("frozen_other_us", others)):
-        v = within(fs) if len(fs) else np.zeros(n)
+    # no freeze placed is none only where the reads tell: a hole in the own samples, or a
+    # period outside another level's, may have stood frozen unseen
+    for col, fs, blind in (("frozen_us", freezes, own_unknown | outside), ("frozen_other_us", others, outside)):
+        v = np.maximum(within(fs), 0.0) if len(fs) else np.zeros(n)  # 0, not a rounding's -0.002
         if len(fs):
             v[opened(fs)] = np.nan
+        v[blind] = np.nan
         per[col] = v
 
 

@@ -66,6 +66,14 @@ def damaged(d: dict) -> tuple[gmp.Run, pd.DataFrame]:
     return run, s
 
 
+def sum_unresolved(per: pd.DataFrame) -> int:
+    """The throttled periods that ambiguous groups hold, which no row says."""
+    g = df_period_groups(per)
+    if not len(g) or "nr_throttled_resolved" not in g:
+        return 0
+    return int(g.loc[~g["nr_throttled_resolved"].astype(bool), "nr_throttled"].sum())
+
+
 def table_delta(per: pd.DataFrame, s: pd.DataFrame, col: str, seg: int) -> float:
     """The counter's increase credited to the boundaries that end the segment's rows,
     straight from the reads: from just after the first boundary's credit to just after the
@@ -124,3 +132,9 @@ def test_counts_are_conserved_and_brackets_hold_the_truth(d):
     # within what its period's reads allow, as the stall's is
     frozen, stall = frozen_ms_per_s(per), stall_ms_per_s(per)
     assert (np.isnan(frozen) and np.isnan(stall)) or frozen == pytest.approx(stall, rel=1e-9, abs=1e-9)
+    # a hole never turns a frozen time into a silent 0, and what some level froze is at
+    # least what the own counters (group sums included) call throttled
+    assert per.loc[per["throttled"].isna(), "frozen_us"].isna().all()
+    assert (per["frozen_us"].dropna() >= 0).all()
+    summ = gmp.compare_runs([run]).iloc[0]
+    assert summ["frozen_periods"] >= (per["throttled"].fillna(False).sum() + sum_unresolved(per)), summ
