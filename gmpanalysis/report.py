@@ -56,6 +56,23 @@ SUMMARY_COLUMNS = {
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _shares_said(r: Any) -> str:
+    """What the shares of periods above count, where the table holds periods without a
+    limit (set or removed in place), and why the classic ratio differs."""
+    u = getattr(r, "unlimited_periods", 0)
+    u = int(u) if pd.notna(u) else 0
+    s = ""
+    if u:
+        s += f" The shares are of all {int(r.periods)} periods; {u} of them had no limit."
+    if pd.notna(r.throttled_pct_active) and r.throttled_pct_active - r.throttled_pct_wall >= 5:
+        why = "had no limit or " if u else ""
+        s += (
+            f" The classic nr_throttled/nr_periods ratio says {r.throttled_pct_active:.0f} %: it leaves out "
+            f"the periods in which the group {why}was idle and its timer stopped."
+        )
+    return s
+
+
 def _ran_out(r: Any) -> str:
     """When the run's own quota ran out and what followed, in words; what the reads leave
     open is said to be open, not printed as nan."""
@@ -124,11 +141,7 @@ def findings(cmp: pd.DataFrame) -> list[str]:
                 f" The longest stop-the-world pause, {r.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary "
                 f"({int(r.stw_spanning_boundary)} pause(s) did; the median pause was {r.stw_p50_us / 1e3:.2f} ms)."
             )
-        if pd.notna(r.throttled_pct_active) and r.throttled_pct_active - r.throttled_pct_wall >= 5:
-            s += (
-                f" The classic nr_throttled/nr_periods ratio says {r.throttled_pct_active:.0f} %: it leaves out "
-                "the periods in which the group was idle and its timer stopped."
-            )
+        s += _shares_said(r)
         out.append(s)
     # latency only compares between runs under the same load, and only where the 95 %
     # confidence intervals of p99 do not overlap (a p99 from ~100 requests is wide)

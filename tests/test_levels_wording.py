@@ -41,6 +41,12 @@ def test_a_limit_set_where_there_was_none_is_a_limit_and_a_change():
     assert row.cpu_limit == "none → 0.5" and row.quota_us is None and row.quota_last_us == 50_000
     said = findings(cmp)[0]
     assert "GOMAXPROCS 2 with a none → 0.5 CPU limit" in said and "no CPU limit" not in said
+    # the periods before the limit count in the shares, and the classic ratio leaves them
+    # out for having no limit, not for being idle (the group was busy: most used 30-150 ms)
+    per = gmp.df_periods(run)
+    free = per[per["quota_us"].isna()]
+    assert row.unlimited_periods == len(free) > 0 and free["usage_us"].median() > 10_000
+    assert f"{len(free)} of them had no limit" in said and "had no limit or was idle" in said
     assert W.resized(run) == "container: none → 50000 µs"
     other = _load("ctr-none-pod0.5-gmp2")
     with pytest.raises(UsageError, match=r"changed mid-run \(container: none → 50000 µs\)"):
