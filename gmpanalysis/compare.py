@@ -12,6 +12,7 @@ import pandas as pd
 from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
+from .grid import restart_ns
 from .levels import level_names, level_run, quota_at_end, settings_in_turn, table_level
 from .served import latency_ms, sampled, succeeded
 
@@ -387,7 +388,7 @@ def compare_table(
         if r is not None and len(r) and len(run.samples):
             # a request begun outside the sampled span ran in periods nobody measured (a
             # sampler that died early): it is counted apart, not in throughput or latency
-            inside = sampled(r, run.samples)
+            inside = sampled(r, run.samples, restart_ns(run.meta))
             row["requests_unsampled"] = int((~inside).sum())
             r = r[inside]
         if r is not None and len(r):

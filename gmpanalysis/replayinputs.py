@@ -17,6 +17,7 @@ from .bundle import Run
 from .cfsreplay import SLICE_US
 from .cgroup import bundle_cpus, bundle_period_us
 from .errors import BundleError, GmpError, MissingDataError
+from .grid import restart_ns
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
 from .served import answered, latency_ms, sampled, succeeded
@@ -164,7 +165,7 @@ def demand_built(run: Run) -> dict[str, Any]:
     if r is not None and len(r):
         # only the requests whose CPU the counters measured: the group's CPU is shared out
         # over them (one begun after the sampler died would get a share of nothing)
-        inside = sampled(r, run.samples)
+        inside = sampled(r, run.samples, restart_ns(run.meta))
         unsampled = int((~inside).sum())
         r = r[inside]
     if r is None or not len(r):
@@ -195,7 +196,13 @@ def demand_built(run: Run) -> dict[str, Any]:
     load = run.meta.get("load") or {}
     conc = load.get("concurrency") if load.get("mode") == "closed" else None
     cost, own = request_costs(r, used_us * 1000)
+    # the stretches between the table's segments (a counter reset: the cgroup recreated) had
+    # no reads: the table has no periods there, nor the demand requests
+    seg = per["segment"].to_numpy() if "segment" in per else np.zeros(len(per))  # no quota: no periods
+    cut = np.flatnonzero(seg[1:] != seg[:-1])
+    gaps = list(zip(per["end_ns"].to_numpy()[cut].tolist(), per["start_ns"].to_numpy()[cut + 1].tolist(), strict=True))
     return {
+        "gaps_ns": gaps,
         "latency_shape": latency_shape(r) if conc else None,
         "sched_ns": sched,
         "cost_ns": cost,

@@ -63,6 +63,7 @@ from .cfsreplay import group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .compare import column, frozen_ms_per_s, frozen_periods, stall_ms_per_s
 from .errors import MissingDataError, UsageError
+from .grid import restart_ns
 from .levels import resized
 from .replayinputs import (
     demand,
@@ -439,7 +440,7 @@ def measured(run: Run) -> dict[str, float]:
     lat = None
     rps = math.nan
     if d["source"] == "requests":  # as df_periods counts them: the requests that succeeded
-        r = r[sampled(r, run.samples)]  # the requests the replay has
+        r = r[sampled(r, run.samples, restart_ns(run.meta))]  # the requests the replay has
         lat = latency_ms(r)[succeeded(r)]
         # answered (any HTTP status), as the replay answers every request
         ans = answered(r)
@@ -475,14 +476,28 @@ def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASE
     """:func:`estimate` on a run's replay inputs (see :func:`_what_if`)."""
     tick = 1_000_000_000 // int(prep["settings"]["hz"])
     each = []
+    gaps = prep["demand"].get("gaps_ns") if prep["demand"]["concurrency"] is None else None
     for i in range(phases):
         per, attrs = _what_if(prep, path, tick_phase_ns=i * tick // phases, **setting)
+        if gaps:  # an open loop's replay keeps the source's clock: no figures where it measured none
+            per = _without(per, gaps)
         each.append(summarize(per, attrs["latency_ms"], attrs["throughput_rps"]))
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
         out[k] = float(np.mean(v)) if v else math.nan
     return out
+
+
+def _without(per: dict[str, np.ndarray], gaps: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+    """A replay's columns without the periods that lie within the source's unmeasured
+    stretches (``gaps``: between its table's segments), which its table has no rows for."""
+    start, end = per["start_ns"], per["end_ns"]
+    drop = np.zeros(len(start), dtype=bool)
+    for a, b in gaps:
+        drop |= (start >= a) & (end <= b)
+    n = len(start)
+    return {k: (v[~drop] if isinstance(v, np.ndarray) and len(v) == n else v) for k, v in per.items()}
 
 
 def target_setting(target: Run) -> dict[str, Any]:
