@@ -19,6 +19,7 @@ import functools
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .bundle import Run
@@ -98,6 +99,7 @@ class Analysis:
         P = period_ns(self.run.meta)
         if not len(period_changes(self.run)):  # a changed period has its own error (periods)
             self._check_period(P)
+        self._check_spacing(P)
         return fit_period_grid(s, P, restart_ns(self.run.meta), timer_late_ns(self.run.meta))
 
     def _check_period(self, P: int) -> None:
@@ -117,6 +119,23 @@ class Analysis:
             )
         if text not in self.run.notes:
             self.run.notes.append(text)
+
+    def _check_spacing(self, P: int) -> None:
+        """A note where the reads are half a period or more apart (the median): a period's
+        counters then come from reads in its neighbours, and one throttled can show as two
+        beside one that used nothing (the lab refuses such an interval)."""
+        t = self.run.samples["t_ns"].to_numpy()
+        if len(t) < 3:
+            return
+        gap = float(np.median(np.diff(t)))
+        if gap >= P / 2:
+            text = (
+                f"{self.run.path / 'cpu_stat.csv'}: reads every {gap / 1e6:.3g} ms (median) on a {P / 1e6:g} ms CFS "
+                "period: the periods' counters are placed from reads in their neighbours, so a period's throttling "
+                "can show in the next; read at least twice a period (the sampler's --interval)"
+            )
+            if text not in self.run.notes:
+                self.run.notes.append(text)
 
     @property
     def levels(self) -> list[str]:

@@ -481,3 +481,23 @@ def test_a_usage_jump_no_tick_explains_is_called_one():
     said = gmp.df_periods(run)["reason"].fillna("")
     jumped = said.str.contains("a jump the kernel does not make")
     assert jumped.sum() == 1 and not said[jumped].str.contains("a tick .4 ms. late").any()
+
+
+def test_reads_a_period_or_more_apart_are_said():
+    """A real 2 ms-period run read every ~1 ms (fixtures/short-period) says nothing of its
+    spacing; the same run with every other read dropped (reads ~2 ms apart, one period) says
+    the periods' counters come from reads in their neighbours. The shipped runs, read at
+    least twice a period, never say it."""
+    run = gmp.load_run("fixtures/short-period/period-2ms-0.5cpu-gmp2")
+    gmp.df_periods(run)
+    assert not [n for n in run.notes if "read at least twice a period" in n]
+    thin = copy.copy(run)
+    thin.notes = []
+    thin.samples = run.samples.iloc[::2].reset_index(drop=True)
+    gmp.df_periods(thin)
+    said = [n for n in thin.notes if "read at least twice a period" in n]
+    assert len(said) == 1 and "2 ms CFS period" in said[0]
+    for path in RUNS:
+        r = gmp.load_run(path)
+        gmp.df_periods(r)
+        assert not [n for n in r.notes if "read at least twice a period" in n], path
