@@ -69,7 +69,7 @@ LOCAL_AMBIGUOUS_NS = 2_000_000
 
 def local_checks(per: pd.DataFrame, freezes: pd.DataFrame) -> pd.DataFrame:
     """:func:`df_local_checks` over a given period table and its freezes."""
-    from .levels import MIN_FREEZE_US
+    from .freezes import MIN_FREEZE_US
 
     if "local_throttled_us" not in per or per["local_throttled_us"].isna().all():
         why = (per.attrs.get("missing") or {}).get("local_throttled_us", "the table has no local_throttled_us")

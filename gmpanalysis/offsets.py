@@ -9,9 +9,10 @@ import pandas as pd
 from .bundle import Run
 from .cgroup import bundle_cpus, bundle_period_us
 from .errors import UsageError
+from .freezes import covered_by
 from .gomaxprocs import effective as effective_gomaxprocs
 from .intervals import known_true
-from .levels import covered_by, level_names, level_run
+from .levels import level_names, level_run
 
 
 def default_bucket_ms(period_ns: int) -> float:

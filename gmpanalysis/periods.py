@@ -17,20 +17,10 @@ from .bundle import Run
 from .cgroup import bundle_cpus
 from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
+from .freezes import add_frozen_columns, freezes_of, place, refine
 from .grid import PeriodGrid, restart_ns
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
-from .levels import (
-    add_frozen_columns,
-    ever_limited,
-    freezes_of,
-    level_names,
-    level_run,
-    period_changes,
-    place,
-    quota_per_period,
-    refine,
-    table_level,
-)
+from .levels import ever_limited, level_names, level_run, period_changes, quota_per_period, table_level
 from .periodtrace import add_trace
 from .reads import exhaustion, hole_ms_per_period, read_percentiles, usage_at_boundaries
 from .served import latency_ms, succeeded
@@ -476,7 +466,7 @@ class Ledger:
 
     groups: pd.DataFrame
     conservation: pd.DataFrame
-    freezes: pd.DataFrame | None = None  # every level's freezes on this table's grid (levels.place)
+    freezes: pd.DataFrame | None = None  # every level's freezes on this table's grid (freezes.place)
 
     def __deepcopy__(self, memo: dict) -> Ledger:
         return self

@@ -208,3 +208,35 @@ def test_a_container_limited_late_under_a_pod_limited_throughout(tmp_path):
     assert gmp.what_if(run)["throttled"].fillna(False).sum() > 20
     own = gmp.df_periods(run, level="container")
     assert own["quota_us"].notna().sum() <= 11 and (own["quota_us"].dropna() == 50_000).all()
+
+
+def test_trickles_after_another_levels_freeze_are_not_a_resume():
+    """A real v2 run (fixtures/runs-v2, a container under a pod, equal quotas): in its period
+    122 both quotas ran out at 25.8 ms; the pod's timer refilled the pod at 62.7 ms, and the
+    container, still out of quota, only trickled (82 µs, then 609 µs 18 ms later) until its
+    own boundary. Its freeze starts where its usage stopped, and the period's frozen time
+    covers its stall. With a real resume cut in (both levels' usage rising at 2 CPUs for
+    3 ms from the pod's refill) its freeze starts after that run."""
+    path = Path("fixtures/runs-v2/v2-6.12-resize-0.5to2cpu-default")
+    run = gmp.load_run(path)
+    per = gmp.df_periods(run)
+    row = per[per["period"] == 122].iloc[0]
+    fz = gmp.df_freezes(run)
+    c = fz[(fz["level"] == "container") & (fz["ref_period"] == 122)].iloc[0]
+    pod = fz[(fz["level"] == "pod") & (fz["ref_period"] == 122)].iloc[0]
+    assert c["from_ms"] == pytest.approx(row["exhausted_at_us"] / 1e3)
+    assert pod["to_ms"] < 70 and c["from_ms"] < pod["to_ms"]
+    assert row["frozen_us"] >= row["stall_us"]
+    both = per["frozen_us"].notna() & per["stall_us"].notna()
+    assert (per.loc[both, "frozen_us"] >= per.loc[both, "stall_us"] - 1e-3).all()
+
+    resumed = gmp.load_run(path)
+    s = resumed.samples.copy()
+    t0 = int(pod["end_ns"])
+    t = s["t_ns"].to_numpy()
+    ran = np.clip((t - t0) / 1e3, 0, 3_000) * 2  # µs of CPU at 2 CPUs, for 3 ms
+    s["usage_us"] = s["usage_us"] + ran
+    resumed.samples = s
+    fz2 = gmp.df_freezes(resumed)
+    c2 = fz2[(fz2["level"] == "container") & (fz2["period"] == c["period"])].iloc[0]
+    assert t0 + 2_000_000 <= c2["start_ns"] <= t0 + 5_000_000
