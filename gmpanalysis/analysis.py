@@ -33,6 +33,7 @@ from .levels import ever_limited, level_names, level_run, levels_table, period_c
 from .offsets import period_offsets
 from .periods import build_level, build_periods
 from .periodtrace import stw_periods
+from .reads import read_percentiles
 
 
 def period_ns(meta: dict[str, Any]) -> int:
@@ -127,7 +128,7 @@ class Analysis:
         t = self.run.samples["t_ns"].to_numpy()
         if len(t) < 3:
             return
-        gap = float(np.median(np.diff(t)))
+        (gap,) = read_percentiles(np.diff(t), (50,))
         if gap >= P / 2:
             text = (
                 f"{self.run.path / 'cpu_stat.csv'}: reads every {gap / 1e6:.3g} ms (median) on a {P / 1e6:g} ms CFS "

@@ -258,7 +258,10 @@ def _v2_signals(s: pd.DataFrame, t: np.ndarray, B: np.ndarray, margin: int, P: i
     out = {}
     n = len(B) - 1
     for c in V2_SIGNALS:
-        v = s[c].to_numpy(dtype=np.float64, na_value=np.nan) if c in s else np.full(len(t), np.nan)
+        if c not in s:  # cgroup v1, or a kernel without the file
+            out[c] = np.full(n, np.nan)
+            continue
+        v = s[c].to_numpy(dtype=np.float64, na_value=np.nan)
         have = ~np.isnan(v)
         if have.sum() < 2:
             out[c] = np.full(n, np.nan)
