@@ -67,19 +67,23 @@ def freezes_of(per: pd.DataFrame, level: str) -> pd.DataFrame:
 
 # After a quota runs out, threads still trickle the leftover of their slice (36-520 µs steps
 # seen here) and tasks in the kernel run on to their return to user space; a frozen group
-# also shows lone steps of that size every few ms (up to 609 µs seen on a 16-CPU v2 host). A
-# rise of usage larger than this, within RESUME_NS of another level letting the group run
-# again, means this level's quota had not run out yet: its queued threads run at once then.
-TRICKLE_US = 600.0
-RESUME_NS = 4_000_000  # a tick at HZ=250: the wakeup of queued threads on unthrottle
+# also shows lone steps of that size every few ms (up to 609 µs seen on a 16-CPU v2 host).
+# When another level lets the group run again and this level's quota has not run out, its
+# queued threads run at once: more than RESUME_US within RESUME_NS (0.4 CPU over a tick at
+# HZ=250), in reads that each rose at RUNNING_CPUS or more. A level left with less than
+# RESUME_US of quota is taken as frozen from the other level's freeze: off by under 1.5 ms.
+RESUME_US = 1500.0
+RESUME_NS = 4_000_000
+RUNNING_CPUS = 0.25
 
 
 def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Split what one level's table cannot tell apart: a period of level A in which another
     level B froze the group first, let it run again at B's boundary, and only then A's quota
     ran out. A's own usage is flat through B's freeze, so A's table dates its exhaustion to
-    B's; when A's usage rose by more than a trickle after B's freeze ended, A's freeze
-    starts at the last read that saw that rise (bracket: the read before it)."""
+    B's; when A's usage rose as running threads do right after B's freeze ended
+    (:data:`RESUME_US`), A's freeze starts at the last read of that run (bracket: the read
+    before it)."""
     if freezes["level"].nunique() < 2:
         return freezes
     f = freezes.reset_index(drop=True).copy()
@@ -113,19 +117,31 @@ def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFr
         iw = np.minimum(np.maximum(np.searchsorted(t, b_end[cand] + RESUME_NS, side="left"), i0), i1 - 1)
         ok = (i1 > i0) & (i0 > 0)
         rose = np.zeros(len(i0), dtype=bool)
-        rose[ok] = u[iw[ok]] - u[i0[ok] - 1] > TRICKLE_US
-        for c, j0, j1 in zip(np.flatnonzero(cand)[rose].tolist(), i0[rose].tolist(), i1[rose].tolist(), strict=True):
-            steps = np.flatnonzero(np.diff(u[j0 - 1 : j1]) > 50.0)  # a few reads per candidate
-            # the read that saw the end of the stretch run from the resume (a read that saw
-            # nothing between two that did is a read taken between two slices); lone steps
-            # after it are trickles of a frozen group
-            k = np.flatnonzero(np.diff(steps) > 2)
-            j = j0 + int(steps[k[0]] if len(k) else steps[-1])
-            i = ia[c]
-            st[i], lo[i], hi[i] = t[j], t[j - 1], t[j]
+        rose[ok] = u[iw[ok]] - u[i0[ok] - 1] > RESUME_US
+        for c, j0, jw, j1 in zip(
+            np.flatnonzero(cand)[rose].tolist(), i0[rose].tolist(), iw[rose].tolist(), i1[rose].tolist(), strict=True
+        ):
+            j = _end_of_run(t, u, j0, jw, j1)
+            if j is not None:
+                i = ia[c]
+                st[i], lo[i], hi[i] = t[j], t[j - 1], t[j]
     f["start_ns"], f["start_lo_ns"], f["start_hi_ns"] = st, lo, hi
     f["dur_ms"] = (en - st) / 1e6
     return f
+
+
+def _end_of_run(t: np.ndarray, u: np.ndarray, j0: int, jw: int, j1: int) -> int | None:
+    """The last read of the run that starts by read ``jw`` (reads ``j0``..``j1`` - 1): reads
+    whose usage rose at :data:`RUNNING_CPUS` or more, one read that saw nothing allowed
+    between two that did (a read taken between two slices); None where no read of the
+    window ran (a rise made of trickles)."""
+    du = np.diff(u[j0 - 1 : j1])
+    dt = np.diff(t[j0 - 1 : j1]) / 1e3
+    running = np.flatnonzero((du > 50.0) & (du >= RUNNING_CPUS * dt))  # a few reads per candidate
+    if not len(running) or running[0] > jw - j0:
+        return None
+    breaks = np.flatnonzero(np.diff(running) > 2)
+    return j0 + int(running[breaks[0]] if len(breaks) else running[-1])
 
 
 def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:

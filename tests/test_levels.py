@@ -240,3 +240,47 @@ def test_trickles_after_another_levels_freeze_are_not_a_resume():
     fz2 = gmp.df_freezes(resumed)
     c2 = fz2[(fz2["level"] == "container") & (fz2["period"] == c["period"])].iloc[0]
     assert t0 + 2_000_000 <= c2["start_ns"] <= t0 + 5_000_000
+
+
+def _refined_start_ms(t_ms: np.ndarray, resume) -> float:
+    """Level A's freeze start after :func:`gmpanalysis.freezes.refine`, where level B froze
+    the group from 30 to 60 ms of A's period (A's table dated A's own freeze to 30 ms) and
+    A's usage (1 CPU until 30 ms) rose by ``resume(ns after 60 ms)`` after B's freeze."""
+    from gmpanalysis.freezes import refine
+
+    ms = 1_000_000
+    rows = [
+        {"level": lv, "period": 1, "start_ns": a * ms, "end_ns": b * ms, "start_lo_ns": a * ms - ms,
+         "start_hi_ns": a * ms, "dur_ms": b - a, "exact": False, "throttled_rq_us": 0.0, "cpus_throttled": 0.0}
+        for lv, a, b in (("A", 30, 100), ("B", 30, 60))
+    ]  # fmt: skip
+    t = (np.asarray(t_ms) * ms).astype(np.int64)
+    u = np.minimum(t, 30 * ms) / 1e3 + np.where(t > 60 * ms, resume(np.maximum(t - 60 * ms, 0)), 0.0)
+    out = refine(pd.DataFrame(rows), {"A": pd.DataFrame({"t_ns": t, "usage_us": u})})
+    return float(out[out["level"] == "A"]["start_ns"].iloc[0]) / ms
+
+
+def test_a_level_that_ran_on_after_another_levels_freeze_is_frozen_from_the_end_of_that_run():
+    """The shipped multi-level runs hold no period where a level ran on after another's
+    freeze and its own table missed it, so the rule is checked on made-up reads (a stand-in
+    for a case the lab's runs did not produce): a run of 2 CPUs for 3 ms right after the
+    other level's freeze (or 3 ms late, as a late timer makes it) moves the freeze start to
+    the run's last read, whatever trickles follow; a lone 609 µs step (the largest trickle
+    seen on a frozen group), a slow rise and a quota left below RESUME_US move nothing."""
+    ms = 1_000_000
+    every_ms = np.arange(0, 100) + 0.5
+
+    def ran(cpus: float, dur_ms: float, late_ms: float = 0.0):
+        return lambda d: np.clip(d - late_ms * ms, 0, dur_ms * ms) / 1e3 * cpus
+
+    assert _refined_start_ms(every_ms, ran(2, 3)) == pytest.approx(63.5)
+    assert _refined_start_ms(np.arange(5, 100, 10), ran(2, 3)) == pytest.approx(65)  # reads 10 ms apart
+    assert _refined_start_ms(every_ms, ran(2, 3, late_ms=3)) == pytest.approx(66.5)
+    trickles = lambda d: ran(2, 3)(d) + np.clip((d - 3 * ms) // (2 * ms), 0, None) * 100.0  # noqa: E731
+    assert _refined_start_ms(every_ms, trickles) == pytest.approx(63.5)
+    half_ms = np.arange(0, 200) * 0.5 + 0.25
+    assert _refined_start_ms(half_ms, trickles) == pytest.approx(63.25)
+    lone = lambda d: np.where(d >= 2 * ms, 609.0, 0.0)  # noqa: E731
+    assert _refined_start_ms(every_ms, lone) == 30
+    assert _refined_start_ms(np.arange(0, 400) * 0.25, ran(0.19, 30)) == 30
+    assert _refined_start_ms(every_ms, ran(1, 0.55)) == 30
