@@ -112,7 +112,8 @@ def predictions(where: str, w: str, runs: list[gmp.Run]) -> list[dict]:
             bound = min(cpus, float(st["gomaxprocs"]))
             rows.append(
                 {"dir": where, "workload": w, "target": tgt.meta.get("name"), "source": src.meta.get("name"),
-                 "regime": reg, "cpus": cpus, **{f"pred_{k}": v for k, v in pred.items()},
+                 "regime": reg, "loop": ME.loop_of(tgt.meta), "cpus": cpus,
+                 **{f"pred_{k}": v for k, v in pred.items()},
                  **{f"meas_{k}": v for k, v in truth.items()}, **e,
                  **goals(e, pred, truth, cpus),
                  "frozen within CPUs": math.isnan(pred["cpus_frozen_p50"]) or pred["cpus_frozen_p50"] <= bound}
@@ -246,8 +247,8 @@ def main() -> int:
     summary = ME.summarise(rows)
     print("\nheld-out |error| per regime (median / p90, n):")
     for reg, figs in summary.items():
-        cells = ", ".join(f"{k} {v['median']:g}/{v['p90']:g} ({v['n']})" for k, v in figs.items())
-        print(f"  {reg}: {cells}")
+        cells = ", ".join(f"{k} {v['median']:g}/{v['p90']:g} ({v['n']})" for k, v in figs.items() if k in ME.UNITS)
+        print(f"  {reg} ({' and '.join(figs.get('loops') or ['?'])} loop): {cells}")
     gcols = [*goals({k: 0.0 for k in ME.UNITS}, {}, {"exhausted_p50_ms": 1.0}, 1.0), "frozen within CPUs"]
     print("\nshare of held-out predictions within each goal, per regime (%):")
     print((df.groupby("regime")[gcols].mean() * 100).round(0).to_string())

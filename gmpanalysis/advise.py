@@ -31,7 +31,7 @@ from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
 from .levels import quota_at_end
 from .modelerror import load as load_validation
-from .modelerror import measured_range, model_error, regime
+from .modelerror import loop_of, loop_validated, measured_range, model_error, regime, validated_loops
 from .replayinputs import memo, prep_built
 from .whatif import demand, estimate_from_prep, measured, settings
 
@@ -199,8 +199,9 @@ def advise(
     burst_set = sorted(set(bursts))
     _check_candidates(cand_limits, cand_g, burst_set, period)
 
-    # each run's replay inputs looked up once for every setting (a lookup checks the run's contents)
-    inputs = [(memo(r, "prep", prep_built), r.path) for r in runs]
+    # each run's replay inputs looked up once for every setting (a lookup checks the run's
+    # contents), with the Ps a closed loop's latency spread was measured at
+    inputs = [(memo(r, "prep", prep_built), r.path, _spread_ps(r)) for r in runs]
 
     def at(lims: list[float]) -> list[dict[str, float]]:
         return [_predict(inputs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
@@ -221,12 +222,25 @@ def advise(
     best = table.iloc[0]
     validation = load_validation()
     reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs), period)
+    loops = {loop_of(r.meta) for r in runs}
     err = model_error(reg, validation)
+    for loop in loops:  # the latency figures only where every run's loop was validated
+        err = {k: v for k, v in err.items() if k in model_error(reg, validation, loop)}
     table.attrs["regime"] = reg
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
+    if with_requests:
+        table.attrs["recommendation"] += _spread_caveat(inputs, float(min(best.gomaxprocs, ncpu)))
+    off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
+    if off and with_requests and err:
+        table.attrs["recommendation"] += (
+            f" The p99 and throughput have no error bars: in this regime the model was validated on "
+            f"{' and '.join(validated_loops(reg, validation))}-loop load only, and this run's is {' and '.join(off)} "
+            "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
+            "check the ranking by p99 with a run of the top settings."
+        )
     if not with_requests:
         table.attrs["recommendation"] += _usage_caveat(runs)
     if cpus is None:
@@ -235,14 +249,61 @@ def advise(
     return table
 
 
+def _spread_ps(run: Run) -> float | None:
+    """The Ps a closed-loop run's latency spread was measured at (GOMAXPROCS, at most its
+    CPUs); None for an open loop, or where GOMAXPROCS is not known."""
+    if loop_of(run.meta) != "closed":
+        return None
+    st = settings(run)
+    g = st["gomaxprocs"]
+    return None if not g else float(min(g, st["cpus"] or g))
+
+
+def _nearest_spread(inputs: list[tuple[dict, str, float | None]], ps: float) -> list[int]:
+    """The runs whose closed-loop latency spread serves a setting running ``ps`` Ps: those
+    measured nearest to it in Ps (by ratio). Go's run queues order a closed loop's requests
+    differently at one P than at several (measured at 1.5 CPUs on 2 CPUs: p99 1.9-2.6× the
+    mean at 1 P, 4.0-5.1× at 2 and 4, throttled or not), so a spread is not carried from a
+    run at other Ps where one nearer was given. Runs without a closed loop's spread (an open
+    loop's queue is replayed) serve every setting."""
+    known = [(i, x[2]) for i, x in enumerate(inputs) if x[2]]
+    rest = [i for i, x in enumerate(inputs) if not x[2]]
+    if not known:
+        return rest
+    d = {i: abs(math.log(p / ps)) for i, p in known}
+    least = min(d.values())
+    return sorted(rest + [i for i, v in d.items() if v <= least + 1e-9])
+
+
+def _spread_caveat(inputs: list[tuple[dict, str, float | None]], ps: float) -> str:
+    """Where a closed loop's p99 at the recommended setting is carried from runs at other Ps."""
+    used = sorted({inputs[i][2] for i in _nearest_spread(inputs, ps) if inputs[i][2]})
+    if not used or ps in used:
+        return ""
+    at = " and ".join(f"{x:g}" for x in used)
+    return (
+        f" Its p99 takes the latency spread of a closed loop measured at {at} P{'s' if used != [1.0] else ''}, "
+        f"not at the {ps:g} it would run: Go's run queues spread a closed loop's latencies differently at "
+        f"one P than at several; record a run at this setting to compare."
+    )
+
+
 def _predict(
-    inputs: list[tuple[dict, str]], lim: float, period: int, burst_us: float, g: int, ncpu: int, own: bool = False
+    inputs: list[tuple[dict, str, float | None]],
+    lim: float,
+    period: int,
+    burst_us: float,
+    g: int,
+    ncpu: int,
+    own: bool = False,
 ) -> dict[str, float]:
-    """The figures of one setting, averaged over the runs; ``own``: each run's own setting
-    as it was (quotas period by period, a limit resized in place too, its burst and its
-    GOMAXPROCS; ``g`` is then only shown)."""
+    """The figures of one setting, averaged over the runs (a closed loop's p99 over the runs
+    nearest it in Ps: :func:`_nearest_spread`); ``own``: each run's own setting as it was
+    (quotas period by period, a limit resized in place too, its burst and its GOMAXPROCS;
+    ``g`` is then only shown)."""
     setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us, "gomaxprocs": g}
-    figs = [estimate_from_prep(prep, path, cpus=ncpu, **setting) for prep, path in inputs]
+    figs = [estimate_from_prep(prep, path, cpus=ncpu, **setting) for prep, path, _ in inputs]
+    spread = set(range(len(inputs))) if own else set(_nearest_spread(inputs, float(min(g, ncpu))))
     out: dict[str, float] = {
         "limit_cpu": lim,
         "quota_us": lim * period,
@@ -260,7 +321,7 @@ def _predict(
         "exhausted_p50_ms",
         "throughput_rps",
     ):
-        vals = [f[k] for f in figs if not math.isnan(f[k])]
+        vals = [f[k] for i, f in enumerate(figs) if not math.isnan(f[k]) and (k != "p99_ms" or i in spread)]
         out[k] = float(np.mean(vals)) if vals else math.nan
     return out
 
@@ -351,7 +412,9 @@ def _sentence(
     return said
 
 
-def _baselines(inputs: list[tuple[dict, str]], best: pd.Series, lim0: dict, ncpu: int, runs: list[Run]) -> pd.DataFrame:
+def _baselines(
+    inputs: list[tuple[dict, str, float | None]], best: pd.Series, lim0: dict, ncpu: int, runs: list[Run]
+) -> pd.DataFrame:
     """At the recommended limit: the GOMAXPROCS each rule would set, its predicted figures
     and how much worse than the recommendation; and the run's own setting as it was."""
     period = int(best.period_us)

@@ -6,7 +6,9 @@ configurations of its workload (leave one configuration out), and writes the hel
 errors here, to ``whatif-validation.json`` beside this module, with the date, the runs and
 the machines. A regime is where a setting lives: the CPUs the service can run on, and
 GOMAXPROCS over the limit. Outside every regime the validation covered, there are no error
-bars to give, and the advice says so.
+bars to give, and the advice says so. The latency figures (p99, throughput) are validated per
+load loop too: a closed loop's spread is carried over from the source run, an open loop's
+queue is replayed, so a regime validated on one says nothing of the other's latency.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ UNITS = {
     "p99_pct": "% of p99",
     "throughput_pct": "% of req/s",
 }
+# the figures whose error depends on how the load was sent (open or closed loop)
+LATENCY_FIGURES = ("p99_pct", "throughput_pct")
 # the least held-out predictions, and distinct runs predicted, a regime needs before its
 # error bars are given
 MIN_PREDICTIONS = 3
@@ -53,6 +57,15 @@ def regime(cpus: float, limit_cpu: float | None, gomaxprocs: float, period_us: i
     return f"{c}, {g}{p}"
 
 
+def loop_of(meta: dict[str, Any]) -> str | None:
+    """How a run's load was sent: "closed" (``load.mode``: clients that each wait for their
+    answer), "open" (requests sent on a schedule, whatever is in flight), None where the
+    bundle does not say."""
+    load = meta.get("load")
+    mode = load.get("mode") if isinstance(load, dict) else None
+    return mode if mode in ("open", "closed") else None
+
+
 def errors_of(pred: dict[str, float], truth: dict[str, float]) -> dict[str, float]:
     """One prediction's errors, figure by figure (:data:`UNITS`; NaN where either side has
     none): absolute, latency and throughput as a share of the measured value."""
@@ -72,14 +85,18 @@ def measured_range(pred: float, err_pct: float) -> tuple[float, float]:
     return pred / (1 + e), (pred / (1 - e) if e < 1 else math.inf)
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per regime and figure: the held-out predictions' count (``n``), the distinct runs
-    predicted (``targets``), the median and 90th percentile of the absolute error. ``rows``:
-    one per prediction, with ``regime``, ``target`` and :func:`errors_of`'s keys."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    predicted (``targets``), the median and 90th percentile of the absolute error; and
+    ``loops``, how the predicted runs' load was sent (:func:`loop_of`). ``rows``: one per
+    prediction, with ``regime``, ``target``, ``loop`` and :func:`errors_of`'s keys."""
+    out: dict[str, Any] = {}
     for reg in sorted({r["regime"] for r in rows}):
         mine = [r for r in rows if r["regime"] == reg]
         out[reg] = {}
+        loops = sorted({r["loop"] for r in mine if r.get("loop")})
+        if loops:
+            out[reg]["loops"] = loops
         for k in UNITS:
             v = np.array([r[k] for r in mine], dtype=float)
             keep = ~np.isnan(v)
@@ -102,17 +119,42 @@ def load(path: Path = VALIDATION_FILE) -> dict[str, Any]:
         return {}
 
 
-def model_error(reg: str, validation: dict[str, Any] | None = None) -> dict[str, tuple[float, float, str]]:
+def model_error(
+    reg: str, validation: dict[str, Any] | None = None, loop: str | None = None
+) -> dict[str, tuple[float, float, str]]:
     """The error bars of a regime, figure by figure: (median, p90, unit) of the held-out
     absolute errors; none for a figure with fewer than :data:`MIN_PREDICTIONS` predictions
-    of :data:`MIN_TARGETS` runs there."""
-    v = load() if validation is None else validation
-    figs = (v.get("regimes") or {}).get(reg) or {}
+    of :data:`MIN_TARGETS` runs there, nor for the latency figures (:data:`LATENCY_FIGURES`)
+    where ``loop`` (:func:`loop_of` the advised run) is not among the regime's validated
+    loops."""
+    figs = _figures(reg, validation)
+    off = not loop_validated(reg, loop, validation)
     return {
         k: (e["median"], e["p90"], UNITS[k])
         for k, e in figs.items()
-        if e.get("n", 0) >= MIN_PREDICTIONS and e.get("targets", 0) >= MIN_TARGETS
+        if k in UNITS
+        and e.get("n", 0) >= MIN_PREDICTIONS
+        and e.get("targets", 0) >= MIN_TARGETS
+        and not (off and k in LATENCY_FIGURES)
     }
+
+
+def _figures(reg: str, validation: dict[str, Any] | None) -> dict[str, Any]:
+    v = load() if validation is None else validation
+    return (v.get("regimes") or {}).get(reg) or {}
+
+
+def validated_loops(reg: str, validation: dict[str, Any] | None = None) -> list[str]:
+    """How the load of the runs the regime's errors were measured on was sent (empty: not said)."""
+    return list(_figures(reg, validation).get("loops") or [])
+
+
+def loop_validated(reg: str, loop: str | None, validation: dict[str, Any] | None = None) -> bool:
+    """Whether the regime's latency errors were measured on runs whose load was sent as
+    ``loop`` (True where either side does not say: a validation that predates the loops, a
+    run without its load's mode)."""
+    loops = validated_loops(reg, validation)
+    return loop is None or not loops or loop in loops
 
 
 def validated_regimes(validation: dict[str, Any] | None = None) -> list[str]:

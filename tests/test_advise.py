@@ -104,6 +104,57 @@ def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch)
     assert gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0]).attrs["model_error"] == {}
 
 
+def test_latency_error_bars_only_for_a_load_loop_the_regime_was_validated_on(monkeypatch):
+    """A regime validated on open-loop runs only gives no p99 or throughput error bars to a
+    closed-loop run (its latency spread is carried over, an open loop's queue replayed: one
+    says nothing of the other), says so, and keeps the bars of the figures that do not hang
+    on the loop; a run of a validated loop, or a validation that does not say, keeps them all."""
+    import copy
+
+    from gmpanalysis import modelerror as ME
+
+    A = sys.modules["gmpanalysis.advise"]
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp2")  # an open loop (meta.json load.mode)
+    assert ME.loop_of(run.meta) == "open"
+    reg = ME.regime(2, 0.5, 2)
+    fig = {"n": 9, "targets": 3, "median": 7.5, "p90": 21.0}
+    v = {"date": "2000-01-01", "regimes": {reg: {"loops": ["open"], "p99_pct": fig, "throttled_pct": fig}}}
+    monkeypatch.setattr(A, "load_validation", lambda: v)
+    adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    assert set(adv.attrs["model_error"]) == {"p99_pct", "throttled_pct"}
+    assert "have no error bars" not in adv.attrs["recommendation"]
+    closed = copy.copy(run)
+    closed.meta = {**run.meta, "load": {**run.meta["load"], "mode": "closed", "concurrency": 4}}
+    adv = gmp.advise(closed, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    assert set(adv.attrs["model_error"]) == {"throttled_pct"}
+    said = adv.attrs["recommendation"]
+    assert "validated on open-loop load only, and this run's is closed" in said and "measured" not in said
+    unsaid = {"regimes": {reg: {"p99_pct": fig}}}  # a validation from before the loops were kept
+    monkeypatch.setattr(A, "load_validation", lambda: unsaid)
+    assert set(gmp.advise(closed, limits=[0.5], gomaxprocs=[2], bursts=[0.0]).attrs["model_error"]) == {"p99_pct"}
+
+
+def test_a_closed_loops_p99_comes_from_the_runs_nearest_in_ps():
+    """Three real closed-loop runs (fixtures/closed-loop: 1.5 CPUs on 2, GOMAXPROCS 1, 2, 4):
+    advised together, each candidate's p99 carries the latency spread of the runs at its own
+    Ps (4 Ps run on 2 CPUs as 2), so the ranking puts first the GOMAXPROCS that measured the
+    best p99; advised from one run, a setting at other Ps says its spread was carried."""
+    runs = [gmp.load_run(f"fixtures/closed-loop/closed-1.5cpu-gmp{g}") for g in (1, 2, 4)]
+    meas = {int(r.meta["gomaxprocs_effective"]): gmp.whatif.measured(r)["p99_ms"] for r in runs}
+    kw = {"objective": "p99", "limits": [1.5], "gomaxprocs": [1, 2, 4], "bursts": [0.0]}
+    adv = gmp.advise(runs, **kw)
+    assert int(adv.iloc[0]["gomaxprocs"]) == min(meas, key=meas.get)
+    alone = {int(r.meta["gomaxprocs_effective"]): gmp.advise(r, **kw).set_index("gomaxprocs")["p99_ms"] for r in runs}
+    got = adv.set_index("gomaxprocs")["p99_ms"]
+    assert got[1] == pytest.approx(alone[1][1])
+    assert got[2] == pytest.approx((alone[2][2] + alone[4][2]) / 2) and got[4] == pytest.approx(got[2])
+    assert "latency spread of a closed loop measured at" not in adv.attrs["recommendation"]
+    one = gmp.advise(runs[0], **{**kw, "gomaxprocs": [2]})
+    assert "measured at 1 P, not at the 2 it would run" in one.attrs["recommendation"]
+    same = gmp.advise(runs[1], **{**kw, "gomaxprocs": [2]})
+    assert "latency spread of a closed loop measured at" not in same.attrs["recommendation"]
+
+
 def test_the_committed_validation_is_well_formed():
     from gmpanalysis import modelerror as ME
 
@@ -112,8 +163,8 @@ def test_the_committed_validation_is_well_formed():
     known = {ME.regime(c, lim, g) for c in (2, 4, 16) for lim in (None, 1.0) for g in (1, 2, 8)}
     assert set(v["regimes"]) <= known
     for figs in v["regimes"].values():
-        assert set(figs) <= set(ME.UNITS)
-        for e in figs.values():
+        assert set(figs) <= {*ME.UNITS, "loops"} and set(figs.get("loops", [])) <= {"open", "closed"}
+        for e in (e for k, e in figs.items() if k in ME.UNITS):
             assert e["n"] >= 1 and 0 <= e["median"] <= e["p90"]
 
 

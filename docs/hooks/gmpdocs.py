@@ -234,10 +234,10 @@ WHATIF_FIGURES = {
 
 def whatif_errors(v: dict[str, Any]) -> str:
     """The held-out |error| per regime and figure (median / p90, n) as the package ships it."""
-    head = "| regime | " + " | ".join(WHATIF_FIGURES.values()) + " |"
-    rows = [head, "|---" * (len(WHATIF_FIGURES) + 1) + "|"]
+    head = "| regime | load | " + " | ".join(WHATIF_FIGURES.values()) + " |"
+    rows = [head, "|---" * (len(WHATIF_FIGURES) + 2) + "|"]
     for regime, figs in v["regimes"].items():
-        cells = []
+        cells = [" and ".join(figs.get("loops") or ["–"])]
         for k in WHATIF_FIGURES:
             f = figs.get(k)
             cells.append(f"{f['median']:g} / {f['p90']:g} (n {f['n']})" if f else "–")
