@@ -33,6 +33,8 @@ from .levels import quota_at_end
 from .modelerror import load as load_validation
 from .modelerror import loop_of, loop_validated, measured_range, model_error, regime, validated_loops
 from .replayinputs import memo, prep_built
+from .spread import Input, spread_ps, with_spread
+from .spread import caveat as spread_caveat
 from .whatif import demand, estimate_from_prep, measured, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
@@ -201,10 +203,16 @@ def advise(
 
     # each run's replay inputs looked up once for every setting (a lookup checks the run's
     # contents), with the Ps a closed loop's latency spread was measured at
-    inputs = [(memo(r, "prep", prep_built), r.path, _spread_ps(r)) for r in runs]
+    inputs: list[Input] = [(memo(r, "prep", prep_built), r.path, spread_ps(r)) for r in runs]
+    variants: dict[tuple[int, ...], list[Input]] = {}
 
     def at(lims: list[float]) -> list[dict[str, float]]:
-        return [_predict(inputs, x, period, b * x * period, g, ncpu) for x in lims for g in cand_g for b in burst_set]
+        return [
+            _predict(with_spread(inputs, min(g, ncpu), variants), x, period, b * x * period, g, ncpu)
+            for x in lims
+            for g in cand_g
+            for b in burst_set
+        ]
 
     if limits is not None:
         rows = at(cand_limits)
@@ -232,12 +240,14 @@ def advise(
     met = bool(_cost_ok(table, with_requests).any())
     table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
     if with_requests:
-        table.attrs["recommendation"] += _spread_caveat(inputs, float(min(best.gomaxprocs, ncpu)))
+        shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
+        table.attrs["recommendation"] += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
     off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
     if off and with_requests and err:
         table.attrs["recommendation"] += (
             f" The p99 and throughput have no error bars: in this regime the model was validated on "
-            f"{' and '.join(validated_loops(reg, validation))}-loop load only, and this run's is {' and '.join(off)} "
+            f"{' and '.join(validated_loops(reg, validation))}-loop load only, and the load advised here is "
+            f"{' and '.join(off)}-loop "
             "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
             "check the ranking by p99 with a run of the top settings."
         )
@@ -245,51 +255,12 @@ def advise(
         table.attrs["recommendation"] += _usage_caveat(runs)
     if cpus is None:
         table.attrs["recommendation"] += _cpuset_caveat(runs[0], ncpu)
-    table.attrs["baselines"] = _baselines(inputs, best, lim0, ncpu, runs)
+    table.attrs["baselines"] = _baselines(inputs, variants, best, lim0, ncpu, runs)
     return table
 
 
-def _spread_ps(run: Run) -> float | None:
-    """The Ps a closed-loop run's latency spread was measured at (GOMAXPROCS, at most its
-    CPUs); None for an open loop, or where GOMAXPROCS is not known."""
-    if loop_of(run.meta) != "closed":
-        return None
-    st = settings(run)
-    g = st["gomaxprocs"]
-    return None if not g else float(min(g, st["cpus"] or g))
-
-
-def _nearest_spread(inputs: list[tuple[dict, str, float | None]], ps: float) -> list[int]:
-    """The runs whose closed-loop latency spread serves a setting running ``ps`` Ps: those
-    measured nearest to it in Ps (by ratio). Go's run queues order a closed loop's requests
-    differently at one P than at several (measured at 1.5 CPUs on 2 CPUs: p99 1.9-2.6× the
-    mean at 1 P, 4.0-5.1× at 2 and 4, throttled or not), so a spread is not carried from a
-    run at other Ps where one nearer was given. Runs without a closed loop's spread (an open
-    loop's queue is replayed) serve every setting."""
-    known = [(i, x[2]) for i, x in enumerate(inputs) if x[2]]
-    rest = [i for i, x in enumerate(inputs) if not x[2]]
-    if not known:
-        return rest
-    d = {i: abs(math.log(p / ps)) for i, p in known}
-    least = min(d.values())
-    return sorted(rest + [i for i, v in d.items() if v <= least + 1e-9])
-
-
-def _spread_caveat(inputs: list[tuple[dict, str, float | None]], ps: float) -> str:
-    """Where a closed loop's p99 at the recommended setting is carried from runs at other Ps."""
-    used = sorted({inputs[i][2] for i in _nearest_spread(inputs, ps) if inputs[i][2]})
-    if not used or ps in used:
-        return ""
-    at = " and ".join(f"{x:g}" for x in used)
-    return (
-        f" Its p99 takes the latency spread of a closed loop measured at {at} P{'s' if used != [1.0] else ''}, "
-        f"not at the {ps:g} it would run: Go's run queues spread a closed loop's latencies differently at "
-        f"one P than at several; record a run at this setting to compare."
-    )
-
-
 def _predict(
-    inputs: list[tuple[dict, str, float | None]],
+    inputs: list[Input],
     lim: float,
     period: int,
     burst_us: float,
@@ -297,13 +268,12 @@ def _predict(
     ncpu: int,
     own: bool = False,
 ) -> dict[str, float]:
-    """The figures of one setting, averaged over the runs (a closed loop's p99 over the runs
-    nearest it in Ps: :func:`_nearest_spread`); ``own``: each run's own setting as it was
-    (quotas period by period, a limit resized in place too, its burst and its GOMAXPROCS;
-    ``g`` is then only shown)."""
+    """The figures of one setting, averaged over the runs (a closed loop's each with the
+    latency spread of the runs nearest the setting in Ps: :func:`gmpanalysis.spread.with_spread`);
+    ``own``: each run's own setting as it was (quotas period by period, a limit resized in
+    place too, its burst and its GOMAXPROCS; ``g`` is then only shown)."""
     setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us, "gomaxprocs": g}
     figs = [estimate_from_prep(prep, path, cpus=ncpu, **setting) for prep, path, _ in inputs]
-    spread = set(range(len(inputs))) if own else set(_nearest_spread(inputs, float(min(g, ncpu))))
     out: dict[str, float] = {
         "limit_cpu": lim,
         "quota_us": lim * period,
@@ -321,7 +291,7 @@ def _predict(
         "exhausted_p50_ms",
         "throughput_rps",
     ):
-        vals = [f[k] for i, f in enumerate(figs) if not math.isnan(f[k]) and (k != "p99_ms" or i in spread)]
+        vals = [f[k] for f in figs if not math.isnan(f[k])]
         out[k] = float(np.mean(vals)) if vals else math.nan
     return out
 
@@ -413,7 +383,12 @@ def _sentence(
 
 
 def _baselines(
-    inputs: list[tuple[dict, str, float | None]], best: pd.Series, lim0: dict, ncpu: int, runs: list[Run]
+    inputs: list[Input],
+    variants: dict[tuple[int, ...], list[Input]],
+    best: pd.Series,
+    lim0: dict,
+    ncpu: int,
+    runs: list[Run],
 ) -> pd.DataFrame:
     """At the recommended limit: the GOMAXPROCS each rule would set, its predicted figures
     and how much worse than the recommendation; and the run's own setting as it was."""
@@ -424,7 +399,9 @@ def _baselines(
         g = r[name]
         if g is None:
             continue
-        p = _predict(inputs, float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu)
+        p = _predict(
+            with_spread(inputs, min(g, ncpu), {}), float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu
+        )
         rows.append({"setting": f"{name} (GOMAXPROCS={g})", **p})
     if lim0["quota_us"] is not None:
         g0 = int(lim0["gomaxprocs"] or ncpu)

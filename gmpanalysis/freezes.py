@@ -70,11 +70,12 @@ def freezes_of(per: pd.DataFrame, level: str) -> pd.DataFrame:
 # also shows lone steps of that size every few ms (up to 609 µs seen on a 16-CPU v2 host).
 # When another level lets the group run again and this level's quota has not run out, its
 # queued threads run at once: more than RESUME_US within RESUME_NS (0.4 CPU over a tick at
-# HZ=250), in reads that each rose at RUNNING_CPUS or more. A level left with less than
+# HZ=250), in reads that each rose at RUNNING_CPUS or more (a running thread's pace, not a
+# trickle's: 400 µs in a 1 ms read is 0.4 CPU). A level left with less than
 # RESUME_US of quota is taken as frozen from the other level's freeze: off by under 1.5 ms.
 RESUME_US = 1500.0
 RESUME_NS = 4_000_000
-RUNNING_CPUS = 0.25
+RUNNING_CPUS = 0.7
 
 
 def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -132,12 +133,13 @@ def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFr
 
 def _end_of_run(t: np.ndarray, u: np.ndarray, j0: int, jw: int, j1: int) -> int | None:
     """The last read of the run that starts by read ``jw`` (reads ``j0``..``j1`` - 1): reads
-    whose usage rose at :data:`RUNNING_CPUS` or more, one read that saw nothing allowed
+    whose usage rose at :data:`RUNNING_CPUS` or more (or by :data:`RESUME_US`), one read that saw nothing allowed
     between two that did (a read taken between two slices); None where no read of the
     window ran (a rise made of trickles)."""
     du = np.diff(u[j0 - 1 : j1])
     dt = np.diff(t[j0 - 1 : j1]) / 1e3
-    running = np.flatnonzero((du > 50.0) & (du >= RUNNING_CPUS * dt))  # a few reads per candidate
+    # a read far apart from the last holds the run and the wait after it: RESUME_US is enough
+    running = np.flatnonzero((du > 50.0) & (du >= np.minimum(RUNNING_CPUS * dt, RESUME_US)))
     if not len(running) or running[0] > jw - j0:
         return None
     breaks = np.flatnonzero(np.diff(running) > 2)

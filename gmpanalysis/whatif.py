@@ -37,8 +37,8 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   run's measured spread around it is carried over, rank by rank. The spread is Go's: its
   run queues order the requests more evenly at one P than at several (at 1.5 CPUs on 2:
   p99 1.9-2.6x the mean at 1 P, 4.0-5.1x at 2 and 4, throttled or not), so the advice
-  takes each setting's spread from the runs given nearest it in Ps and says where it had
-  none at those Ps.
+  gives each setting the spread of the runs nearest it in Ps (:mod:`gmpanalysis.spread`)
+  and says where it had none at those Ps.
 
 Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS)``, not the
 trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 CPUs used
