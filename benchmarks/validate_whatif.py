@@ -5,7 +5,7 @@ advice and the report read their error bars from.
 
     .venv/bin/python benchmarks/validate_whatif.py [DIR ...] [--csv OUT.csv] [--no-write] [--markdown PATH]
 
-Each DIR holds bundles (default: fixtures/runs, fixtures/runs-v2, the 16-CPU v2 runs in
+Each DIR holds bundles (default: fixtures/runs, fixtures/runs-v2, fixtures/closed-loop, the 16-CPU v2 runs in
 ../shared/data/16cpu-v2, and where present benchmarks/data/sweep and
 benchmarks/data/16cpu-v2-1500m: docs/validation.md says how each was made). A workload is the
 bundles of one directory whose names agree but for the GOMAXPROCS part (gmpN, default,
@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIRS = [
     ROOT / "fixtures" / "runs",
     ROOT / "fixtures" / "runs-v2",
+    ROOT / "fixtures" / "closed-loop",
     ROOT.parent / "shared" / "data" / "16cpu-v2",
     ROOT / "benchmarks" / "data" / "sweep",
     ROOT / "benchmarks" / "data" / "16cpu-v2-1500m",
