@@ -210,6 +210,7 @@ def replay_columns(
     hz: int = HZ,
     outer: list[tuple[Quota, int, int, float]] = (),
     tick_phase_ns: int | None = None,
+    period_latency: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
     changes, so each step is exact (times in ns from the first boundary, as floats).
@@ -224,7 +225,9 @@ def replay_columns(
     throttles stops. ``tick_phase_ns``: how long after a tick the first level's boundaries
     come (default: as on the run's clock). The table is on the first level's grid, and its
     exhaustion, stall and CPUs frozen are that level's own, as the level's cpu.stat counts
-    them. The loop itself is :mod:`gmpanalysis.cfskernel`'s (compiled where numba is)."""
+    them. The loop itself is :mod:`gmpanalysis.cfskernel`'s (compiled where numba is).
+    ``period_latency=False`` leaves out the periods' latency percentiles (a summary of many
+    replays, the advice's, reads the latencies whole)."""
     n = len(sched)
     cost = np.ascontiguousarray(np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)))  # per request
     # the loop would never end: no client to send a request, or a cost no clock reaches
@@ -246,14 +249,15 @@ def replay_columns(
     end, sent, rows = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol)
     own = levels[0]
     return _table(rows, k0 + np.arange(len(rows), dtype=np.int64), own["qk"], own["qv"], end, sent, origin,
-                  phase_ns, period_ns, hz)  # fmt: skip
+                  phase_ns, period_ns, hz, period_latency)  # fmt: skip
 
 
 Columns = dict[str, np.ndarray]
 
 
 def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end: np.ndarray, sent: np.ndarray,
-           origin: int, phase_ns: int, period_ns: int, hz: int) -> tuple[Columns, dict[str, Any]]:  # fmt: skip
+           origin: int, phase_ns: int, period_ns: int, hz: int,
+           period_latency: bool = True) -> tuple[Columns, dict[str, Any]]:  # fmt: skip
     """The periods' table from the loop's rows (used, exhausted at, stall, CPUs, throttled at
     the boundary), with each period's requests and latency, as its columns (arrays); and
     the latencies and the throughput apart (the frame's attrs)."""
@@ -271,7 +275,6 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
     # a request belongs to the period it entered in (an open loop's scheduled time)
     which = np.searchsorted(start, sent + origin, side="right") - 1
     lat = (end - sent) / 1e6
-    p50, p99 = group_quantiles(which, lat, len(ks), (0.5, 0.99))
     per = {
         "period": ks,
         "start_ns": start,
@@ -289,9 +292,9 @@ def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end
         # as measured: a stall shorter than a tick gives no CPU count (df_periods)
         "cpus_throttled": np.where(vals[:, 2] >= 1e9 / hz, vals[:, 3], np.nan),
         "requests": np.bincount(which, minlength=len(ks)),
-        "latency_p50_ms": p50,
-        "latency_p99_ms": p99,
     }
+    if period_latency:
+        per["latency_p50_ms"], per["latency_p99_ms"] = group_quantiles(which, lat, len(ks), (0.5, 0.99))
     # the requests answered per second, from the first one sent to the last answer
     span = float(np.nanmax(end) - np.min(sent)) if n else math.nan
     attrs = {

@@ -145,9 +145,11 @@ def _what_if(
     unlimited: bool = False,
     outer: list[dict[str, Any]] | None = None,
     tick_phase_ns: int | None = None,
+    period_latency: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """:func:`what_if` on a run's replay inputs (``prep``: :func:`~.replayinputs.prep_built`,
-    fetched once for many settings; ``path`` names the run in errors): its table's columns
+    fetched once for many settings; ``path`` names the run in errors; ``period_latency``:
+    :func:`~.cfsreplay.replay_columns`'): its table's columns
     (arrays: the advisor summarises hundreds of replays, and a frame costs more to build
     than a replay of a lab run), and the attrs apart."""
     lim = prep["settings"]
@@ -189,7 +191,7 @@ def _what_if(
     cost = np.asarray(d["cost_ns"]) * grow
     out, attrs = replay_columns(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
-        tick_phase_ns,
+        tick_phase_ns, period_latency,
     )  # fmt: skip
     _add_stw(out, stw)
     which = attrs.pop("request_period", None)
@@ -199,7 +201,8 @@ def _what_if(
     if d["source"] == "usage":  # work items, not requests: no latency to tell
         n = len(out["period"])
         out["requests"] = np.zeros(n, dtype=np.int64)
-        out["latency_p50_ms"], out["latency_p99_ms"] = np.full(n, np.nan), np.full(n, np.nan)
+        if "latency_p99_ms" in out:
+            out["latency_p50_ms"], out["latency_p99_ms"] = np.full(n, np.nan), np.full(n, np.nan)
         attrs["latency_ms"] = np.zeros(0)
         attrs["throughput_rps"] = math.nan
     attrs["model"] = {
@@ -308,18 +311,21 @@ def _closed_loop_spread(
     (netpoll's injections, runnext, the global queue every 61st tick, GC assists parked in a
     queue), and the measured spread was 2-4× the mean at the 99th percentile. Each replayed
     request keeps its rank; the per-period p50 and p99 are taken again from the mapped
-    latencies (``which``: each request's row). Returns the mapped latencies."""
+    latencies (``which``: each request's row). Returns the mapped latencies (without the
+    periods' columns in ``out``: the answered ones' values, shortest first)."""
     lat = np.asarray(latency_ms, dtype=np.float64)
     ok = np.flatnonzero(np.isfinite(lat))
     if len(ok) < 2 or len(shape) < 2:
         return lat
+    if "latency_p99_ms" not in out:  # no periods to place them in: the values, in rank order
+        return _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
     mapped = lat.copy()
     # the i-th shortest of n gets the measured spread's quantile (i + 0.5) / n; requests
     # answered together (alike to the ns) keep their order of arrival, whatever the last
     # bits of the arithmetic that timed them
     rank = np.argsort(np.round(lat[ok], 6), kind="stable")
     mapped[ok[rank]] = _spread_quantiles(shape, len(ok), kept) * float(lat[ok].mean())
-    if which is not None and len(which) == len(mapped):
+    if which is not None and len(which) == len(mapped) and "latency_p99_ms" in out:
         p50, p99 = group_quantiles(np.asarray(which), mapped, len(out["period"]), (0.5, 0.99))
         out["latency_p50_ms"], out["latency_p99_ms"] = p50, p99
     return mapped
@@ -482,14 +488,14 @@ def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASE
     each = []
     gaps = prep["demand"].get("gaps_ns") if prep["demand"]["concurrency"] is None else None
     for i in range(phases):
-        per, attrs = _what_if(prep, path, tick_phase_ns=i * tick // phases, **setting)
+        per, attrs = _what_if(prep, path, tick_phase_ns=i * tick // phases, period_latency=False, **setting)
         if gaps:  # an open loop's replay keeps the source's clock: no figures where it measured none
             per = _without(per, gaps)
         each.append(summarize(per, attrs["latency_ms"], attrs["throughput_rps"]))
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
-        out[k] = float(np.mean(v)) if v else math.nan
+        out[k] = sum(v) / len(v) if v else math.nan  # np.mean's float for so few, without its overhead
     return out
 
 
