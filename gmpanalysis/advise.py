@@ -399,9 +399,8 @@ def _baselines(
         g = r[name]
         if g is None:
             continue
-        p = _predict(
-            with_spread(inputs, min(g, ncpu), {}), float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu
-        )
+        near = with_spread(inputs, min(g, ncpu), variants)
+        p = _predict(near, float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu)
         rows.append({"setting": f"{name} (GOMAXPROCS={g})", **p})
     if lim0["quota_us"] is not None:
         g0 = int(lim0["gomaxprocs"] or ncpu)

@@ -133,13 +133,16 @@ def refine(freezes: pd.DataFrame, samples: dict[str, pd.DataFrame]) -> pd.DataFr
 
 def _end_of_run(t: np.ndarray, u: np.ndarray, j0: int, jw: int, j1: int) -> int | None:
     """The last read of the run that starts by read ``jw`` (reads ``j0``..``j1`` - 1): reads
-    whose usage rose at :data:`RUNNING_CPUS` or more (or by :data:`RESUME_US`), one read that saw nothing allowed
-    between two that did (a read taken between two slices); None where no read of the
-    window ran (a rise made of trickles)."""
+    whose usage rose at :data:`RUNNING_CPUS` or more (within the window, or by
+    :data:`RESUME_US`), one read that saw nothing allowed between two that did (a read taken
+    between two slices); None where no read of the window ran (a rise made of trickles)."""
     du = np.diff(u[j0 - 1 : j1])
     dt = np.diff(t[j0 - 1 : j1]) / 1e3
-    # a read far apart from the last holds the run and the wait after it: RESUME_US is enough
-    running = np.flatnonzero((du > 50.0) & (du >= np.minimum(RUNNING_CPUS * dt, RESUME_US)))
+    running = (du > 50.0) & (du >= RUNNING_CPUS * dt)
+    # a read of the window far apart from the last holds the run and the wait after it:
+    # RESUME_US is enough there (after it, reads that far apart sum trickles)
+    running[: jw - j0 + 1] |= du[: jw - j0 + 1] >= RESUME_US
+    running = np.flatnonzero(running)
     if not len(running) or running[0] > jw - j0:
         return None
     breaks = np.flatnonzero(np.diff(running) > 2)

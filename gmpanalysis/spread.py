@@ -61,8 +61,10 @@ def with_spread(inputs: list[Input], ps: float, variants: dict[tuple[int, ...], 
         pooled = np.sort(np.concatenate([_shape(inputs[i]) for i in near]))
         out = []
         for i, x in enumerate(inputs):
-            if _shape(x) is None or near == (i,):
-                out.append(x)  # an open loop's queue is replayed; a run's own spread as it is
+            if _shape(x) is None or not x[2] or near == (i,):
+                # an open loop's queue is replayed; a run at unknown Ps, or the only one
+                # nearest, keeps its own spread
+                out.append(x)
             else:
                 prep = {**x[0], "demand": {**x[0]["demand"], "latency_shape": pooled}, "spread_quantiles": {}}
                 out.append((prep, x[1], x[2]))
@@ -81,17 +83,22 @@ def caveat(inputs: list[Input], settings_ps: list[float]) -> str:
     if unknown:
         said += (
             f" {'One closed-loop run does' if unknown == 1 else f'{unknown} closed-loop runs do'} not tell the "
-            "GOMAXPROCS it ran with, so where its latency spread belongs is not known; the p99s carry it as measured."
+            "GOMAXPROCS it ran with, so where its latency spread belongs is not known; its p99s carry it as measured."
         )
-    have = sorted({x[2] for x in closed if x[2]})
-    missing = sorted({p for p in settings_ps if have and p not in have})
-    if missing:
-        at = ", ".join(f"{p:g}" for p in missing)
-        runs_at = ", ".join(f"{p:g}" for p in have)
+    have = {x[2] for x in closed if x[2]}
+    carried = []
+    for p in sorted(set(settings_ps)):
+        if have and p not in have:
+            at = sorted({inputs[i][2] for i in nearest(inputs, p)})
+            carried.append(f"at {p:g} P{_s(p)} from {' and '.join(f'{a:g}' for a in at)} P{_s(*at)}")
+    if carried:
         said += (
-            f" The p99 at {at} P{'' if missing == [1.0] else 's'} takes the latency spread of a closed loop "
-            f"measured at {runs_at} P{'' if have == [1.0] else 's'} (the nearest): the spread changes with the Ps "
-            "(on 2 CPUs, p99 about 2x the mean at one P, 4-5x at two and four); record a run at those settings "
-            "to compare."
+            f" The p99s carry the latency spread of a closed loop measured at other Ps (the nearest): "
+            f"{'; '.join(carried)}. The spread changes with the Ps (docs: Validating the model, a closed loop on "
+            "2 CPUs); record a run at those settings to compare."
         )
     return said
+
+
+def _s(*ps: float) -> str:
+    return "" if ps == (1.0,) else "s"

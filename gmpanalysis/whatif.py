@@ -495,7 +495,7 @@ def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASE
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
-        out[k] = sum(v) / len(v) if v else math.nan  # np.mean's float for so few, without its overhead
+        out[k] = float(sum(v)) / len(v) if v else math.nan  # np.mean's float for a few phases, without its overhead
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -154,17 +155,22 @@ def test_a_closed_loops_p99_takes_the_spread_of_the_runs_nearest_in_ps():
         assert got.loc[g, "throughput_rps"] == pytest.approx(sum(each) / len(each))
     assert got.loc[2, "p99_ms"] == pytest.approx(got.loc[4, "p99_ms"])
     assert got.loc[1, "p99_ms"] < min(alone[2].loc[1, "p99_ms"], alone[4].loc[1, "p99_ms"])
-    assert "takes the latency spread of a closed loop" not in adv.attrs["recommendation"]
+    assert "latency spread of a closed loop measured at other Ps" not in adv.attrs["recommendation"]
     one = gmp.advise(runs[0], **{**kw, "gomaxprocs": [2]})
-    assert "The p99 at 2 Ps takes the latency spread of a closed loop measured at 1 P " in one.attrs["recommendation"]
+    assert "(the nearest): at 2 Ps from 1 P." in one.attrs["recommendation"]
     # recommended at its own Ps, but automaxprocs' GOMAXPROCS (1 at 1.5 CPUs) is shown beside it
     two = gmp.advise(runs[1], **{**kw, "gomaxprocs": [2]})
-    assert "The p99 at 1 P takes the latency spread of a closed loop measured at 2 Ps " in two.attrs["recommendation"]
+    assert "(the nearest): at 1 P from 2 Ps." in two.attrs["recommendation"]
+    # a run that does not tell its GOMAXPROCS keeps its own spread, and is said to
+    blind = copy.copy(runs[2])
+    blind.meta = {k: v for k, v in runs[2].meta.items() if not k.startswith("gomaxprocs")}
+    both = gmp.advise([blind, runs[0]], **{**kw, "gomaxprocs": [2]})
+    alone = gmp.advise(blind, **{**kw, "gomaxprocs": [2]})
+    assert "does not tell the GOMAXPROCS it ran with" in both.attrs["recommendation"]
+    own = gmp.advise(runs[0], **{**kw, "gomaxprocs": [2]})
+    assert both.iloc[0]["p99_ms"] == pytest.approx((alone.iloc[0]["p99_ms"] + own.iloc[0]["p99_ms"]) / 2)
 
 
-@pytest.mark.skipif(
-    not (SHARED / "heavy-250m-gmp1").is_dir(), reason="../shared/data/16cpu-v2 is not beside the checkout"
-)
 @pytest.mark.skipif(
     not (SHARED / "heavy-250m-gmp1").is_dir(), reason="../shared/data/16cpu-v2 is not beside this checkout"
 )

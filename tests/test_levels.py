@@ -282,6 +282,9 @@ def test_a_level_that_ran_on_after_another_levels_freeze_is_frozen_from_the_end_
     assert _refined_start_ms(half_ms, trickles) == pytest.approx(63.25)
     big = lambda d: ran(2, 3)(d) + np.clip((d - 3 * ms) // (2 * ms), 0, None) * 400.0  # noqa: E731
     assert _refined_start_ms(every_ms, big) == pytest.approx(63.5)
+    # reads far apart sum those trickles to more than a run's least: the run is the window's read
+    assert _refined_start_ms(np.arange(5, 100, 10), big) == pytest.approx(65)
+    assert _refined_start_ms(np.arange(4, 100, 8), big) == pytest.approx(68)
     lone = lambda d: np.where(d >= 2 * ms, 609.0, 0.0)  # noqa: E731
     assert _refined_start_ms(every_ms, lone) == 30
     assert _refined_start_ms(np.arange(0, 400) * 0.25, ran(0.19, 30)) == 30
