@@ -130,10 +130,12 @@ class Analysis:
             return
         (gap,) = read_percentiles(np.diff(t), (50,))
         if gap >= P / 2:
+            lv = self.run.meta.get("level")
+            where = f" (level {lv!r})" if isinstance(lv, str) and len(self.run.meta.get("levels") or ()) > 1 else ""
             text = (
-                f"{self.run.path / 'cpu_stat.csv'}: reads every {gap / 1e6:.3g} ms (median) on a {P / 1e6:g} ms CFS "
-                "period: the periods' counters are placed from reads in their neighbours, so a period's throttling "
-                "can show in the next; read at least twice a period (the sampler's --interval)"
+                f"{self.run.path / 'cpu_stat.csv'}{where}: reads every {gap / 1e6:.3g} ms (median) on a "
+                f"{P / 1e6:g} ms CFS period: the periods' counters are placed from reads in their neighbours, "
+                "so a period's throttling can show in the next; read at least twice a period (the sampler's --interval)"
             )
             if text not in self.run.notes:
                 self.run.notes.append(text)
