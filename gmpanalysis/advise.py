@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -214,49 +214,61 @@ def advise(
             for b in burst_set
         ]
 
-    if limits is not None:
-        rows = at(cand_limits)
-    else:
-        # coarse to fine: limits doubling from 0.25 CPU (and the run's own), then every
-        # candidate between the best of those and its neighbours
-        coarse = sorted({x for x in cand_limits if x in COARSE_LIMITS or x == own} | {cand_limits[0], cand_limits[-1]})
-        rows = at(coarse)
-        first = _rank(pd.DataFrame(rows), objective, with_requests)
-        i = coarse.index(float(first.iloc[0].limit_cpu))
-        lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)]
-        rows += at([x for x in cand_limits if lo < x < hi and x not in coarse])
-    table = pd.DataFrame(rows)
-    table = _rank(table, objective, with_requests)
+    rows = at(cand_limits) if limits is not None else _coarse_to_fine(at, cand_limits, own, objective, with_requests)
+    table = _rank(pd.DataFrame(rows), objective, with_requests)
     best = table.iloc[0]
     validation = load_validation()
     reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs), period)
     loops = {loop_of(r.meta) for r in runs}
-    err = model_error(reg, validation)
-    for loop in loops:  # the latency figures only where every run's loop was validated
-        err = {k: v for k, v in err.items() if k in model_error(reg, validation, loop)}
+    err = model_error(reg, validation, loops)  # the latency figures only where every run's loop was validated
     table.attrs["regime"] = reg
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
-    table.attrs["recommendation"] = _sentence(best, objective, with_requests, reg, err, met)
+    said = _sentence(best, objective, with_requests, reg, err, met)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
-        table.attrs["recommendation"] += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
-    off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
-    if off and with_requests and err:
-        table.attrs["recommendation"] += (
-            f" The p99 and throughput have no error bars: in this regime the model was validated on "
-            f"{' and '.join(validated_loops(reg, validation))}-loop load only, and the load advised here is "
-            f"{' and '.join(off)}-loop "
-            "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
-            "check the ranking by p99 with a run of the top settings."
-        )
-    if not with_requests:
-        table.attrs["recommendation"] += _usage_caveat(runs)
+        said += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
+        said += _loop_caveat(reg, validation, loops, err)
+    else:
+        said += _usage_caveat(runs)
     if cpus is None:
-        table.attrs["recommendation"] += _cpuset_caveat(runs[0], ncpu)
+        said += _cpuset_caveat(runs[0], ncpu)
+    table.attrs["recommendation"] = said
     table.attrs["baselines"] = _baselines(inputs, variants, best, lim0, ncpu, runs)
     return table
+
+
+def _coarse_to_fine(
+    at: Callable[[list[float]], list[dict[str, float]]],
+    cand: list[float],
+    own: float | None,
+    objective: str,
+    with_requests: bool,
+) -> list[dict[str, float]]:
+    """The rows of the limits searched coarse to fine: limits doubling from 0.25 CPU (and
+    the run's own), then every candidate between the best of those and its neighbours."""
+    coarse = sorted({x for x in cand if x in COARSE_LIMITS or x == own} | {cand[0], cand[-1]})
+    rows = at(coarse)
+    first = _rank(pd.DataFrame(rows), objective, with_requests)
+    i = coarse.index(float(first.iloc[0].limit_cpu))
+    lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)]
+    return rows + at([x for x in cand if lo < x < hi and x not in coarse])
+
+
+def _loop_caveat(reg: str, validation: dict, loops: set[str | None], err: dict) -> str:
+    """Where the regime's latency errors were measured on another kind of load than the
+    runs' (open or closed loop): why the p99 has no error bars ("" otherwise)."""
+    off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
+    if not off or not err:
+        return ""
+    return (
+        f" The p99 and throughput have no error bars: in this regime the model was validated on "
+        f"{' and '.join(validated_loops(reg, validation))}-loop load only, and the load advised here is "
+        f"{' and '.join(off)}-loop "
+        "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
+        "check the ranking by p99 with a run of the top settings."
+    )
 
 
 def _predict(

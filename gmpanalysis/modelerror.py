@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,15 +121,15 @@ def load(path: Path = VALIDATION_FILE) -> dict[str, Any]:
 
 
 def model_error(
-    reg: str, validation: dict[str, Any] | None = None, loop: str | None = None
+    reg: str, validation: dict[str, Any] | None = None, loops: Iterable[str | None] = ()
 ) -> dict[str, tuple[float, float, str]]:
     """The error bars of a regime, figure by figure: (median, p90, unit) of the held-out
     absolute errors; none for a figure with fewer than :data:`MIN_PREDICTIONS` predictions
     of :data:`MIN_TARGETS` runs there, nor for the latency figures (:data:`LATENCY_FIGURES`)
-    where ``loop`` (:func:`loop_of` the advised run) is not among the regime's validated
-    loops."""
+    where one of ``loops`` (:func:`loop_of` each advised run) is not among the regime's
+    validated loops."""
     figs = _figures(reg, validation)
-    off = not loop_validated(reg, loop, validation)
+    off = not all(loop_validated(reg, x, validation) for x in loops)
     return {
         k: (e["median"], e["p90"], UNITS[k])
         for k, e in figs.items()

@@ -18,6 +18,7 @@ import numpy as np
 
 from .analysis import analyze
 from .bundle import Run
+from .cgroup import bundle_cpus
 from .modelerror import loop_of
 
 # one run's replay inputs as the advice holds them: (prep, path, the Ps its spread was
@@ -31,10 +32,10 @@ def spread_ps(run: Run) -> float | None:
     if loop_of(run.meta) != "closed":
         return None
     g = analyze(run).gomaxprocs
-    cpus = run.meta.get("ncpu")
     if not g:
         return None
-    return float(min(g, cpus)) if isinstance(cpus, int) and cpus > 0 else float(g)
+    cpus = bundle_cpus(run.meta)
+    return float(min(g, cpus) if cpus else g)
 
 
 def _shape(inp: Input) -> np.ndarray | None:

@@ -34,11 +34,9 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   Ps answer fewer requests per second under the same limit.
 * **A closed loop's spread**: the replay's processor sharing gives a closed loop's requests
   nearly one latency; their mean is kept (Little's law ties it to the throughput) and the
-  run's measured spread around it is carried over, rank by rank. The spread is Go's: its
-  run queues order the requests more evenly at one P than at several (at 1.5 CPUs on 2:
-  p99 1.9-2.6x the mean at 1 P, 4.0-5.1x at 2 and 4, throttled or not), so the advice
-  gives each setting the spread of the runs nearest it in Ps (:mod:`gmpanalysis.spread`)
-  and says where it had none at those Ps.
+  run's measured spread around it is carried over, rank by rank. The spread changes with
+  the Ps, so the advice gives each setting the spread of the runs nearest it in Ps
+  (:mod:`gmpanalysis.spread`, which holds the measurements) and says where it had none.
 
 Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS)``, not the
 trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 CPUs used
