@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from .analysis import held
 from .bundle import Run
 from .cgroup import MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
@@ -145,6 +146,7 @@ def _usage_caveat(runs: list[Run]) -> str:
     )
 
 
+@held
 def advise(
     runs: Run | Iterable[Run],
     *,

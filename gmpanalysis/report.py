@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import analyze
+from .analysis import analyze, held
 from .bundle import Run
 from .compare import shown_names
 from .errors import GmpError, GmpWarning, UsageError
@@ -302,6 +302,7 @@ def _advice_html(run: Run) -> str:
     return "".join(out)
 
 
+@held
 def to_report(
     runs: Run | Sequence[Run],
     path: str | os.PathLike[str],

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from . import runtimecost
+from .analysis import held
 from .bundle import Run
 from .cfsreplay import group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
@@ -82,6 +83,7 @@ def _num(x: object) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
 
 
+@held
 def what_if(
     run: Run,
     quota_us: float | None = None,
@@ -471,6 +473,7 @@ def replay_as(source: Run, target: Run, tick_phase_ns: int | None = None) -> pd.
 TICK_PHASES = 2
 
 
+@held
 def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
     """The model's one estimator: :func:`summarize` of the run's demand replayed under
     ``setting`` (:func:`what_if`'s keywords), averaged over ``phases`` tick phases spread
@@ -523,6 +526,7 @@ def target_setting(target: Run) -> dict[str, Any]:
     }
 
 
+@held
 def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
     """:func:`estimate` of ``source``'s demand under ``target``'s settings: what the target
     would have measured, predicted from the source, its tick phase taken as unknown. A

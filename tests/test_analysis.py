@@ -114,6 +114,28 @@ def test_in_place_edits_rebuild_and_handed_out_frames_are_copies():
         assert get(run).equals(before), get.__name__
 
 
+def test_a_held_call_fingerprints_each_run_once_and_edits_between_calls_are_seen(monkeypatch):
+    import gmpanalysis.analysis as an
+
+    run = gmp.load_run(ALLOC)
+    looks = []
+    real = an._contents
+    monkeypatch.setattr(an, "_contents", lambda r: looks.append(r) or real(r))
+    gmp.advise(run, limits=[0.5, 1.0], gomaxprocs=[2, 8])
+    inside = [r for r in looks if r is run]
+    assert len(inside) == 1  # the advice asks for the run's analysis many times, looked at once
+    looks.clear()
+    for _ in range(3):
+        analyze(run)
+    assert len(looks) == 3  # outside a held call every look checks the contents
+    # an in-place edit between two held calls is seen by the second
+    before = gmp.what_if(run, gomaxprocs=8)
+    run.samples["nr_throttled"] = 0
+    run.samples["usage_us"] = run.samples["usage_us"] * 0.5
+    after = gmp.what_if(run, gomaxprocs=8)
+    assert after["usage_us"].sum() < before["usage_us"].sum()
+
+
 def test_the_heatmap_cap_never_comes_from_the_analysts_machine():
     run = copy.copy(gmp.load_run(ALLOC))
     run.meta = dict(run.meta, ncpu=None, gomaxprocs_effective=None, gomaxprocs_env=None)
