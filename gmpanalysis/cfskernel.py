@@ -73,6 +73,9 @@ USED, EXHAUSTED, STALL, CPUS, THROTTLED, FROZEN_ABOVE, FROZEN_ABOVE_ALONE = rang
 ROW_COLUMNS = 7
 # replay_events' answer when rows has no room for the next period
 NO_ROOM = -1
+# its answer when a closed loop's clients, still sending (before ``stop``), find no request
+# left to send: the caller gives it more (its requests, again, in turn)
+NO_REQUESTS = -2
 
 
 def use() -> bool:
@@ -387,6 +390,8 @@ def _replay_events(
     tick: float,
     tick0: float,
     tol: float,
+    stop: float,
+    n_own: int,
     levels: Any,
     state: Any,
     gates: Any,
@@ -397,8 +402,10 @@ def _replay_events(
     """Every event, from t = 0 (the own level's first period start) until every request is
     answered. ``levels`` = (lv, k, qk, qv, q_at, limited), ``state`` = (local, frozen,
     froze_at), ``reqs`` = (ids, rem, waitq, end, sent), as the module docstring lays them
-    out (conc: -1 for an open loop). Fills rows; returns how many periods it covered, or
-    NO_ROOM if rows cannot hold them."""
+    out (conc: -1 for an open loop). A closed loop's clients send the first ``n_own``
+    requests whenever they can, and the rest only before ``stop`` (inf: all); those never
+    sent keep end NaN. Fills rows; returns how many periods it covered, NO_ROOM if rows
+    cannot hold them, or NO_REQUESTS if the clients ran out of requests before ``stop``."""
     lv, k, qk, qv, q_at, limited = levels
     local, frozen, froze_at = state
     ids, rem, waitq, end, sent = reqs
@@ -451,9 +458,14 @@ def _replay_events(
                 stacked, ran = still, -1  # a freeze leaves them spread
         if len(gates) and abs(t - (next_tick - tick)) <= EPS:  # a tick (at a boundary too)
             _tick(lv, gates, state, runnable, slice_ns, t)
+        # the clients' time is up: of what waits (in the order sent), they still send the run's own
+        while t >= stop - EPS and w_tail > w_head and waitq[w_tail - 1] >= n_own:
+            w_tail -= 1
         nrem, w_head = _complete(reqs, cost, tol, nrem, served, w_head, w_tail, t)
         stacked = stacked and nrem > 0  # threads woken once the work drained are placed anew
         i, nrem, w_tail = _arrive(reqs, arr, cost, conc, i, nrem, served, w_tail, t)
+        if conc >= 0 and i >= n and w_head >= w_tail and nrem < conc and t < stop - EPS and stop < math.inf:
+            return NO_REQUESTS
         if served > REBASE_NS:  # a constant off every reading: the heap's order holds
             for x in range(nrem):
                 rem[x] = rem[x] - served

@@ -131,6 +131,27 @@ def _lists(x: object) -> object:
     return x.tolist() if isinstance(x, np.ndarray) else x
 
 
+def _requests_until(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int, conc: int,
+                    stop: float) -> int:  # fmt: skip
+    """How many requests a closed loop's clients likely send before ``stop``: at the rate
+    :func:`_room` takes (its CPUs over the mean cost), a quarter more, and a client's worth;
+    never fewer than the run's own."""
+    rate = float(max(min(G, C, conc), 1))
+    for lv in levels:
+        qv = np.asarray(lv["qv"], dtype=np.float64)
+        finite = qv[np.isfinite(qv)]
+        if len(finite):
+            rate = min(rate, max(float(finite.max()) + lv["lv"][cfskernel.BURST], 1.0) / lv["lv"][cfskernel.PERIOD])
+    mean = float(np.mean(cost)) if len(cost) else 0.0
+    want = (stop - float(arr[0])) * rate / mean * 1.25 + conc if mean > 0 else len(arr)
+    return max(len(arr), min(int(want), len(arr) * MAX_TILES))
+
+
+# a closed loop's requests are sent again at most this many times over (a setting that runs
+# a run's clients this much faster: 16 CPUs for a run held to a sixteenth of one)
+MAX_TILES = 256
+
+
 def _run(
     arr: np.ndarray,
     cost: np.ndarray,
@@ -142,9 +163,17 @@ def _run(
     tick: float,
     tick0: float,
     tol: float,
+    stop: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The loop over every event (cfskernel.replay_events), with room for the periods it
-    spans (more and again where the first guess fell short). Returns (end, sent, rows)."""
+    spans (more and again where the first guess fell short). A closed loop sends the run's
+    requests, and until ``stop`` the same again, in turn, as long as its clients need more
+    (they keep sending whatever the setting). Returns (end, sent, rows) of the requests
+    sent."""
+    base = cost
+    if conc is not None and stop < math.inf:
+        n = _requests_until(arr, cost, levels, G, C, int(conc), stop)
+        arr, cost = np.full(n, arr[0]), np.resize(base, n)
     room = _room(arr, cost, levels, G, C, conc)
     scalars = (
         -1 if conc is None else int(conc),
@@ -154,21 +183,31 @@ def _run(
         float(tick),
         float(tick0),
         float(tol),
+        float(stop),
+        len(base),
     )
     while True:
         inputs, fresh = (arr, cost), _kernel_args(arr, levels, C, room)
         if not cfskernel.use():
             inputs, fresh = _lists(inputs), _lists(fresh)
         got = cfskernel.replay_events(*inputs, *scalars, *fresh)
-        if got != cfskernel.NO_ROOM:
+        if got == cfskernel.NO_ROOM:
+            room *= 2
+        elif got == cfskernel.NO_REQUESTS and len(arr) < len(base) * MAX_TILES:
+            n = min(2 * len(arr), len(base) * MAX_TILES)
+            arr, cost = np.full(n, arr[0]), np.resize(base, n)
+            room = max(room, _room(arr, cost, levels, G, C, conc))
+        elif got == cfskernel.NO_REQUESTS:  # as many as it may send: the last of them answered
+            stop = math.inf
+            scalars = (*scalars[:-2], stop, len(base))
+        else:
             break
-        room *= 2
     lev, state, gates, reqs, runnable, rows = fresh
-    return (
-        np.asarray(reqs[3], dtype=np.float64),
-        np.asarray(reqs[4], dtype=np.float64),
-        np.asarray(rows)[:got].reshape(-1, cfskernel.ROW_COLUMNS),
-    )
+    end, sent = np.asarray(reqs[3], dtype=np.float64), np.asarray(reqs[4], dtype=np.float64)
+    if stop < math.inf:  # those the clients never sent
+        keep = ~np.isnan(end)
+        end, sent = end[keep], sent[keep]
+    return end, sent, np.asarray(rows)[:got].reshape(-1, cfskernel.ROW_COLUMNS)
 
 
 def replay(
@@ -185,12 +224,14 @@ def replay(
     hz: int = HZ,
     outer: list[tuple[Quota, int, int, float]] = (),
     tick_phase_ns: int | None = None,
+    stop_ns: int | None = None,
 ) -> pd.DataFrame:
     """:func:`replay_columns` as a frame, the latencies, each request's row and the
     throughput in its attrs."""
     cols, attrs = replay_columns(
-        sched, cost_ns, conc, quota_us, period_ns, phase_ns, burst_us, G, C, slice_us, hz, outer, tick_phase_ns
-    )
+        sched, cost_ns, conc, quota_us, period_ns, phase_ns, burst_us, G, C, slice_us, hz, outer, tick_phase_ns,
+        stop_ns=stop_ns,
+    )  # fmt: skip
     per = pd.DataFrame(cols)
     per.attrs.update(attrs)
     return per
@@ -211,6 +252,7 @@ def replay_columns(
     outer: list[tuple[Quota, int, int, float]] = (),
     tick_phase_ns: int | None = None,
     period_latency: bool = True,
+    stop_ns: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
     changes, so each step is exact (times in ns from the first boundary, as floats).
@@ -227,7 +269,10 @@ def replay_columns(
     exhaustion, stall and CPUs frozen are that level's own, as the level's cpu.stat counts
     them. The loop itself is :mod:`gmpanalysis.cfskernel`'s (compiled where numba is).
     ``period_latency=False`` leaves out the periods' latency percentiles (a summary of many
-    replays, the advice's, reads the latencies whole)."""
+    replays, the advice's, reads the latencies whole). ``stop_ns``: a closed loop's clients
+    send each request, and until then (on sched's clock) the same again in turn where they
+    need more: the load generator ran for a time, not a count, so a setting that serves
+    them faster answers more in the same time; None: each request once."""
     n = len(sched)
     cost = np.ascontiguousarray(np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)))  # per request
     # the loop would never end: no client to send a request, or a cost no clock reaches
@@ -246,7 +291,8 @@ def replay_columns(
     # boot); the boundaries sit tick_phase_ns after one of them
     tau = origin % int(tick) if tick_phase_ns is None else int(tick_phase_ns) % int(tick)
     tick0 = float(int(tick) - tau)
-    end, sent, rows = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol)
+    stop = math.inf if conc is None or stop_ns is None else float(int(stop_ns) - origin)
+    end, sent, rows = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol, stop)
     own = levels[0]
     return _table(rows, k0 + np.arange(len(rows), dtype=np.int64), own["qk"], own["qv"], end, sent, origin,
                   phase_ns, period_ns, hz, period_latency)  # fmt: skip

@@ -207,6 +207,9 @@ def demand_built(run: Run) -> dict[str, Any]:
         "sched_ns": sched,
         "cost_ns": cost,
         "concurrency": int(conc) if conc else None,
+        # a closed loop's clients sent until their last request: a replay keeps them sending
+        # that long, whatever the setting (the generator ran for a time, not a count)
+        "stop_ns": int(sched[-1]) if conc else None,
         "used_us": used_us,
         "span_ns": (t0, t1),
         "source": "requests",

@@ -10,7 +10,9 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   reported costs, more than the group got (:func:`~.replayinputs.request_costs`). An open-loop generator
   sends each one on time whatever is in flight (vegeta adds workers); a closed-loop one (``load.mode`` =
   "closed") has ``load.concurrency`` clients, each sending its next request when the last
-  one is answered, and latency counts from the sending.
+  one is answered, and latency counts from the sending; they send every request of the
+  run, and until the run's last one was sent they keep sending (the same again, in turn),
+  since a generator runs for a time: a faster setting answers more, over the same span.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
   scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` threads,
   each request getting its share (processor sharing). When a boundary frees work that stood
@@ -191,7 +193,7 @@ def _what_if(
     cost = np.asarray(d["cost_ns"]) * grow
     out, attrs = replay_columns(
         sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
-        tick_phase_ns, period_latency,
+        tick_phase_ns, period_latency, d.get("stop_ns"),
     )  # fmt: skip
     _add_stw(out, stw)
     which = attrs.pop("request_period", None)

@@ -132,10 +132,14 @@ def demands(draw):
         ph = draw(st.integers(0, p_us * 1000 - 1))
         q = _quota(draw, p_us, (int(sched[0]) - ph) // (p_us * 1000))
         outer.append((q, p_us * 1000, ph, draw(st.sampled_from([0.0, 5000.0]))))
+    conc = draw(st.one_of(st.none(), st.integers(1, 4)))
+    # a closed loop's clients sending for a time: the requests again, in turn, until then
+    until = draw(st.one_of(st.none(), st.integers(0, 400_000_000))) if conc else None
     return {
         "sched": sched,
         "cost_ns": cost,
-        "conc": draw(st.one_of(st.none(), st.integers(1, 4))),
+        "conc": conc,
+        "stop_ns": None if until is None else int(sched[0]) + until,
         "quota_us": _quota(draw, period_us, k0),
         "period_ns": period_us * 1000,
         "phase_ns": phase,
@@ -157,6 +161,12 @@ def _invariants(per: pd.DataFrame, d: dict) -> None:
     P = d["period_ns"] / 1000
     assert (per["usage_us"] <= cpus * P * (1 + 1e-12) + 1e-6).all()
     cost = np.broadcast_to(np.asarray(d["cost_ns"], dtype=np.float64), (len(d["sched"]),))
+    sent = len(per.attrs["latency_ms"])
+    if d.get("stop_ns") is None:
+        assert sent == len(cost)
+    else:  # every request of the run, and the same again in turn while the clients send
+        assert sent >= len(cost)
+        cost = np.resize(cost, sent)
     tol = 1e-6 * float(np.mean(cost)) * len(cost)
     assert per["usage_us"].sum() * 1000 == pytest.approx(cost.sum(), rel=1e-9, abs=tol + 1e-3)
     assert not np.isnan(per.attrs["latency_ms"]).any()

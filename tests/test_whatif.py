@@ -75,6 +75,40 @@ def test_after_a_period_whose_work_stood_still_the_threads_share_cpus(G):
     assert (whole["usage_us"].iloc[:-1] >= 16 * 100_000 - 16 * 4_000).all()  # 16 CPUs, less an overrun paid
 
 
+def test_a_closed_loop_sends_for_the_runs_time_whatever_the_setting():
+    """4 clients, 8 requests of 50 ms of CPU, the clients sending until 200 ms. On 4 CPUs
+    without a limit they are answered 4 at a time every 50 ms: the run's 8 by 100 ms, then
+    the same again as the clients keep sending, at 100 and 150 ms (at 200 ms their time is
+    up): 16 answered in 200 ms. On one CPU the 8 take 400 ms: all are still sent (the run
+    sent them), none more. Without a stop each request is sent once."""
+    sched = np.zeros(8, dtype=np.int64)
+    fast = replay(sched, 50e6, 4, None, 100_000_000, 0, 0, 4, 4, stop_ns=200_000_000)
+    assert len(fast.attrs["latency_ms"]) == 16
+    assert fast.attrs["latency_ms"] == pytest.approx(50.0)
+    assert fast.attrs["throughput_rps"] == pytest.approx(16 / 0.2)
+    assert fast["usage_us"].sum() == pytest.approx(16 * 50_000)
+    slow = replay(sched, 50e6, 4, None, 100_000_000, 0, 0, 1, 1, stop_ns=200_000_000)
+    assert len(slow.attrs["latency_ms"]) == 8 and slow["usage_us"].sum() == pytest.approx(8 * 50_000)
+    once = replay(sched, 50e6, 4, None, 100_000_000, 0, 0, 4, 4)
+    assert len(once.attrs["latency_ms"]) == 8 and once.attrs["throughput_rps"] == pytest.approx(8 / 0.1)
+
+
+def test_a_real_closed_loop_replayed_faster_keeps_its_duration():
+    """A real closed loop (100 clients, 1.5 CPUs on 2): at its own setting the replay sends
+    the run's requests; with the limit lifted (2 CPUs) the clients answer more in about the
+    same time, not the same requests in less (the generator ran for a time)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = gmp.load_run("fixtures/closed-loop/closed-1.5cpu-gmp2")
+    own = W.what_if(run)
+    sent = int(W.demand(run)["sched_ns"].size)
+    assert len(own.attrs["latency_ms"]) >= sent
+    free = W.what_if(run, unlimited=True)
+    assert free.attrs["throughput_rps"] > own.attrs["throughput_rps"] * 1.1
+    assert len(free.attrs["latency_ms"]) > sent
+    assert len(free) >= 0.9 * len(own)
+
+
 def test_threads_spread_again_after_a_period_without_a_freeze_and_once_the_work_drains():
     """A pod-level quota (its boundaries 50 ms after the container's) freezes the work until
     150 ms, then no longer limits: from the thaw to the container's next boundary the 16
