@@ -21,18 +21,29 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from . import runtimecost
 from .analysis import held
 from .bundle import Run
 from .cgroup import MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
 from .levels import quota_at_end
+from .modelerror import (
+    cpus_validated,
+    loop_of,
+    loop_validated,
+    measured_range,
+    model_error,
+    regime,
+    validated_cpus,
+    validated_loops,
+)
 from .modelerror import load as load_validation
-from .modelerror import loop_of, loop_validated, measured_range, model_error, regime, validated_loops
 from .replayinputs import memo, prep_built
 from .spread import Input, spread_ps, with_spread
 from .spread import caveat as spread_caveat
@@ -222,12 +233,14 @@ def advise(
     validation = load_validation()
     reg = regime(ncpu, float(best.limit_cpu), float(best.gomaxprocs), period)
     loops = {loop_of(r.meta) for r in runs}
-    err = model_error(reg, validation, loops)  # the latency figures only where every run's loop was validated
+    # the latency figures only where every run's loop was validated; none on CPUs the regime's runs lacked
+    err = model_error(reg, validation, loops, ncpu)
     table.attrs["regime"] = reg
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     said = _sentence(best, objective, with_requests, reg, err, met)
+    said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu, reg, validation)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
         said += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
@@ -237,8 +250,37 @@ def advise(
     if cpus is None:
         said += _cpuset_caveat(runs[0], ncpu)
     table.attrs["recommendation"] = said
-    table.attrs["baselines"] = _baselines(inputs, variants, best, lim0, ncpu, runs)
+    table.attrs["baselines"] = _baselines(inputs, variants, best, ncpu, runs)
     return table
+
+
+def _reach_caveat(inputs: list[Input], g: int, ncpu: int, reg: str, validation: dict) -> str:
+    """Where the advised setting lies beyond what the model was fitted or validated on: the
+    runtime's growth with the Ps past its fit, CPUs the regime's runs did not have ("" otherwise)."""
+    said = ""
+    if _growth_extrapolated(inputs, g, ncpu):
+        said += (
+            f" The runtime's CPU per request at {min(g, ncpu)} Ps is extrapolated: its growth "
+            f"with the Ps was fitted up to {runtimecost.MAX_FIT_PS} Ps (and at most {runtimecost.MAX_GROWTH:g}×)."
+        )
+    if not cpus_validated(reg, ncpu, validation):
+        said += (
+            f" (The runs validated in this regime had {' or '.join(map(str, validated_cpus(reg, validation)))} "
+            f"CPUs; this advice is for {ncpu}.)"
+        )
+    return said
+
+
+def _growth_extrapolated(inputs: list[Input], g: int, ncpu: int) -> bool:
+    """Whether the runtime's growth with the Ps (:mod:`gmpanalysis.runtimecost`) at ``g``
+    on ``ncpu`` leaves what its fit measured for any of the runs."""
+    for prep, _, _ in inputs:
+        stw, lim = prep["stw"], prep["settings"]
+        if stw and runtimecost.extrapolated(
+            stw["per_cpu_s"], max(runtimecost.ps(lim["gomaxprocs"] or 1, lim["cpus"] or ncpu), runtimecost.ps(g, ncpu))
+        ):
+            return True
+    return False
 
 
 def _coarse_to_fine(
@@ -262,12 +304,16 @@ def _loop_caveat(reg: str, validation: dict, loops: set[str | None], err: dict) 
     """Where the regime's latency errors were measured on another kind of load than the
     runs' (open or closed loop): why the p99 has no error bars ("" otherwise)."""
     off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
-    if not off or not err:
+    unsaid = None in loops and not loop_validated(reg, None, validation)
+    if not (off or unsaid) or not err:
         return ""
+    which = f"{' and '.join(off)}-loop" if off else ""
+    if unsaid:
+        which += (" and " if which else "") + "of a run whose bundle does not say how it was sent (meta.json load.mode)"
     return (
         f" The p99 and throughput have no error bars: in this regime the model was validated on "
         f"{' and '.join(validated_loops(reg, validation))}-loop load only, and the load advised here is "
-        f"{' and '.join(off)}-loop "
+        f"{which} "
         "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
         "check the ranking by p99 with a run of the top settings."
     )
@@ -400,12 +446,12 @@ def _baselines(
     inputs: list[Input],
     variants: dict[tuple[int, ...], list[Input]],
     best: pd.Series,
-    lim0: dict,
     ncpu: int,
     runs: list[Run],
 ) -> pd.DataFrame:
     """At the recommended limit: the GOMAXPROCS each rule would set, its predicted figures
-    and how much worse than the recommendation; and the run's own setting as it was."""
+    and how much worse than the recommendation; and each run's own setting as it was (on
+    its own CPUs, whatever ``cpus`` the advice was asked for)."""
     period = int(best.period_us)
     r = rules(int(best.quota_us), period, ncpu)
     rows = []
@@ -416,15 +462,18 @@ def _baselines(
         near = with_spread(inputs, min(g, ncpu), variants)
         p = _predict(near, float(best.limit_cpu), period, float(best.burst_us), int(g), ncpu)
         rows.append({"setting": f"{name} (GOMAXPROCS={g})", **p})
-    if lim0["quota_us"] is not None:
-        g0 = int(lim0["gomaxprocs"] or ncpu)
+    for run, inp in zip(runs, inputs, strict=True):  # each run as it was, on its own CPUs
+        lim = settings(run)
+        if lim["quota_us"] is None or not lim["gomaxprocs"]:  # no limit, or its GOMAXPROCS unknown: not replayable
+            continue
+        g0 = int(lim["gomaxprocs"])
         # replayed with its own quotas period by period: a limit resized in place as it was;
         # its limit and cost shown as at the end
-        last = quota_at_end(runs[0])
-        at_end = (lim0["quota_us"] if last is None else last) / period
-        own = _predict(inputs, at_end, period, float(lim0["burst_us"] or 0), g0, ncpu, own=True)
-        resized = f", {lim0['quota_us'] / period:g} → {at_end:g} CPU" if at_end != lim0["quota_us"] / period else ""
-        who = "the run as it was" if len(runs) == 1 else "the runs as they were"
+        last = quota_at_end(run)
+        at_end = (lim["quota_us"] if last is None else last) / period
+        own = _predict([inp], at_end, period, float(lim["burst_us"] or 0), g0, int(lim["cpus"] or ncpu), own=True)
+        resized = f", {lim['quota_us'] / period:g} → {at_end:g} CPU" if at_end != lim["quota_us"] / period else ""
+        who = "the run as it was" if len(runs) == 1 else f"{Path(str(run.path)).name} as it was"
         rows.append({"setting": f"{who}{resized}", **own})
     out = pd.DataFrame(rows)
     if len(out):

@@ -102,14 +102,26 @@ def cmd_advise(a: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in a.bundles]
     runs = []
+    told: list[int] = []
+
+    def tell() -> None:  # what the data lacks, before the answer built on it
+        for i, (p, r) in enumerate(zip(paths, runs, strict=False)):
+            told.extend([0] * (i + 1 - len(told)))
+            for n in r.notes[told[i] :]:
+                print(f"{p}: note: {n}", file=sys.stderr)
+            told[i] = len(r.notes)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in paths:
             runs.append(load_run(p))
-            for n in runs[-1].notes:  # what the data lacks, before the answer built on it
-                print(f"{p}: note: {n}", file=sys.stderr)
+            tell()
         t = _tolerating_traces(runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit))
+    tell()  # and what reading the traces and replaying found (a truncated trace, a load of unknown kind)
     cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
+    if (t["frozen_pct"] - t["throttled_pct"]).abs().max() > 0.5:
+        # a level above (a pod's quota) freezes the work too: what the throttle and cost objectives rank by
+        cols[cols.index("stall_ms_per_s") + 1 : cols.index("stall_ms_per_s") + 1] = ["frozen_pct", "frozen_ms_per_s"]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
         print(t[cols].head(a.top).to_string(index=False))
         print()
@@ -117,7 +129,8 @@ def cmd_advise(a: argparse.Namespace) -> int:
         b = t.attrs["baselines"]
         if len(b):
             print()
-            print("the same limit with GOMAXPROCS by each rule, and the run as it was:")
+            was = "the run as it was" if len(runs) == 1 else "each run as it was"
+            print(f"the same limit with GOMAXPROCS by each rule, and {was}:")
             keep = ["setting", "limit_cpu", "throttled_pct", "p99_ms", "throttled_worse_points", "p99_worse_pct"]
             print(b[keep].to_string(index=False))
     err = ", ".join(f"{k} {v[0]:g} (p90 {v[1]:g}) {v[2]}" for k, v in t.attrs["model_error"].items())

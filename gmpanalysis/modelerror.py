@@ -64,6 +64,7 @@ def loop_of(meta: dict[str, Any]) -> str | None:
     bundle does not say."""
     load = meta.get("load")
     mode = load.get("mode") if isinstance(load, dict) else None
+    mode = mode.strip().lower() if isinstance(mode, str) else None
     return mode if mode in ("open", "closed") else None
 
 
@@ -89,8 +90,9 @@ def measured_range(pred: float, err_pct: float) -> tuple[float, float]:
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per regime and figure: the held-out predictions' count (``n``), the distinct runs
     predicted (``targets``), the median and 90th percentile of the absolute error; and
-    ``loops``, how the predicted runs' load was sent (:func:`loop_of`). ``rows``: one per
-    prediction, with ``regime``, ``target``, ``loop`` and :func:`errors_of`'s keys."""
+    ``loops``, how the predicted runs' load was sent (:func:`loop_of`), and ``cpus``, the
+    CPUs they ran on. ``rows``: one per prediction, with ``regime``, ``target``, ``loop``,
+    ``cpus`` and :func:`errors_of`'s keys."""
     out: dict[str, Any] = {}
     for reg in sorted({r["regime"] for r in rows}):
         mine = [r for r in rows if r["regime"] == reg]
@@ -98,6 +100,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         loops = sorted({r["loop"] for r in mine if r.get("loop")})
         if loops:
             out[reg]["loops"] = loops
+        cpus = sorted({int(r["cpus"]) for r in mine if r.get("cpus")})
+        if cpus:
+            out[reg]["cpus"] = cpus
         for k in UNITS:
             v = np.array([r[k] for r in mine], dtype=float)
             keep = ~np.isnan(v)
@@ -121,13 +126,16 @@ def load(path: Path = VALIDATION_FILE) -> dict[str, Any]:
 
 
 def model_error(
-    reg: str, validation: dict[str, Any] | None = None, loops: Iterable[str | None] = ()
+    reg: str, validation: dict[str, Any] | None = None, loops: Iterable[str | None] = (), cpus: float | None = None
 ) -> dict[str, tuple[float, float, str]]:
     """The error bars of a regime, figure by figure: (median, p90, unit) of the held-out
     absolute errors; none for a figure with fewer than :data:`MIN_PREDICTIONS` predictions
     of :data:`MIN_TARGETS` runs there, nor for the latency figures (:data:`LATENCY_FIGURES`)
     where one of ``loops`` (:func:`loop_of` each advised run) is not among the regime's
-    validated loops."""
+    validated loops; none at all on ``cpus`` outside the CPUs the regime's runs had
+    (:func:`cpus_validated`)."""
+    if not cpus_validated(reg, cpus, validation):
+        return {}
     figs = _figures(reg, validation)
     off = not all(loop_validated(reg, x, validation) for x in loops)
     return {
@@ -152,10 +160,23 @@ def validated_loops(reg: str, validation: dict[str, Any] | None = None) -> list[
 
 def loop_validated(reg: str, loop: str | None, validation: dict[str, Any] | None = None) -> bool:
     """Whether the regime's latency errors were measured on runs whose load was sent as
-    ``loop`` (True where either side does not say: a validation that predates the loops, a
-    run without its load's mode)."""
+    ``loop`` (True where the validation does not say, one that predates the loops; False
+    for a run that does not say how its load was sent where it does)."""
     loops = validated_loops(reg, validation)
-    return loop is None or not loops or loop in loops
+    return not loops or loop in loops
+
+
+def validated_cpus(reg: str, validation: dict[str, Any] | None = None) -> list[int]:
+    """The CPUs of the runs the regime's errors were measured on (empty: not said)."""
+    return [int(x) for x in _figures(reg, validation).get("cpus") or []]
+
+
+def cpus_validated(reg: str, cpus: float | None, validation: dict[str, Any] | None = None) -> bool:
+    """Whether ``cpus`` lies within the CPUs the regime's runs had (the regime "≥9 CPUs"
+    measured on 16 says nothing of 64, where more threads wake on more CPUs). True where
+    either side does not say."""
+    seen = validated_cpus(reg, validation)
+    return cpus is None or not seen or min(seen) <= cpus <= max(seen)
 
 
 def validated_regimes(validation: dict[str, Any] | None = None) -> list[str]:

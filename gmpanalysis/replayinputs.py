@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .errors import BundleError, GmpError, MissingDataError
 from .grid import restart_ns
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
+from .modelerror import loop_of
 from .served import answered, latency_ms, sampled, succeeded
 
 
@@ -193,8 +195,7 @@ def demand_built(run: Run) -> dict[str, Any]:
     t0, t1 = int(sched[0]), int(r["end_ns"].max())
     inside = (per["end_ns"] > t0) & (per["start_ns"] < t1)
     used_us = float(per.loc[inside, "usage_us"].sum())
-    load = run.meta.get("load") or {}
-    conc = load.get("concurrency") if load.get("mode") == "closed" else None
+    conc = _clients(run)
     cost, own = request_costs(r, used_us * 1000)
     # the stretches between the table's segments (a counter reset: the cgroup recreated) had
     # no reads: the table has no periods there, nor the demand requests
@@ -216,6 +217,34 @@ def demand_built(run: Run) -> dict[str, Any]:
         "cost_source": own,
         "unsampled": unsampled,
     }
+
+
+def _clients(run: Run) -> int | None:
+    """A closed loop's clients (meta.json ``load``: ``mode`` "closed", ``concurrency``), None
+    for an open loop; where the bundle does not say how its load was sent, an open loop,
+    and a note that says so (a closed loop's run replayed so sends its requests on their
+    schedule, not as answers come)."""
+    load = run.meta.get("load")
+    mode = loop_of(run.meta)
+    where = run.path / "meta.json"
+    if mode == "closed":
+        c = load.get("concurrency")
+        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not (c >= 1 and float(c).is_integer()):
+            raise BundleError(
+                f'{where}: load.concurrency is {c!r}, but a closed loop (load.mode "closed") needs its number '
+                "of clients, a whole number of 1 or more: set it to the load generator's concurrency"
+            )
+        return int(c)
+    if mode is None:
+        said = repr(load.get("mode")) if isinstance(load, dict) and load.get("mode") is not None else "not given"
+        note = (
+            f"{where}: load.mode is {said}: the requests are replayed as an open loop, each sent at its "
+            "sched_ns whatever is in flight; for clients that each wait for their answer, set load.mode to "
+            '"closed" and load.concurrency to their number'
+        )
+        if note not in run.notes:
+            run.notes.append(note)
+    return None
 
 
 def latency_shape(r: pd.DataFrame) -> np.ndarray | None:

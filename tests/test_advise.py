@@ -59,6 +59,27 @@ def test_baselines_are_the_rules_at_the_recommended_limit():
     assert "the run as it was" in b.index and b.loc["the run as it was", "gomaxprocs"] == 8
 
 
+def test_each_run_as_it_was_on_its_own_cpus():
+    """The run as it was is replayed on the CPUs it had, whatever CPUs the advice is for;
+    advised together, each run is shown as it was, under its own name and limit."""
+    run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp8"))
+    was = [
+        advise(run, limits=(0.5,), gomaxprocs=(2,), cpus=c)
+        .attrs["baselines"]
+        .set_index("setting")
+        .loc["the run as it was"]
+        for c in (1, 2, 16)
+    ]
+    assert all(w["throttled_pct"] == was[0]["throttled_pct"] and w["p99_ms"] == was[0]["p99_ms"] for w in was)
+    other = _load(Path("fixtures/runs/cpu-0.5cpu-gmp1"))
+    b = advise([run, other], limits=(0.5,), gomaxprocs=(2,)).attrs["baselines"].set_index("setting")
+    assert (
+        b.loc["cpu-0.5cpu-gmp8 as it was", "gomaxprocs"] == 8 and b.loc["cpu-0.5cpu-gmp1 as it was", "gomaxprocs"] == 1
+    )
+    alone = advise(other, limits=(0.5,), gomaxprocs=(2,)).attrs["baselines"].set_index("setting")
+    assert b.loc["cpu-0.5cpu-gmp1 as it was", "throttled_pct"] == alone.loc["the run as it was", "throttled_pct"]
+
+
 def test_bad_settings_are_named():
     run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp2"))
     with pytest.raises(UsageError, match="objective"):
@@ -75,6 +96,22 @@ def test_the_command_prints_the_ranking_and_the_sentence():
     ).stdout  # fmt: skip
     assert "For cost: a CPU limit of" in out and "go1.25 default" in out
     assert "the model's held-out error on real runs in this regime" in out or "has not been validated" in out
+
+
+def test_the_command_tells_what_reading_the_trace_found(tmp_path):
+    """A trace cut short is read lazily, by the advice itself: the command still prints
+    the note it left (the advice then rests on the generations before the cut)."""
+    import shutil
+
+    run = tmp_path / "cut"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp2", run)
+    trace = run / "trace.out"
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    done = subprocess.run(
+        [sys.executable, "-m", "gmpanalysis.cli", "advise", str(run), "--top", "1"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{run}: note: {trace}: trace ends inside a generation" in done.stderr
 
 
 def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch):
@@ -137,6 +174,56 @@ def test_latency_error_bars_only_for_a_load_loop_the_regime_was_validated_on(mon
     assert set(gmp.advise(closed, limits=[0.5], gomaxprocs=[2], bursts=[0.0]).attrs["model_error"]) == {"p99_pct"}
 
 
+def test_a_run_that_does_not_say_its_loop_gets_no_latency_bars_and_a_note(monkeypatch, tmp_path):
+    """Where the regime's errors were measured on open loops, a run whose meta.json does not
+    say how its load was sent gets no p99 bars (its clients may have waited for answers) and
+    the advice and the run's notes say so; a mode spelt "Closed" is a closed loop; a closed
+    loop without a whole number of clients is refused, naming meta.json."""
+    import copy
+
+    from gmpanalysis import modelerror as ME
+
+    A = sys.modules["gmpanalysis.advise"]
+    src = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp2")
+    reg = ME.regime(2, 0.5, 2)
+    fig = {"n": 9, "targets": 3, "median": 7.5, "p90": 21.0}
+    v = {"date": "2000-01-01", "regimes": {reg: {"loops": ["open"], "p99_pct": fig, "throttled_pct": fig}}}
+    monkeypatch.setattr(A, "load_validation", lambda: v)
+    unsaid = copy.copy(src)
+    unsaid.notes = []
+    unsaid.meta = {k: x for k, x in src.meta.items() if k != "load"}
+    adv = gmp.advise(unsaid, limits=[0.5], gomaxprocs=[2], bursts=[0.0])
+    assert set(adv.attrs["model_error"]) == {"throttled_pct"}
+    assert "does not say how it was sent (meta.json load.mode)" in adv.attrs["recommendation"]
+    assert any("load.mode is not given" in n and "open loop" in n for n in unsaid.notes)
+    assert ME.loop_of({"load": {"mode": "Closed "}}) == "closed"
+    for bad in (0, 2.5, "abc", None, True):
+        run = copy.copy(src)
+        run.meta = {**src.meta, "load": {**src.meta["load"], "mode": "closed", "concurrency": bad}}
+        with pytest.raises(gmp.BundleError, match=r"meta\.json: load\.concurrency is .*whole number"):
+            gmp.what_if(run)
+
+
+def test_no_error_bars_on_cpus_the_regimes_runs_did_not_have(monkeypatch):
+    """A regime measured on 16-CPU runs gives its bars on 16 CPUs, not on 64 (more threads
+    waking on more CPUs), and the advice says which CPUs were validated; a validation that
+    does not record the CPUs keeps them."""
+    from gmpanalysis import modelerror as ME
+
+    A = sys.modules["gmpanalysis.advise"]
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp2")
+    fig = {"n": 9, "targets": 3, "median": 7.5, "p90": 21.0}
+    for cpus, want in ((16, True), (64, False), (8, False)):
+        reg = ME.regime(cpus, 0.5, 2)
+        v = {"regimes": {reg: {"cpus": [16], "loops": ["open"], "throttled_pct": fig}}}
+        monkeypatch.setattr(A, "load_validation", lambda v=v: v)
+        adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0], cpus=cpus)
+        assert bool(adv.attrs["model_error"]) is want, cpus
+        assert ("validated in this regime had 16 CPUs; this advice is for" in adv.attrs["recommendation"]) is not want
+        v["regimes"][reg].pop("cpus")
+        assert gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0], cpus=cpus).attrs["model_error"]
+
+
 def test_a_closed_loops_p99_takes_the_spread_of_the_runs_nearest_in_ps():
     """Three real closed-loop runs (fixtures/closed-loop: 1.5 CPUs on 2, GOMAXPROCS 1, 2, 4):
     advised together, every setting is predicted from all three, each with the latency
@@ -194,7 +281,8 @@ def test_the_committed_validation_is_well_formed():
     known = {ME.regime(c, lim, g) for c in (2, 4, 16) for lim in (None, 1.0) for g in (1, 2, 8)}
     assert set(v["regimes"]) <= known
     for figs in v["regimes"].values():
-        assert set(figs) <= {*ME.UNITS, "loops"} and set(figs.get("loops", [])) <= {"open", "closed"}
+        assert set(figs) <= {*ME.UNITS, "loops", "cpus"} and set(figs.get("loops", [])) <= {"open", "closed"}
+        assert all(isinstance(c, int) and c >= 1 for c in figs.get("cpus", []))
         for e in (e for k, e in figs.items() if k in ME.UNITS):
             assert e["n"] >= 1 and 0 <= e["median"] <= e["p90"]
 
