@@ -29,7 +29,7 @@ import pandas as pd
 from . import runtimecost
 from .analysis import held
 from .bundle import Run
-from .cgroup import MIN_QUOTA_US
+from .cgroup import MAX_QUOTA_US, MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
 from .levels import quota_at_end
@@ -94,6 +94,12 @@ def _check_candidates(limits: list[float], gs: list[int], bursts: list[float], p
             f"advise(limits={limits!r}): {low} CPU is below the least quota the kernel accepts "
             f"({MIN_QUOTA_US} µs per {period_us} µs period: {MIN_QUOTA_US / period_us:g} CPU)"
         )
+    high = [x for x in limits if not x * period_us <= MAX_QUOTA_US]
+    if high:
+        raise UsageError(
+            f"advise(limits={limits!r}): {high} CPU is above the largest quota the kernel accepts "
+            f"({MAX_QUOTA_US} µs per {period_us} µs period)"
+        )
     bad_g = [g for g in gs if not (isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 1)]
     if bad_g:
         raise UsageError(f"advise(gomaxprocs={gs!r}): {bad_g}: GOMAXPROCS is a whole number of at least 1")
@@ -116,6 +122,11 @@ def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | N
                 told = ", ".join(f"{r.name}: {s[key]}" for r, s in zip(runs, each, strict=True))
                 how = f"give {arg} for all of them" if arg else "advise them apart"
                 raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
+    if cpus is not None and (
+        isinstance(cpus, (bool, np.bool_)) or not isinstance(cpus, numbers.Real) or not (cpus >= 1)
+        or not float(cpus).is_integer()
+    ):  # fmt: skip
+        raise UsageError(f"advise(cpus={cpus!r}): give the CPUs the service may run on, a whole number of 1 or more")
     if cpus is None and lim0["cpus"] is None:
         raise MissingDataError(
             f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"
@@ -196,6 +207,9 @@ def advise(
         raise UsageError("advise: give at least one run")
     if objective not in OBJECTIVES:
         raise UsageError(f"advise(objective={objective!r}): choose one of {list(OBJECTIVES)}")
+    for name, x in (("limits", limits), ("gomaxprocs", gomaxprocs), ("bursts", bursts)):
+        if x is not None and (isinstance(x, (str, bytes)) or not isinstance(x, Iterable)):
+            raise UsageError(f"advise({name}={x!r}): give a list of candidates, e.g. {name}=[{x!r}]")
     lim0 = settings(runs[0])
     ncpu = _cpus_of(runs, lim0, cpus, max_limit)
     top = float(max_limit or ncpu)

@@ -175,6 +175,11 @@ def _what_if(
         q = quota_us
     qs = np.fromiter(q.values(), dtype=np.float64) if isinstance(q, dict) else np.array([np.nan if q is None else q])
     qs = qs[np.isfinite(qs)]
+    if burst_us is None and quota_us is not None and _num(burst) and burst > 0 and len(qs) and burst > qs.min():
+        raise UsageError(
+            f"what_if(quota_us={quota_us!r}): the run's burst ({burst:g} µs) is more than that quota, which the "
+            "kernel refuses (cpu.max.burst at most the quota): give burst_us= too"
+        )
     if burst_us is not None and _num(burst_us) and len(qs) and burst_us > qs.min():
         # tg_set_cfs_bandwidth: -EINVAL where burst > quota
         raise UsageError(
@@ -487,6 +492,13 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
 
 def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
     """:func:`estimate` on a run's replay inputs (see :func:`_what_if`)."""
+    if isinstance(phases, bool) or not isinstance(phases, numbers.Integral) or phases < 1:
+        raise UsageError(f"estimate(phases={phases!r}): the tick phases averaged over are a whole number of 1 or more")
+    if "tick_phase_ns" in setting:
+        raise UsageError(
+            "estimate(tick_phase_ns=...): an estimate averages over tick phases (phases=); "
+            "what_if(..., tick_phase_ns=) replays one"
+        )
     tick = 1_000_000_000 // int(prep["settings"]["hz"])
     each = []
     gaps = prep["demand"].get("gaps_ns") if prep["demand"]["concurrency"] is None else None

@@ -86,6 +86,18 @@ def test_bad_settings_are_named():
         advise(run, objective="fast")
     with pytest.raises(UsageError, match="at least one run"):
         advise([])
+    for kw, says in (
+        ({"limits": 1}, "give a list"),
+        ({"gomaxprocs": 2}, "give a list"),
+        ({"bursts": 0.5}, "give a list"),
+        ({"limits": [1e9]}, "largest quota"),
+        ({"limits": [math.inf]}, "largest quota"),
+        ({"cpus": math.nan}, "whole number"),
+        ({"cpus": 2.5}, "whole number"),
+        ({"cpus": True}, "whole number"),
+    ):
+        with pytest.raises(UsageError, match=says):
+            advise(run, **kw)
 
 
 def test_the_command_prints_the_ranking_and_the_sentence():

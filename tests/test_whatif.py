@@ -506,6 +506,26 @@ def test_settings_the_kernel_refuses_are_refused(kw):
         W.what_if(run, **kw)
 
 
+def test_a_lower_quota_under_the_runs_own_burst_asks_for_a_burst():
+    """cpu.max.burst may not exceed the quota: a what-if of a quota below the run's own
+    burst, without a burst of its own, is refused and says to give one."""
+    import copy
+
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    bursty = copy.copy(run)
+    bursty.meta = {**run.meta, "burst_us": 40_000}
+    with pytest.raises(UsageError, match=r"burst \(40000 µs\) is more than that quota.*burst_us="):
+        W.what_if(bursty, quota_us=25_000)
+    assert len(W.what_if(bursty, quota_us=25_000, burst_us=0))
+
+
+@pytest.mark.parametrize("kw", [{"phases": 0}, {"phases": -1}, {"phases": 1.5}, {"tick_phase_ns": 5}])
+def test_an_estimates_phases_are_checked(kw):
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    with pytest.raises(UsageError, match=r"^estimate\("):
+        W.estimate(run, **kw)
+
+
 def test_a_what_if_table_plots_and_is_summarised_by_its_own_function():
     """what_if returns a period table: plot_periods draws it; period_summary, which needs
     the kernel's counters, names the function that summarises a replay."""
