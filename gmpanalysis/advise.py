@@ -255,6 +255,7 @@ def advise(
     met = bool(_cost_ok(table, with_requests).any())
     said = _sentence(best, objective, with_requests, reg, err, met)
     said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu, reg, validation)
+    said += _above_caveat(table, lim0)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
         said += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
@@ -266,6 +267,24 @@ def advise(
     table.attrs["recommendation"] = said
     table.attrs["baselines"] = _baselines(inputs, variants, best, ncpu, runs)
     return table
+
+
+def _above_caveat(table: pd.DataFrame, lim0: dict) -> str:
+    """Where a level above (a pod's quota, replayed as it was) freezes the work at every
+    limit tried, up to the largest, and the container's own quota there does not: it is that
+    level's limit that binds, which no container setting changes ("" otherwise)."""
+    if not lim0.get("outer") or not len(table):
+        return ""
+    top = table[table["limit_cpu"] == table["limit_cpu"].max()]
+    above = float((top["frozen_pct"] - top["throttled_pct"]).min())
+    if not above >= 25:
+        return ""
+    names = " or ".join(f"the {x['level']}'s, {x['quota_us'] / x['period_us']:g} CPU in the run" for x in lim0["outer"])
+    return (
+        f" At every limit tried, up to {float(top['limit_cpu'].iloc[0]):g} CPUs, a quota above this one freezes "
+        f"the work in {float(top['frozen_pct'].min()):.0f} % of periods or more ({names}): "
+        "that limit binds, and no setting of this level lifts it; raise it."
+    )
 
 
 def _reach_caveat(inputs: list[Input], g: int, ncpu: int, reg: str, validation: dict) -> str:

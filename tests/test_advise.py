@@ -236,6 +236,17 @@ def test_no_error_bars_on_cpus_the_regimes_runs_did_not_have(monkeypatch):
         assert gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0], cpus=cpus).attrs["model_error"]
 
 
+def test_a_pod_quota_that_binds_at_every_limit_is_named():
+    """A real v2 run whose pod holds 0.5 CPU above a 4-CPU container: at every container limit
+    tried the pod's quota freezes the work, so the advice says that limit binds (and not
+    for a pod that stops binding as the container's limit rises)."""
+    bound = gmp.advise(_load(Path("fixtures/runs-v2/v2-6.12-ancestor-pod0.5-ctr4-default")))
+    assert "a quota above this one freezes the work" in bound.attrs["recommendation"]
+    assert "the pod's, 0.5 CPU in the run" in bound.attrs["recommendation"]
+    free = gmp.advise(_load(Path("fixtures/runs/nested-0.5cpu-pod0.5-gmp2")))
+    assert "a quota above this one" not in free.attrs["recommendation"]
+
+
 def test_a_closed_loops_p99_takes_the_spread_of_the_runs_nearest_in_ps():
     """Three real closed-loop runs (fixtures/closed-loop: 1.5 CPUs on 2, GOMAXPROCS 1, 2, 4):
     advised together, every setting is predicted from all three, each with the latency
