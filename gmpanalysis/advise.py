@@ -253,7 +253,7 @@ def advise(
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
-    said = _sentence(best, objective, with_requests, reg, err, met)
+    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs))
     said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu, reg, validation)
     said += _above_caveat(table, lim0)
     if with_requests:
@@ -333,13 +333,28 @@ def _coarse_to_fine(
     return rows + at([x for x in cand if lo < x < hi and x not in coarse])
 
 
+def _no_latency(runs: list[Run]) -> str:
+    """Why a ranking by p99 has no latency to rank by."""
+    if len(runs) == 1:
+        return "the run has no requests"
+    has = any(demand(r)["source"] == "requests" for r in runs)
+    return "not every run has requests" if has else "the runs have no requests"
+
+
 def _loop_caveat(reg: str, validation: dict, loops: set[str | None], err: dict) -> str:
-    """Where the regime's latency errors were measured on another kind of load than the
-    runs' (open or closed loop): why the p99 has no error bars ("" otherwise)."""
+    """Runs of both kinds of load advised together; and where the regime's latency errors
+    were measured on another kind of load than the runs' (open or closed loop): why the p99
+    has no error bars ("" otherwise)."""
+    mixed = (
+        " The runs mix open- and closed-loop load: each figure is their mean, and a p99 averaged over "
+        "the two says little of either; advise them apart."
+        if {"open", "closed"} <= loops
+        else ""
+    )
     off = sorted(x for x in loops if x and not loop_validated(reg, x, validation))
     unsaid = None in loops and not loop_validated(reg, None, validation)
     if not (off or unsaid) or not err:
-        return ""
+        return mixed
     which = f"{' and '.join(off)}-loop" if off else ""
     if unsaid:
         which += (" and " if which else "") + "of a run whose bundle does not say how it was sent (meta.json load.mode)"
@@ -349,7 +364,7 @@ def _loop_caveat(reg: str, validation: dict, loops: set[str | None], err: dict) 
         f"{which} "
         "(a closed loop's latency spread is carried over from the run, an open loop's queue is replayed): "
         "check the ranking by p99 with a run of the top settings."
-    )
+    ) + mixed
 
 
 def _predict(
@@ -429,6 +444,7 @@ def _sentence(
     reg: str,
     err: dict[str, tuple[float, float, str]],
     met: bool = True,
+    no_latency: str = "the run has no requests",
 ) -> str:
     burst = f", a burst of {best.burst_us / 1000:.0f} ms (Linux 5.14+)" if best.burst_us > 0 else ""
 
@@ -446,7 +462,7 @@ def _sentence(
     p99 = f"p99 {best.p99_ms:.0f} ms{p99_range()}, " if with_requests else ""
     goal = objective
     if objective == "p99" and not with_requests:
-        goal = "throttle (the run has no requests, so no latency to rank by)"
+        goal = f"throttle ({no_latency}, so no latency to rank by)"
     said = (
         f"For {goal}: a CPU limit of {best.limit_cpu:g} ({best.quota_us:.0f} µs per {best.period_us:.0f} µs)"
         f"{burst} with GOMAXPROCS={best.gomaxprocs:.0f}: predicted {p99}"

@@ -247,6 +247,24 @@ def test_a_pod_quota_that_binds_at_every_limit_is_named():
     assert "a quota above this one" not in free.attrs["recommendation"]
 
 
+def test_runs_of_both_loops_or_without_requests_advised_together_are_said(tmp_path):
+    """Advised together, an open and a closed loop's p99 are averaged: the advice says so;
+    a run without requests beside one with them: the p99 ranking says not every run has
+    them."""
+    import shutil
+
+    open_run = _load(Path("fixtures/runs/cpu-0.5cpu-gmp2"))
+    closed = _load(Path("fixtures/closed-loop/closed-1.5cpu-gmp2"))
+    both = advise([open_run, closed], limits=(1.0,), gomaxprocs=(2,), bursts=(0.0,))
+    assert "mix open- and closed-loop load" in both.attrs["recommendation"]
+    assert "mix open" not in advise(open_run, limits=(1.0,), gomaxprocs=(2,)).attrs["recommendation"]
+    bare = tmp_path / "bare"
+    shutil.copytree("fixtures/runs/cpu-0.5cpu-gmp2", bare)
+    (bare / "requests.csv").unlink()
+    said = advise([open_run, _load(bare)], limits=(1.0,), gomaxprocs=(2,)).attrs["recommendation"]
+    assert said.startswith("For throttle (not every run has requests, so no latency to rank by)")
+
+
 def test_a_closed_loops_p99_takes_the_spread_of_the_runs_nearest_in_ps():
     """Three real closed-loop runs (fixtures/closed-loop: 1.5 CPUs on 2, GOMAXPROCS 1, 2, 4):
     advised together, every setting is predicted from all three, each with the latency
