@@ -264,7 +264,13 @@ def _frozen_summary(per: pd.DataFrame, group_throttled: int = 0) -> dict[str, ob
     ambiguous groups hold (rows whose own throttling is NA), frozen each, which no row says."""
     n = len(per)
     hit = int(frozen_periods(per).sum()) + group_throttled
-    by = sorted(frozen_by_levels(per).items(), key=lambda x: (-x[1], x[0]))
+    levels = frozen_by_levels(per)
+    own = per.attrs.get("level")
+    if group_throttled and own and "frozen_by" in per:
+        # a group's throttles are the own level's nr_throttled: its own quota froze each
+        # (the group's rows say NA, so no row names the level)
+        levels[own] = levels.get(own, 0) + group_throttled
+    by = sorted(levels.items(), key=lambda x: (-x[1], x[0]))
     return {
         "frozen_periods": hit,
         "frozen_pct_wall": 100 * hit / n if n else np.nan,
