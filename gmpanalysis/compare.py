@@ -13,7 +13,7 @@ from .bundle import Run
 from .errors import UsageError
 from .gotrace.gcwork import gc_cpu
 from .grid import restart_ns
-from .levels import level_names, level_run, quota_at_end, settings_in_turn, table_level
+from .levels import QUOTA_NOT_KNOWN, level_names, level_run, quota_at_end, settings_in_turn, table_level
 from .served import latency_ms, sampled, succeeded
 
 
@@ -146,7 +146,8 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     :func:`gmpanalysis.df_period_groups`), so they equal the kernel's counter deltas.
     Keys: periods, active_periods, throttled_periods, unknown_periods (rows whose
     throttling the samples cannot tell), unlimited_periods (rows without a quota: a limit
-    set or removed in place during the run), throttled_pct_wall (%), throttled_pct_active (%),
+    set or removed in place during the run), unknown_quota_periods (rows whose quota is not
+    known: they start inside the bracket of a quota change), throttled_pct_wall (%), throttled_pct_active (%),
     stall_ms_per_s (ms frozen per second of wall time, over periods that know it), with
     stall_ms_per_s_lo and stall_ms_per_s_hi the least and most it can be where the reads
     leave moments of exhaustion open (:func:`stall_bounds_ms_per_s`),
@@ -188,7 +189,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "active_periods": act,
         "throttled_periods": thr,
         "unknown_periods": int(per["throttled"].isna().sum()),
-        "unlimited_periods": int(per["quota_us"].isna().sum()) if "quota_us" in per else 0,
+        **_quota_counts(per),
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
         "throttled_pct_active": 100 * thr / act if act else np.nan,
         "stall_ms_per_s": stall_ms_per_s(per),
@@ -203,6 +204,17 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
         **_frozen_summary(per, int(extra["nr_throttled"])),
     }
+
+
+def _quota_counts(per: pd.DataFrame) -> dict[str, int]:
+    """The rows without a quota (``unlimited_periods``) and those whose quota is not known
+    (``unknown_quota_periods``): both are NA in ``quota_us``; the reason tells them apart."""
+    if "quota_us" not in per:
+        return {"unlimited_periods": 0, "unknown_quota_periods": 0}
+    na = per["quota_us"].isna().to_numpy()
+    reason = per["reason"] if "reason" in per else pd.Series("", index=per.index)
+    unknown = na & reason.fillna("").str.contains(QUOTA_NOT_KNOWN, regex=False).to_numpy(dtype=bool)
+    return {"unlimited_periods": int((na & ~unknown).sum()), "unknown_quota_periods": int(unknown.sum())}
 
 
 def stall_bounds_ms_per_s(per: pd.DataFrame) -> tuple[float, float]:
@@ -324,7 +336,8 @@ def unlimited_summary() -> dict[str, object]:
     it; what only periods tell (their count, exhaustion, CPUs throttled) is NaN."""
     out: dict[str, object] = dict.fromkeys(
         (
-            "periods", "active_periods", "unknown_periods", "unlimited_periods", "throttled_pct_active",
+            "periods", "active_periods", "unknown_periods", "unlimited_periods", "unknown_quota_periods",
+            "throttled_pct_active",
             "exhausted_p10_ms",
             "exhausted_p50_ms", "exhausted_p90_ms", "cpus_throttled_p50", "throttled_rq_ms_per_throttled",
             "usage_ms_per_active",

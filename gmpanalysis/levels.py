@@ -185,11 +185,17 @@ def _quota_text(v: float) -> str:
     return "no limit" if np.isnan(v) else f"{v:.0f} µs"
 
 
+# The words of a period's reason where its quota_us is NA for not being known, not for there
+# being no limit: the period started inside the bracket of a quota change.
+QUOTA_NOT_KNOWN = "which quota held at its start is not known"
+
+
 def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """The quota in force at each period start (µs; NaN: no limit), from limits.csv when the
-    bundle has it, else meta.json; and (row, sentence) for every period in which a change
-    was seen (a change lies in (prev_ns, t_ns] of its row: the periods that interval
-    touches are named)."""
+    """The quota in force at each period start (µs; NaN: no limit, or not known where the
+    period starts inside a change's bracket, whose sentence then ends in
+    :data:`QUOTA_NOT_KNOWN`), from limits.csv when the bundle has it, else meta.json; and
+    (row, sentence) for every period in which a change was seen (a change lies in
+    (prev_ns, t_ns] of its row: the periods that interval touches are named)."""
     n = len(start)
     q0 = run.meta.get("quota_us")
     lim = run.limits
@@ -212,7 +218,8 @@ def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.n
         a, b = int(prev[i]), int(t[i])
         hit = np.flatnonzero((end > a) & (start < b))
         what = []
-        if not (np.isnan(q[i]) and np.isnan(q[i - 1])) and q[i] != q[i - 1]:
+        quota_moved = not (np.isnan(q[i]) and np.isnan(q[i - 1])) and q[i] != q[i - 1]
+        if quota_moved:
             what.append(f"quota {_quota_text(q[i - 1])} -> {_quota_text(q[i])}")
         if per_us[i] != per_us[i - 1]:
             what.append(f"period {per_us[i - 1]} -> {per_us[i]} µs")
@@ -220,17 +227,17 @@ def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.n
             what.append(f"burst {burst[i - 1]} -> {burst[i]} µs")
         if not what:
             continue
+        # periods that start inside the change interval: which value held is not known
+        inside = quota_moved & (start > a) & (start < b)
         for r in hit.tolist():
             notes.append(
                 (
                     r,
                     f"limit changed ({', '.join(what)}) between {(a - start[r]) / 1e6:+.1f} and "
-                    f"{(b - start[r]) / 1e6:+.1f} ms of this period",
+                    f"{(b - start[r]) / 1e6:+.1f} ms of this period" + (f": {QUOTA_NOT_KNOWN}" if inside[r] else ""),
                 )
             )
-        # periods that start inside the change interval: which value held is not known
-        if q[i] != q[i - 1]:
-            out[(start > a) & (start < b)] = np.nan
+        out[inside] = np.nan
     return out, notes
 
 

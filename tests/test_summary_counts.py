@@ -13,6 +13,7 @@ import pytest
 
 import gmpanalysis as gmp
 from gmpanalysis.compare import frozen_by_levels
+from gmpanalysis.report import findings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "16cpu-v2"
@@ -45,3 +46,36 @@ def test_the_throttles_of_a_hole_count_for_the_own_level(tmp_path):
     own = per.attrs["level"]
     assert row.frozen_periods == row.throttled_periods == frozen_by_levels(per)[own] + held
     assert row.frozen_by == f"{own} {row.frozen_periods}"
+
+
+def test_a_quota_not_known_is_not_counted_as_no_limit(tmp_path):
+    """Periods that start inside a quota change's bracket have quota_us NA for not being
+    known (50 ms or 200 ms), not for having no limit: the summary counts them apart and the
+    findings do not say they had no limit."""
+    d = tmp_path / "resize"
+    shutil.copytree(ROOT / "fixtures" / "runs" / "resize-0.5to2cpu-default", d)
+    lim = pd.read_csv(d / "limits.csv", dtype={"prev_ns": "Int64"})
+    lim.loc[1, "prev_ns"] = int(lim.loc[1, "t_ns"]) - 450_000_000  # two reads 450 ms apart
+    lim.to_csv(d / "limits.csv", index=False)
+    run = _load(d)
+    per = gmp.df_periods(run)
+    na = per[per["quota_us"].isna()]
+    assert len(na) >= 4
+    assert na["reason"].str.contains("limit changed (quota 50000 µs -> 200000 µs)", regex=False).all()
+    assert na["reason"].str.contains("which quota held at its start is not known", regex=False).all()
+    cmp = gmp.compare_runs([run])
+    row = cmp.iloc[0]
+    assert (row.unlimited_periods, row.unknown_quota_periods) == (0, len(na))
+    assert "had no limit" not in " ".join(findings(cmp))
+
+
+def test_periods_before_a_limit_was_set_had_none():
+    """A limit set in place where there was none: the periods before it had no limit; one
+    that starts inside the change's bracket, if any, is the only one not known."""
+    run = _load(ROOT / "fixtures" / "levels" / "late-none-to-0.5cpu-go124")
+    per = gmp.df_periods(run)
+    row = gmp.compare_runs([run]).iloc[0]
+    t_set = int(run.limits["t_ns"].iloc[-1])
+    before = per[per["end_ns"] <= t_set]
+    assert row.unlimited_periods >= len(before) > 0 and before["quota_us"].isna().all()
+    assert row.unlimited_periods + row.unknown_quota_periods == int(per["quota_us"].isna().sum())
