@@ -80,6 +80,9 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         known &= by.notna().to_numpy()
         event = by.fillna("").str.len().to_numpy() > 0
         only_own = by.fillna("").to_numpy(dtype=object) == str(per.attrs.get("level"))
+        if "frozen_other_us" in per:
+            # outside another level's reads (its freezes not known) the own one may not be alone
+            only_own &= per["frozen_other_us"].notna().to_numpy()
     else:
         event, only_own = thr, thr
     least = most = None

@@ -70,10 +70,12 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     shorter than a 4 ms tick);
     ``frozen_by`` string, the levels whose quota froze the group during the period
     (comma-separated, e.g. "pod,container"; "" none; NA when the period's own throttling is
-    unknown or it lies outside another level's samples; the table's own level in every
-    period it throttled); ``frozen_us`` µs of wall time frozen by any level (the union of
-    the freezes: :func:`gmpanalysis.df_freezes`; NaN where the reads leave a freeze's start
-    open in the period, as they leave ``exhausted_at_us``, and where ``frozen_by`` is NA);
+    unknown, or it lies outside another level's samples and its own quota did not freeze
+    it; the table's own level in every period it throttled); ``frozen_us`` µs of wall time
+    frozen by any level (the union of the freezes: :func:`gmpanalysis.df_freezes`; NaN
+    where the reads leave a freeze's start open in the period, as they leave
+    ``exhausted_at_us``, where the own throttling is unknown and outside another level's
+    samples; ``reason`` says which);
     ``frozen_other_us`` µs frozen by levels other than the table's own, which its own
     cpu.stat does not count (NaN where the reads leave one's start open, or outside another
     level's samples);

@@ -168,8 +168,9 @@ def add_frozen_columns(
 ) -> None:
     """``frozen_by``, ``frozen_us``, ``frozen_other_us`` on a period table, from the
     freezes of every level (see :func:`gmpanalysis.df_periods`). ``spans``: the stretch each
-    other level's own table covers; outside it that level's freezes are unknown, and so is
-    ``frozen_by``."""
+    other level's own table covers; outside it that level's freezes are unknown, and so are
+    the frozen times and ``frozen_by`` (but for the own level, in a period it throttled), as
+    the period's ``reason`` says."""
     n = len(per)
     start, end = per["start_ns"].to_numpy(), per["end_ns"].to_numpy()
     edges = np.r_[start, end]
@@ -197,9 +198,16 @@ def add_frozen_columns(
     add = ti[np.array([own not in x.split(",") for x in by[ti]], dtype=bool)] if len(ti) else ti
     by[add] = np.where(by[add] == "", own, own + "," + by[add])
     own_unknown, outside = per["throttled"].isna().to_numpy(), np.zeros(n, dtype=bool)
-    for a, b in (spans or {}).values():
-        outside |= (start < a) | (end > b)
-    per["frozen_by"] = pd.array(np.where(own_unknown | outside, None, by), dtype="string")
+    for lv, (a, b) in (spans or {}).items():
+        blind = (start < a) | (end > b)
+        outside |= blind
+        _add_reason(
+            per, blind, f"the {lv}'s reads do not cover this period: whether its quota froze the group is not known"
+        )
+    # outside another level's reads its freezes are not known, but the own level's counters
+    # still tell that its own quota froze the group in a period they call throttled
+    own_thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
+    per["frozen_by"] = pd.array(np.where(own_unknown | (outside & ~own_thr), None, by), dtype="string")
 
     # a freeze whose start the reads leave open is known only to be at least as long as
     # from its bracket's end: the periods its bracket overlaps do not know their frozen time
@@ -221,6 +229,18 @@ def add_frozen_columns(
             v[opened(fs)] = np.nan
         v[blind] = np.nan
         per[col] = v
+    for lv in pd.unique(others["level"]) if len(others) else ():
+        why = f"the {lv}'s reads leave open when its quota ran out here: the frozen time is not known"
+        _add_reason(per, opened(others[others["level"] == lv]), why)
+
+
+def _add_reason(per: pd.DataFrame, rows: np.ndarray, what: str) -> None:
+    """Append ``what`` to the ``reason`` of the periods ``rows`` (a mask)."""
+    if "reason" not in per or not rows.any():
+        return
+    r = per["reason"].to_numpy(dtype=object, na_value="")
+    r[rows] = np.where(r[rows] == "", what, r[rows] + "; " + what)
+    per["reason"] = pd.array(np.where(r == "", None, r), dtype="string")
 
 
 def covered_by(freezes: pd.DataFrame, t: np.ndarray) -> np.ndarray:

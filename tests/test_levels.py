@@ -126,7 +126,11 @@ def test_each_freeze_is_laid_on_the_level_that_caused_it(tmp_path, phase_p_ms):
     t = pd.DataFrame(truth, columns=["level", "a", "b"])
     pod0, pod1 = span["pod"]["start_ns"].iloc[0], span["pod"]["end_ns"].iloc[-1]
     edge = (per["start_ns"] < pod0) | (per["end_ns"] > pod1)
-    assert per.loc[edge, "frozen_by"].isna().all()  # the pod's table does not reach there: unknown
+    # the pod's table does not reach there: unknown, but for the container's own freezes
+    thr = per["throttled"].fillna(False)
+    assert per.loc[edge & ~thr, "frozen_by"].isna().all()
+    assert (per.loc[edge & thr, "frozen_by"].str.split(",").map(lambda x: "container" in x)).all()
+    assert per.loc[edge, "reason"].str.contains("the pod's reads do not cover this period").all()
     for r in per[~edge].itertuples(index=False):
         want = set()
         for x in t.itertuples(index=False):

@@ -79,3 +79,32 @@ def test_periods_before_a_limit_was_set_had_none():
     before = per[per["end_ns"] <= t_set]
     assert row.unlimited_periods >= len(before) > 0 and before["quota_us"].isna().all()
     assert row.unlimited_periods + row.unknown_quota_periods == int(per["quota_us"].isna().sum())
+
+
+def test_outside_another_levels_reads_the_own_levels_freezes_stay(tmp_path):
+    """A nested bundle whose pod reads start late: in the periods they do not cover the
+    pod's freezes are not known, but the container's own counters still tell its own; what
+    is NA says why in the reason, and the summary counts every own throttle for its level."""
+    d = tmp_path / "nested"
+    shutil.copytree(ROOT / "fixtures" / "runs" / "nested-0.5cpu-pod0.5-gmp2", d)
+    s = pd.read_csv(d / "cpu_stat.csv")
+    pod = s.index[s["cgroup"] == "pod"]
+    s.drop(index=pod[: len(pod) // 3]).to_csv(d / "cpu_stat.csv", index=False)  # the pod read from a third on
+    run = _load(d)
+    per = gmp.df_periods(run)
+    own = per.attrs["level"]
+    first_pod = int(s.loc[pod[len(pod) // 3], "t_ns"])
+    blind = (per["start_ns"] < first_pod).to_numpy()
+    thr = per["throttled"].fillna(False).to_numpy(dtype=bool)
+    assert (blind & thr).sum() >= 5  # the container's quota froze it before the pod's reads began
+    by = per["frozen_by"].to_numpy(dtype=object, na_value=None)
+    assert all(b is not None and own in b.split(",") for b in by[thr])
+    said = "the pod's reads do not cover this period: whether its quota froze the group is not known"
+    assert per.loc[blind, "reason"].str.contains(said, regex=False).all()
+    for col in ("frozen_by", "frozen_us", "frozen_other_us"):
+        na = per[col].isna().to_numpy()
+        assert na[blind & ~thr].all() if col == "frozen_by" else na[blind].all()
+        assert per.loc[na, "reason"].notna().all(), per.loc[na & per["reason"].isna().to_numpy(), ["period", col]]
+    row = gmp.compare_runs([run]).iloc[0]
+    assert frozen_by_levels(per)[own] == row.throttled_periods
+    assert f"{own} {row.throttled_periods}" in row.frozen_by
