@@ -47,6 +47,7 @@ from .errors import BundleError, ForeignTraceError, GmpWarning, NotFoundError, T
 from .errors import TruncatedLineWarning as TruncatedLineWarning
 from .goversion import go_minor
 from .grid import restart_ns
+from .limitrows import bracket_restarts
 from .schema import READABLE, check, upgrade
 
 # meta.json is a few kB; anything much larger is not one
@@ -476,6 +477,8 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more
     notes += _stray_limits(limits, samples, d / "limits.csv")
+    limits, more = bracket_restarts(limits, samples, d / "limits.csv", meta)
+    notes += more
 
     trace: Path | None = d / "trace.out"
     if not os.path.lexists(trace):
