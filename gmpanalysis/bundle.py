@@ -47,7 +47,7 @@ from .errors import BundleError, ForeignTraceError, GmpWarning, NotFoundError, T
 from .errors import TruncatedLineWarning as TruncatedLineWarning
 from .goversion import go_minor
 from .grid import restart_ns
-from .limitrows import bracket_restarts
+from .limitrows import bracket_restarts, stray_limits
 from .schema import READABLE, check, upgrade
 
 # meta.json is a few kB; anything much larger is not one
@@ -339,22 +339,6 @@ def check_counters(
 WRAP_SLACK = 1 << 24
 
 
-def _stray_limits(limits: pd.DataFrame | None, samples: pd.DataFrame, path: Path) -> list[str]:
-    """A note for limits.csv naming levels cpu_stat.csv never samples. With several levels
-    sampled, one sampler names them alike in both files: a name only limits.csv has is a
-    level read for nothing, or files of two collections put together."""
-    if limits is None or not len(limits) or "cgroup" not in samples or not len(samples):
-        return []
-    sampled = {str(x) for x in pd.unique(samples["cgroup"])}
-    stray = sorted({str(x) for x in pd.unique(limits["cgroup"])} - sampled)
-    if not stray:
-        return []
-    return [
-        f"{path}: level(s) {', '.join(map(repr, stray))} are in no row of cpu_stat.csv (it samples "
-        f"{', '.join(map(repr, sorted(sampled)))}); their limits are not used"
-    ]
-
-
 def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
     """Every request ends after it was scheduled and sent; rows written twice count once."""
     notes: list[str] = []
@@ -476,7 +460,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if requests is not None:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more
-    notes += _stray_limits(limits, samples, d / "limits.csv")
+    notes += stray_limits(limits, samples, d / "limits.csv", listed[0] if listed else None)
     limits, more = bracket_restarts(limits, samples, d / "limits.csv", meta)
     notes += more
 

@@ -27,9 +27,7 @@ from .bundle import Run, streams_trace
 from .cgroup import bundle_period_us
 from .errors import MissingDataError, UsageError
 from .freezes import freezes_of
-
-# The name of the process's own cgroup when a bundle does not name its levels.
-OWN = "container"
+from .limitrows import OWN  # the process's own cgroup's name where a bundle names no levels
 
 
 def level_names(run: Run) -> list[str]:
@@ -273,6 +271,8 @@ def period_changes(run: Run) -> pd.DataFrame:
     """The rows of limits.csv where a level's CFS period changed (the grid does not survive
     those: the kernel's timer takes the new length from its next expiry)."""
     lim = run.limits
+    if lim is not None and lim["cgroup"].nunique() > 1:
+        lim = lim[lim["cgroup"].isin(level_names(run))]  # a level never sampled is not analysed
     if lim is None or len(lim) < 2:
         return pd.DataFrame(columns=["t_ns", "prev_ns", "cgroup", "period_us"])
     ch = lim["period_us"].ne(lim.groupby("cgroup")["period_us"].shift()) & lim["prev_ns"].notna()

@@ -17,6 +17,9 @@ import pandas as pd
 
 from .bundlefiles import file_line
 
+# The name of the process's own cgroup when a bundle does not name its levels.
+OWN = "container"
+
 # How often the sampler reads the limits where meta.json does not say (sampler
 # limits_series every_ns): its last read before it stopped may lie this far before its last
 # read of cpu.stat.
@@ -78,3 +81,28 @@ def bracket_restarts(
                 + ("; periods that start there have no quota_us" if what[0].startswith("quota") else "")
             )
     return out, notes
+
+
+def stray_limits(limits: pd.DataFrame | None, samples: pd.DataFrame, path: Path, own: str | None) -> list[str]:
+    """A note for limits.csv naming levels cpu_stat.csv never samples (``own``: meta.json
+    levels' first, the level of samples without a ``cgroup`` column; :data:`OWN` where it
+    names none). One sampler names the levels alike in both files: a name only limits.csv
+    has is a level read for nothing, or files of two collections put together. A bundle of
+    one level whose limits.csv names one level only has none: that is the samples' level."""
+    if limits is None or not len(limits) or not len(samples):
+        return []
+    named = {str(x) for x in pd.unique(limits["cgroup"])}
+    if "cgroup" in samples:
+        sampled = {str(x) for x in pd.unique(samples["cgroup"])}
+    elif len(named) == 1:
+        return []
+    else:
+        sampled = {own or OWN}
+    stray = sorted(named - sampled)
+    if not stray:
+        return []
+    return [
+        f"{path}: level(s) {', '.join(map(repr, stray))} are in no row of cpu_stat.csv (it samples "
+        f"{', '.join(map(repr, sorted(sampled)))}); their limits are not used (remove their rows, or check that "
+        "the two files come from one collection)"
+    ]

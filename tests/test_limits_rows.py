@@ -66,3 +66,26 @@ def test_a_restarted_samplers_first_row_that_changes_nothing_is_no_change(tmp_pa
     run = _load(d)
     assert not any("prev_ns" in n for n in run.notes)
     assert int(gmp.df_levels(run)["quota_changes"].iloc[0]) == 1
+
+
+def test_a_level_no_sample_names_does_not_block_a_bundle_of_one_level(tmp_path):
+    """A bundle of one level (no cgroup column) whose limits.csv also holds a level it never
+    samples, whose period changed: the load names the stray level, and the table of the
+    sampled level is built from its own limits."""
+    d = tmp_path / "one"
+    shutil.copytree(ROOT / "fixtures" / "runs" / "cpu-0.5cpu-gmp8", d)
+    t = pd.read_csv(d / "cpu_stat.csv")["t_ns"]
+    t0, mid = int(t.iloc[0]), int(t.iloc[len(t) // 2])
+    (d / "limits.csv").write_text(
+        "t_ns,prev_ns,cgroup,period_us,quota_us,burst_us\n"
+        f"{t0},,container,100000,50000,0\n{t0 + 7000},,pod,100000,50000,0\n{mid},{mid - 10_000_000},pod,50000,50000,0\n"
+    )
+    run = _load(d)
+    said = [n for n in run.notes if "in no row of cpu_stat.csv" in n]
+    assert said and f"{d / 'limits.csv'}: level(s) 'pod'" in said[0] and "(it samples 'container')" in said[0]
+    per = gmp.df_periods(run)
+    clean = gmp.df_periods(_load(ROOT / "fixtures" / "runs" / "cpu-0.5cpu-gmp8"))
+    assert per["throttled"].equals(clean["throttled"]) and (per["quota_us"] == 50_000).all()
+    # limits.csv of one level only is the samples' level, whatever it calls it
+    (d / "limits.csv").write_text(f"t_ns,prev_ns,cgroup,period_us,quota_us,burst_us\n{t0},,app,100000,50000,0\n")
+    assert not [n for n in _load(d).notes if "in no row of cpu_stat.csv" in n]
