@@ -125,7 +125,9 @@ def parse_csv(
     """Parse a house CSV from bytes. Returns (frame, last_line_was_dropped). ``ranges``
     bounds numeric columns (inclusive; float columns must also be finite). ``cumulative``:
     the rows are reads of cumulative counters, so a row glued onto a cut one by a restarted
-    writer may go (:func:`_without_glued_lines`)."""
+    writer may go (:func:`_without_glued_lines`). A UTF-8 byte order mark before the header
+    (an editor's or a spreadsheet's save) is no part of the first column's name."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
     truncated = False
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n")

@@ -122,6 +122,27 @@ def test_a_byte_order_mark_is_tolerated(tmp_path):
     assert len(gmp.df_periods(gmp.load_run(d))) > 50
 
 
+@pytest.mark.parametrize("name", ["cpu_stat.csv", "limits.csv", "requests.csv", "host_stat.csv"])
+def test_a_byte_order_mark_before_a_csv_header_is_tolerated(tmp_path, name):
+    d = _copy(tmp_path, NESTED)
+    (d / name).write_bytes(b"\xef\xbb\xbf" + (d / name).read_bytes())
+    run, clean = gmp.load_run(d), gmp.load_run(NESTED)
+    got = {"cpu_stat.csv": run.samples, "limits.csv": run.limits, "requests.csv": run.requests}
+    want = {"cpu_stat.csv": clean.samples, "limits.csv": clean.limits, "requests.csv": clean.requests}
+    got["host_stat.csv"], want["host_stat.csv"] = run.host_stat, clean.host_stat
+    pd.testing.assert_frame_equal(got[name], want[name])
+    assert run.notes == clean.notes
+
+
+def test_a_byte_order_mark_before_a_lateness_header_is_tolerated(tmp_path):
+    from gmpanalysis.sampling import read_lateness
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "sampling" / "inpod-lateness.csv"
+    p = tmp_path / src.name
+    p.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    pd.testing.assert_frame_equal(read_lateness(p), read_lateness(src), check_like=True)
+
+
 # ---- files that are no files -----------------------------------------------------------------
 
 
