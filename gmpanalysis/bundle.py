@@ -255,10 +255,11 @@ def check_counters(
     The kernel counts every throttled period in nr_periods too, so nr_throttled never runs
     ahead of nr_periods, from the cgroup's creation or between any two reads (by more than
     one: a read can print nr_periods just before the timer bumps both): a file where it does
-    is corrupt, and raises :class:`BundleError` naming the line. A counter that falls is read
-    as a recreated cgroup (a restart: every counter starts again, usage included) and the
-    analysis starts a new segment there (:func:`gmpanalysis.grid.split_segments`); one that
-    falls while usage_us does not has no such evidence, and gets a note naming the line. A
+    is corrupt, and raises :class:`BundleError` naming the line. Counters that fall together
+    are read as a recreated cgroup (a restart: every counter starts again, usage included)
+    and the analysis starts a new segment there (:func:`gmpanalysis.grid.split_segments`);
+    one that falls while usage_us does not, or usage_us falling alone, has no such evidence:
+    the segment starts there all the same, and a note names the line. A
     restart the collector saw (``restarts_ns``, of level ``own``: every level where the
     samples name none) starts a new segment too, counters fallen or not.
     """
@@ -290,11 +291,21 @@ def check_counters(
                 )
         fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
         usage_fell = np.diff(usage) < 0
+        renewed = usage_fell & _others_restarted(g, fell)  # a new cgroup: every counter starts again from 0
+        alone = np.flatnonzero(usage_fell & ~renewed)
+        if len(alone):
+            i = int(alone[0])
+            notes.append(
+                f"{source} line {line[i + 1]}: usage_us fell from {usage[i]} to {usage[i + 1]} while nr_periods, "
+                f"nr_throttled and throttled_us did not ({len(alone)} such place(s)); a recreated cgroup restarts "
+                "every counter, so this is no restart: the reads after it are analysed as a new segment. Check the "
+                "file (two writers?)"
+            )
         cut = usage_fell.copy()
         if len(restarts_ns) and name == own:
             after = np.searchsorted(g["t_ns"].to_numpy(), np.asarray(restarts_ns, dtype=np.int64), side="right")
             cut[after[(after > 0) & (after < len(g))] - 1] = True
-        renewed = cut.copy()  # a new cgroup: every counter starts again from 0
+            renewed[after[(after > 0) & (after < len(g))] - 1] = True
         for c, f in fell.items():
             cut |= f
             odd = np.flatnonzero(f & ~usage_fell)
@@ -332,6 +343,15 @@ def check_counters(
                 "(columns swapped, or rows of another cgroup mixed in)"
             )
     return notes
+
+
+def _others_restarted(g: pd.DataFrame, fell: dict[str, np.ndarray]) -> np.ndarray:
+    """Between which reads the counters other than usage_us are those of a recreated cgroup:
+    one of them fell, or they were all 0 before (a group whose timer never ran: none can
+    fall) or are all 0 after (a new group that has not run a period yet)."""
+    c = g[["nr_periods", "nr_throttled", "throttled_us"]].to_numpy(np.float64)
+    zero = (c == 0).all(axis=1)
+    return fell["nr_periods"] | fell["nr_throttled"] | fell["throttled_us"] | zero[:-1] | zero[1:]
 
 
 # how far from the top and from 0 a 32-bit count's wrap lands between two reads (2^24

@@ -442,8 +442,13 @@ def _note_left_out(run: Run, grid: PeriodGrid) -> None:
         a, b = one.last_row, two.first_row
         if (a, b) in skipped or b != a + 1:
             continue
-        if any(s[c].iloc[b] < s[c].iloc[a] for c in ("usage_us", *CREDITED)):
+        fell = [c for c in ("usage_us", *CREDITED) if s[c].iloc[b] < s[c].iloc[a]]
+        # a recreated cgroup restarts every counter (bundle.check_counters): usage with the others
+        zero = any(all(s[c].iloc[x] == 0 for c in CREDITED) for x in (a, b))
+        if fell and "usage_us" in fell and (len(fell) > 1 or zero):
             why = "a counter fell (a recreated cgroup)"
+        elif fell:
+            why = f"{', '.join(fell)} fell while the other counters did not (no restart: a note names the line)"
         elif any(t[a] <= r < t[b] for r in restarts):  # as split_segments cuts
             why = "the container restarted (meta.json restarts)"
         else:

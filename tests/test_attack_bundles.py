@@ -334,6 +334,23 @@ def test_a_counter_falling_without_usage_falling_is_noted(tmp_path):
     assert gmp.df_periods(run)["segment"].nunique() == 2
 
 
+def test_usage_falling_alone_is_noted_as_no_restart(tmp_path):
+    """usage_us 1 µs below the read before while nr_periods, nr_throttled and throttled_us
+    go on: no recreated cgroup restarts one counter alone, so the note names the line, as
+    for the other counters; the table still conserves every counter."""
+    d = _copy(tmp_path)
+    df = pd.read_csv(d / "cpu_stat.csv")
+    i = int(df.index[(df.index > 2500) & (df["usage_us"].diff() > 100)][0])
+    df.loc[i, "usage_us"] = df.loc[i - 1, "usage_us"] - 1
+    _write(d, df)
+    run = _pipeline(d)
+    said = [n for n in run.notes if f"cpu_stat.csv line {i + 2}: usage_us fell" in n]
+    assert said and "nr_periods, nr_throttled and throttled_us did not" in said[0] and "Check the file" in said[0]
+    assert not any("(a recreated cgroup)" in n for n in run.notes), run.notes
+    c = gmp.df_conservation(gmp.df_periods(run))
+    assert ((c["rows"] + c["groups"] + c["outside"] - c["delta"]).abs() < 1e-6).all()
+
+
 @pytest.mark.parametrize("period_us", [1000, 50_000, 80_000, 99_000, 200_000, 1_000_000])
 def test_a_recorded_period_the_samples_contradict(tmp_path, period_us):
     d = _copy(tmp_path)
