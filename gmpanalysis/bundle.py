@@ -248,7 +248,11 @@ def _check_clock(samples: pd.DataFrame, meta: dict[str, Any], d: Path) -> None:
 
 
 def check_counters(
-    samples: pd.DataFrame, source: str = "cpu_stat.csv", restarts_ns: Sequence[int] = (), own: str | None = None
+    samples: pd.DataFrame,
+    source: str = "cpu_stat.csv",
+    restarts_ns: Sequence[int] = (),
+    own: str | None = None,
+    period_us: int | None = None,
 ) -> list[str]:
     """What the cumulative counters of each sampled cgroup say about the file; returns notes.
 
@@ -261,7 +265,9 @@ def check_counters(
     one that falls while usage_us does not, or usage_us falling alone, has no such evidence:
     the segment starts there all the same, and a note names the line. A
     restart the collector saw (``restarts_ns``, of level ``own``: every level where the
-    samples name none) starts a new segment too, counters fallen or not.
+    samples name none) starts a new segment too, counters fallen or not. ``period_us``: the
+    shortest CFS period of the levels; nr_periods rising by more than that many periods can
+    have ended raises :class:`BundleError` naming the line (:func:`_periods_run_ahead`).
     """
     notes: list[str] = []
     if "cgroup" not in samples:
@@ -276,19 +282,9 @@ def check_counters(
         thr = g["nr_throttled"].to_numpy()
         usage = g["usage_us"].to_numpy()
         t = g["t_ns"].to_numpy()
-        tied = np.flatnonzero(t[1:] == t[:-1])
-        if len(tied):
-            c = g[["usage_us", "nr_periods", "nr_throttled", "throttled_us"]].to_numpy(np.float64)
-            a, b = c[tied], c[tied + 1]
-            unequal = tied[~((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=1)]
-            if len(unequal):
-                i = int(unequal[0])
-                notes.append(
-                    f"{source} lines {line[i]} and {line[i + 1]}: two reads at one t_ns ({t[i]}) with different "
-                    f"counters ({len(unequal)} such pair(s)); the analysis keeps the later of each (it holds every "
-                    "increment up to then). Check the writer's clock: a reading finer than the sampling interval "
-                    "tells the reads apart"
-                )
+        if period_us:
+            _periods_run_ahead(t, per, line, source, period_us)
+        notes += _tied_reads(g, t, line, source)
         fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
         usage_fell = np.diff(usage) < 0
         renewed = usage_fell & _others_restarted(g, fell)  # a new cgroup: every counter starts again from 0
@@ -345,6 +341,56 @@ def check_counters(
     return notes
 
 
+def _tied_reads(g: pd.DataFrame, t: np.ndarray, line: np.ndarray, source: str) -> list[str]:
+    """A note where two reads of one cgroup share a t_ns but not their counters."""
+    tied = np.flatnonzero(t[1:] == t[:-1])
+    if not len(tied):
+        return []
+    c = g[["usage_us", "nr_periods", "nr_throttled", "throttled_us"]].to_numpy(np.float64)
+    a, b = c[tied], c[tied + 1]
+    unequal = tied[~((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=1)]
+    if not len(unequal):
+        return []
+    i = int(unequal[0])
+    return [
+        f"{source} lines {line[i]} and {line[i + 1]}: two reads at one t_ns ({t[i]}) with different "
+        f"counters ({len(unequal)} such pair(s)); the analysis keeps the later of each (it holds every "
+        "increment up to then). Check the writer's clock: a reading finer than the sampling interval "
+        "tells the reads apart"
+    ]
+
+
+def _periods_run_ahead(t: np.ndarray, per: np.ndarray, line: np.ndarray, source: str, period_us: int) -> None:
+    """Raise where one increment of nr_periods is more than the periods that can have ended.
+    The period timer credits every expiry it passed when it fires (several at once when it
+    fires late), so after the firing seen between two reads it credits only boundaries
+    after the first of them: an increment is at most the boundaries since the read before
+    the previous increment, one more for where the grid lies. The first increment has no
+    such bound (expiries owed from before the first read)."""
+    d = np.diff(per)
+    inc = np.flatnonzero(d > 0)
+    if len(inc) < 2:
+        return
+    k, prev = inc[1:], inc[:-1]
+    elapsed = t[k + 1] - t[prev]
+    most = (elapsed + READ_SLACK_NS) // (period_us * 1000) + 1
+    bad = np.flatnonzero(d[k] > most)
+    if len(bad):
+        j = int(bad[0])
+        i, p0 = int(k[j]), int(prev[j])
+        raise BundleError(
+            f"{source} line {line[i + 1]}: nr_periods rose by {d[i]} since line {line[i]}, but at most {most[j]} CFS "
+            f"periods of {period_us} µs can have ended since line {line[p0]} ({elapsed[j] / 1e6:.1f} ms before, "
+            "the read before the previous rise): the kernel counts one per period ended, so that line is damaged "
+            "(fix or remove it), or meta.json's period_us is longer than the cgroup's CFS period (set it to "
+            "cpu.cfs_period_us, or cpu.max's second field)"
+        )
+
+
+# a read's own length and the clock's: slack on the time between two reads' t_ns
+READ_SLACK_NS = 1_000_000
+
+
 def _others_restarted(g: pd.DataFrame, fell: dict[str, np.ndarray]) -> np.ndarray:
     """Between which reads the counters other than usage_us are those of a recreated cgroup:
     one of them fell, or they were all 0 before (a group whose timer never ran: none can
@@ -382,6 +428,16 @@ def _check_requests(requests: pd.DataFrame, source: str) -> tuple[pd.DataFrame, 
         )
         requests = requests[~dup]
     return requests, notes
+
+
+def _shortest(meta: dict[str, Any], limits: pd.DataFrame | None) -> int | None:
+    """The shortest CFS period (µs) meta.json or limits.csv gives any level; None: none."""
+    levels = [x for x in meta.get("levels") or () if isinstance(x, dict)]
+    vals = [v for v in (meta.get("period_us"), *(x.get("period_us") for x in levels)) if isinstance(v, int)]
+    if limits is not None and len(limits):
+        vals.append(int(limits["period_us"].min()))
+    vals = [v for v in vals if v > 0]
+    return min(vals) if vals else None
 
 
 def _optional(p: Path, read: Any, notes: list[str]) -> pd.DataFrame | None:
@@ -476,7 +532,9 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     # the process's own level: meta.json's first, else the first the samples name
     listed = [x.get("level") for x in meta.get("levels") or () if isinstance(x, dict)]
     first = str(samples["cgroup"].iloc[0]) if "cgroup" in samples and len(samples) else None
-    notes += check_counters(samples, str(csv), restart_ns(meta), listed[0] if listed else first)
+    notes += check_counters(
+        samples, str(csv), restart_ns(meta), listed[0] if listed else first, _shortest(meta, limits)
+    )
     if requests is not None:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more

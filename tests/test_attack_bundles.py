@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from bundle_mutants import KINDS, RUNS, Mutant, attack, mutant
@@ -332,6 +333,35 @@ def test_a_counter_falling_without_usage_falling_is_noted(tmp_path):
     run = gmp.load_run(d2)
     assert not any("fell" in n for n in run.notes)
     assert gmp.df_periods(run)["segment"].nunique() == 2
+
+
+@pytest.mark.parametrize("jump", [2, 3, 5, 40])
+def test_nr_periods_rising_faster_than_periods_end_names_the_line(tmp_path, jump):
+    """One damaged read: nr_periods +jump between reads 1 ms apart. The timer counts one
+    period per expiry it passed, so the file is refused at that line (a small jump gave a
+    period of nr_periods 4 unsaid, a large one blamed meta.json's period_us)."""
+    d = _copy(tmp_path)
+    df = pd.read_csv(d / "cpu_stat.csv")
+    rise = int(np.flatnonzero(np.diff(df["nr_periods"].to_numpy())[3000:] > 0)[0]) + 3000
+    at = rise + 6  # five reads (5 ms) after a real rise
+    df.loc[at:, "nr_periods"] += jump
+    _write(d, df)
+    said = _refused(d, f"cpu_stat.csv line {at + 2}", f"nr_periods rose by {jump} since line {at + 1}", "fix or remove")
+    assert "meta.json: the CFS period is" not in said
+
+
+def test_a_late_timer_crediting_several_periods_at_once_is_no_damage(tmp_path):
+    """A timer that fires late credits every period it passed at once: the reads between
+    show no rise, then one of several. That is the kernel's way, not damage."""
+    d = _copy(tmp_path)
+    df = pd.read_csv(d / "cpu_stat.csv")
+    t, per = df["t_ns"], df["nr_periods"].to_numpy().copy()
+    i0 = int(np.flatnonzero(np.diff(per) > 0)[20]) + 1  # a rise; hold the count for 350 ms after it
+    i1 = int(np.searchsorted(t.to_numpy(), int(t[i0]) + 350_000_000))
+    per[i0:i1] = per[i0]
+    df["nr_periods"] = per
+    _write(d, df)
+    assert len(gmp.df_periods(gmp.load_run(d))) > 50
 
 
 def test_usage_falling_alone_is_noted_as_no_restart(tmp_path):
