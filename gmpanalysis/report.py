@@ -61,9 +61,14 @@ def _shares_said(r: Any) -> str:
     limit (set or removed in place), and why the classic ratio differs."""
     u = getattr(r, "unlimited_periods", 0)
     u = int(u) if pd.notna(u) else 0
+    k = getattr(r, "unknown_quota_periods", 0)
+    k = int(k) if pd.notna(k) else 0
     s = ""
-    if u:
-        s += f" The shares are of all {int(r.periods)} periods; {u} of them had no limit."
+    parts = [f"{u} of them had no limit"] if u else []
+    if k:
+        parts.append(f"{k} began while the limit was being changed (their quota is not known)")
+    if parts:
+        s += f" The shares are of all {int(r.periods)} periods; {' and '.join(parts)}."
     if pd.notna(r.throttled_pct_active) and r.throttled_pct_active - r.throttled_pct_wall >= 5:
         why = "had no limit or " if u else ""
         s += (

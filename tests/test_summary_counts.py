@@ -66,7 +66,9 @@ def test_a_quota_not_known_is_not_counted_as_no_limit(tmp_path):
     cmp = gmp.compare_runs([run])
     row = cmp.iloc[0]
     assert (row.unlimited_periods, row.unknown_quota_periods) == (0, len(na))
-    assert "had no limit" not in " ".join(findings(cmp))
+    said = " ".join(findings(cmp))
+    assert "had no limit" not in said
+    assert f"{len(na)} began while the limit was being changed (their quota is not known)" in said
 
 
 def test_periods_before_a_limit_was_set_had_none():
