@@ -379,17 +379,19 @@ def outer_specs(
     for i, lv in enumerate(outer):
         ok = isinstance(lv, dict) and all(
             (
-                lv.get("quota_us") is None or (_num(lv["quota_us"]) and lv["quota_us"] >= MIN_QUOTA_US),
-                _num(lv.get("period_us")) and lv["period_us"] > 0 and float(lv["period_us"]).is_integer(),
+                lv.get("quota_us") is None or (_num(lv["quota_us"]) and MIN_QUOTA_US <= lv["quota_us"] <= MAX_QUOTA_US),
+                _num(lv.get("period_us"))
+                and MIN_PERIOD_US <= lv["period_us"] <= MAX_PERIOD_US
+                and float(lv["period_us"]).is_integer(),
                 _num(lv.get("burst_us", 0)) and lv.get("burst_us", 0) >= 0,
                 _num(lv.get("offset_ns", 0)),
             )
         )
         if not ok:
             raise UsageError(
-                f"what_if(outer[{i}]={lv!r}): each level above is a dict of quota_us (>= {MIN_QUOTA_US} or None), "
-                "a whole period_us > 0, burst_us >= 0 and offset_ns (its boundary after this level's), as settings() "
-                "lists them"
+                f"what_if(outer[{i}]={lv!r}): each level above is a dict of quota_us ({MIN_QUOTA_US:,} µs or more, "
+                f"or None), a whole period_us of {MIN_PERIOD_US:,}-{MAX_PERIOD_US:,} µs (the bounds the kernel "
+                "accepts), burst_us >= 0 and offset_ns (its boundary after this level's), as settings() lists them"
             )
         P = int(lv["period_us"]) * 1000
         specs.append((lv.get("quota_us"), P, (phase + int(lv.get("offset_ns", 0))) % P, float(lv.get("burst_us", 0))))

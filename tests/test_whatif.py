@@ -579,8 +579,10 @@ def test_another_period_keeps_a_resized_runs_quotas_in_cpus():
     for bad in (1_000, "50000"):
         with pytest.raises(UsageError, match="period_us"):
             W.what_if(run, period_us=bad)
-    with pytest.raises(UsageError, match=r"outer\[0\]"):
-        W.what_if(run, outer=[{"quota_us": 500, "period_us": 100_000}])
+    for lv in ({"quota_us": 500, "period_us": 100_000}, {"quota_us": None, "period_us": 1},
+               {"quota_us": 50_000, "period_us": 10**9}):  # fmt: skip
+        with pytest.raises(UsageError, match=r"outer\[0\]"):
+            W.what_if(run, outer=[lv])
 
 
 def test_a_reset_with_a_gap_leaves_out_what_nobody_measured(runs, tmp_path):
