@@ -253,9 +253,9 @@ def advise(
     table.attrs["model_error"] = err
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
-    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs))
-    said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu, reg, validation)
-    said += _above_caveat(table, lim0)
+    off = _cpus_unvalidated(reg, ncpu, validation)
+    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs), off)
+    said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu) + _above_caveat(table, lim0)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
         said += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
@@ -287,19 +287,22 @@ def _above_caveat(table: pd.DataFrame, lim0: dict) -> str:
     )
 
 
-def _reach_caveat(inputs: list[Input], g: int, ncpu: int, reg: str, validation: dict) -> str:
-    """Where the advised setting lies beyond what the model was fitted or validated on: the
-    runtime's growth with the Ps past its fit, CPUs the regime's runs did not have ("" otherwise)."""
+def _cpus_unvalidated(reg: str, ncpu: int, validation: dict) -> str:
+    """Where the regime's runs had other CPUs than the advice is for: what they had ("" otherwise)."""
+    if cpus_validated(reg, ncpu, validation):
+        return ""
+    had = " or ".join(map(str, validated_cpus(reg, validation)))
+    return f"on {ncpu} CPUs (in this regime, {reg}, its runs had {had})"
+
+
+def _reach_caveat(inputs: list[Input], g: int, ncpu: int) -> str:
+    """Where the advised setting lies beyond what the model was fitted on: the runtime's
+    growth with the Ps past its fit ("" otherwise)."""
     said = ""
     if _growth_extrapolated(inputs, g, ncpu):
         said += (
             f" The runtime's CPU per request at {min(g, ncpu)} Ps is extrapolated: its growth "
             f"with the Ps was fitted up to {runtimecost.MAX_FIT_PS} Ps (and at most {runtimecost.MAX_GROWTH:g}×)."
-        )
-    if not cpus_validated(reg, ncpu, validation):
-        said += (
-            f" (The runs validated in this regime had {' or '.join(map(str, validated_cpus(reg, validation)))} "
-            f"CPUs; this advice is for {ncpu}.)"
         )
     return said
 
@@ -445,6 +448,7 @@ def _sentence(
     err: dict[str, tuple[float, float, str]],
     met: bool = True,
     no_latency: str = "the run has no requests",
+    cpus_off: str = "",
 ) -> str:
     burst = f", a burst of {best.burst_us / 1000:.0f} ms (Linux 5.14+)" if best.burst_us > 0 else ""
 
@@ -483,7 +487,7 @@ def _sentence(
         )
     if not err:
         said += (
-            f" The model has not been validated in this regime ({reg}): no error bars; "
+            f" The model has not been validated {cpus_off or f'in this regime ({reg})'}: no error bars; "
             "check the setting with a run (gmpanalysis lab run, or a canary)."
         )
     else:

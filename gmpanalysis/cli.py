@@ -116,7 +116,9 @@ def cmd_advise(a: argparse.Namespace) -> int:
         for p in paths:
             runs.append(load_run(p))
             tell()
-        t = _tolerating_traces(runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit))
+        t = _tolerating_traces(
+            runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit), say=False
+        )
     tell()  # and what reading the traces and replaying found (a truncated trace, a load of unknown kind)
     cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
     if (t["frozen_pct"] - t["throttled_pct"]).abs().max() > 0.5:

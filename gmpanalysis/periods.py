@@ -445,12 +445,14 @@ def _note_left_out(run: Run, grid: PeriodGrid) -> None:
         fell = [c for c in ("usage_us", *CREDITED) if s[c].iloc[b] < s[c].iloc[a]]
         # a recreated cgroup restarts every counter (bundle.check_counters): usage with the others
         zero = any(all(s[c].iloc[x] == 0 for c in CREDITED) for x in (a, b))
-        if fell and "usage_us" in fell and (len(fell) > 1 or zero):
+        if any(t[a] <= r < t[b] for r in restarts):  # as split_segments cuts
+            why = "the container restarted (meta.json restarts)"
+        elif fell and "usage_us" in fell and (len(fell) > 1 or zero):
             why = "a counter fell (a recreated cgroup)"
         elif fell:
-            why = f"{', '.join(fell)} fell while the other counters did not (no restart: a note names the line)"
-        elif any(t[a] <= r < t[b] for r in restarts):  # as split_segments cuts
-            why = "the container restarted (meta.json restarts)"
+            why = (
+                f"{', '.join(fell)} fell while the other counters did not (no sign of a restart: a note names the line)"
+            )
         else:
             why = "the period timer's phase moved (the boundaries before and after fit no one grid)"
         rose = ", ".join(f"{c} {float(s[c].iloc[b] - s[c].iloc[a]):+g}" for c in CREDITED)

@@ -79,10 +79,8 @@ from .replayinputs import (
     settings,
 )
 from .served import answered, latency_ms, sampled, succeeded
-
-
-def _num(x: object) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+from .whatifchecks import check_burst, check_settings
+from .whatifchecks import num as _num
 
 
 @held
@@ -161,7 +159,7 @@ def _what_if(
     C = lim["cpus"] if cpus is None else cpus
     if C is None:
         raise MissingDataError(f"{path}: meta.json records no ncpu: give what_if(..., cpus=N)")
-    _check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
+    check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
     q: float | dict[int, float] | None
     if unlimited:
         q = None
@@ -173,19 +171,7 @@ def _what_if(
             q = None if lim["quota_us"] is None else lim["quota_us"] * P / lim["period_us"]
     else:
         q = quota_us
-    qs = np.fromiter(q.values(), dtype=np.float64) if isinstance(q, dict) else np.array([np.nan if q is None else q])
-    qs = qs[np.isfinite(qs)]
-    if burst_us is None and quota_us is not None and _num(burst) and burst > 0 and len(qs) and burst > qs.min():
-        raise UsageError(
-            f"what_if(quota_us={quota_us!r}): the run's burst ({burst:g} µs) is more than that quota, which the "
-            "kernel refuses (cpu.max.burst at most the quota): give burst_us= too"
-        )
-    if burst_us is not None and _num(burst_us) and len(qs) and burst_us > qs.min():
-        # tg_set_cfs_bandwidth: -EINVAL where burst > quota
-        raise UsageError(
-            f"what_if(burst_us={burst_us!r}): more than the quota ({qs.min():g} µs); the kernel refuses a "
-            "cpu.max.burst (cpu.cfs_burst_us) above the quota"
-        )
+    check_burst(q, quota_us, burst_us, burst)
     P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = prep["demand"]
     phase = prep["phase"]
@@ -225,6 +211,8 @@ def _what_if(
         "cost_per_request": d.get("cost_source", "per period of usage"),
         "concurrency": d["concurrency"],
         "arrivals": len(d["sched_ns"]),
+        # a closed loop's clients send for the run's time: the run's requests, and more where faster
+        "requests_sent": len(attrs["latency_ms"]) if d["source"] == "requests" else 0,
         "stw": None if stw is None else dict(stw),
         "outer": [
             {
@@ -255,33 +243,6 @@ def _own_quota_at(own: dict[int, float], run_p: int, P: int, path: Any) -> dict[
             "give a longer period"
         )
     return dict(zip(new_k.tolist(), v.tolist(), strict=True))
-
-
-def _check_settings(
-    P: Any, quota_us: Any, burst: Any, G: Any, C: Any, tick_phase_ns: Any, unlimited: bool, outer: Any
-) -> None:
-    """A :class:`UsageError` naming every setting what_if cannot replay."""
-    bad = [
-        f"{k}={v!r}"
-        for k, v, ok in (
-            ("period_us", P, _num(P) and MIN_PERIOD_US <= P <= MAX_PERIOD_US and float(P).is_integer()),
-            ("quota_us", quota_us, quota_us is None or (_num(quota_us) and MIN_QUOTA_US <= quota_us <= MAX_QUOTA_US)),
-            ("burst_us", burst, _num(burst) and burst >= 0),
-            ("gomaxprocs", G, _num(G) and G >= 1 and float(G).is_integer()),
-            ("cpus", C, _num(C) and C >= 1 and float(C).is_integer()),
-            ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (_num(tick_phase_ns) and tick_phase_ns >= 0)),
-        )
-        if not ok
-    ]
-    if unlimited and outer:
-        bad.append(f"unlimited=True with outer={outer!r}")
-    if bad:
-        raise UsageError(
-            f"what_if({', '.join(bad)}): give a whole period of 1,000-1,000,000 µs and a quota of at least "
-            "1,000 µs (the bounds cpu.max and cpu.cfs_period_us/cfs_quota_us accept), a whole positive GOMAXPROCS "
-            "and CPU count (cpus= where the bundle does not record them); burst >= 0, tick_phase_ns >= 0; "
-            "unlimited=True takes no levels above"
-        )
 
 
 def _add_stw(out: dict[str, np.ndarray], stw: dict[str, float] | None) -> None:

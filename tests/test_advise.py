@@ -231,7 +231,8 @@ def test_no_error_bars_on_cpus_the_regimes_runs_did_not_have(monkeypatch):
         monkeypatch.setattr(A, "load_validation", lambda v=v: v)
         adv = gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0], cpus=cpus)
         assert bool(adv.attrs["model_error"]) is want, cpus
-        assert ("validated in this regime had 16 CPUs; this advice is for" in adv.attrs["recommendation"]) is not want
+        said = adv.attrs["recommendation"]
+        assert (f"has not been validated on {cpus} CPUs (in this regime, {reg}, its runs had 16)" in said) is not want
         v["regimes"][reg].pop("cpus")
         assert gmp.advise(run, limits=[0.5], gomaxprocs=[2], bursts=[0.0], cpus=cpus).attrs["model_error"]
 

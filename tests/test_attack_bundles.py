@@ -364,6 +364,38 @@ def test_a_late_timer_crediting_several_periods_at_once_is_no_damage(tmp_path):
     assert len(gmp.df_periods(gmp.load_run(d))) > 50
 
 
+def test_a_slow_read_may_see_the_periods_that_end_while_it_reads():
+    """t_ns is a read's middle; a slow read (v2 flushes the CPUs' stats before it prints
+    nr_periods) may see the counter near its end: 2 ms periods, reads at 1.9 and 2.1 ms,
+    then one from 2.2 to 12.2 ms stamped 7.2 ms that sees +5 is the kernel's way; +7 is not."""
+    from gmpanalysis.counters import _periods_run_ahead
+
+    ms = 1_000_000
+    t = (np.array([1.9, 2.1, 7.2]) * ms).astype(np.int64)
+    read = (np.array([0.02, 0.02, 10.0]) * ms).astype(np.int64)
+    line = np.array([2, 3, 4])
+    _periods_run_ahead(t, read, np.array([1, 2, 7]), line, "cpu_stat.csv", 2000)
+    with pytest.raises(gmp.BundleError, match="cpu_stat.csv line 4: nr_periods rose by 7"):
+        _periods_run_ahead(t, read, np.array([1, 2, 9]), line, "cpu_stat.csv", 2000)
+
+
+def test_a_restart_the_collector_saw_is_no_damage_whatever_the_counters_did():
+    """A container that ran 0.3 s unthrottled is recreated and first read 2 s later, its
+    nr_periods already past the old one's: only usage fell. Where meta.json's restarts say
+    so, that is no damage (no note); where nothing says so, a note names the line."""
+    from gmpanalysis.counters import check_counters
+
+    ms = 1_000_000
+    df = pd.DataFrame(
+        {"t_ns": np.array([100, 200, 300, 2500, 2600]) * ms, "read_ns": 20_000,
+         "usage_us": [50_000.0, 90_000.0, 120_000.0, 60_000.0, 70_000.0], "nr_periods": [1, 2, 3, 21, 22],
+         "nr_throttled": 0, "throttled_us": 0.0, "nr_bursts": 0, "burst_us": 0.0}
+    )  # fmt: skip
+    assert check_counters(df, "cpu_stat.csv", [1_000 * ms], "container", 100_000) == []
+    unsaid = check_counters(df, "cpu_stat.csv", (), "container", 100_000)
+    assert len(unsaid) == 1 and "line 5: usage_us fell" in unsaid[0] and "nothing says this is a restart" in unsaid[0]
+
+
 def test_usage_falling_alone_is_noted_as_no_restart(tmp_path):
     """usage_us 1 µs below the read before while nr_periods, nr_throttled and throttled_us
     go on: no recreated cgroup restarts one counter alone, so the note names the line, as

@@ -1,0 +1,64 @@
+"""The settings :func:`gmpanalysis.what_if` replays, checked against what the kernel and
+Go accept before any replay: a :class:`~gmpanalysis.errors.UsageError` names each one."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
+from .errors import UsageError
+
+
+def num(x: object) -> bool:
+    """A finite real number (numpy's too), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def check_settings(
+    P: Any, quota_us: Any, burst: Any, G: Any, C: Any, tick_phase_ns: Any, unlimited: bool, outer: Any
+) -> None:
+    """A :class:`UsageError` naming every setting what_if cannot replay."""
+    bad = [
+        f"{k}={v!r}"
+        for k, v, ok in (
+            ("period_us", P, num(P) and MIN_PERIOD_US <= P <= MAX_PERIOD_US and float(P).is_integer()),
+            ("quota_us", quota_us, quota_us is None or (num(quota_us) and MIN_QUOTA_US <= quota_us <= MAX_QUOTA_US)),
+            ("burst_us", burst, num(burst) and burst >= 0),
+            ("gomaxprocs", G, num(G) and G >= 1 and float(G).is_integer()),
+            ("cpus", C, num(C) and C >= 1 and float(C).is_integer()),
+            ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (num(tick_phase_ns) and tick_phase_ns >= 0)),
+        )
+        if not ok
+    ]
+    if unlimited and outer:
+        bad.append(f"unlimited=True with outer={outer!r}")
+    if bad:
+        raise UsageError(
+            f"what_if({', '.join(bad)}): give a whole period of 1,000-1,000,000 µs and a quota of at least "
+            "1,000 µs (the bounds cpu.max and cpu.cfs_period_us/cfs_quota_us accept), a whole positive GOMAXPROCS "
+            "and CPU count (cpus= where the bundle does not record them); burst >= 0, tick_phase_ns >= 0; "
+            "unlimited=True takes no levels above"
+        )
+
+
+def check_burst(q: float | dict[int, float] | None, quota_us: Any, burst_us: Any, burst: Any) -> None:
+    """A :class:`UsageError` where the burst replayed is above a quota replayed: the kernel
+    refuses a cpu.max.burst (cpu.cfs_burst_us) above the quota (tg_set_cfs_bandwidth:
+    -EINVAL), whether the burst is given or the run's own under a quota given."""
+    qs = np.fromiter(q.values(), dtype=np.float64) if isinstance(q, dict) else np.array([np.nan if q is None else q])
+    qs = qs[np.isfinite(qs)]
+    if burst_us is None and quota_us is not None and num(burst) and burst > 0 and len(qs) and burst > qs.min():
+        raise UsageError(
+            f"what_if(quota_us={quota_us!r}): the run's burst ({burst:g} µs) is more than that quota, which the "
+            "kernel refuses (cpu.max.burst at most the quota): give burst_us= too"
+        )
+    if burst_us is not None and num(burst_us) and len(qs) and burst_us > qs.min():
+        # tg_set_cfs_bandwidth: -EINVAL where burst > quota
+        raise UsageError(
+            f"what_if(burst_us={burst_us!r}): more than the quota ({qs.min():g} µs); the kernel refuses a "
+            "cpu.max.burst (cpu.cfs_burst_us) above the quota"
+        )
