@@ -7,9 +7,9 @@ build it once. The free functions (``gmp.df_periods(run)``, ``gmp.df_checks(run)
 are thin wrappers over it. The period length has one carrier: the bundle's ``period_us``
 (:func:`period_ns`), which the grid then carries with the phase and its uncertainty.
 
-An Analysis belongs to the exact samples, requests, trace and meta it was built from: a run
-whose ``samples`` (or ``requests``, ``meta``, trace) were replaced, or edited in place, gets a
-new one. The frames it hands out through the ``df_*`` functions are copies.
+An Analysis belongs to the exact samples, requests, limits, trace and meta it was built
+from: a run whose ``samples`` (or ``requests``, ``limits``, ``meta``, trace) were replaced, or
+edited in place, gets a new one. The frames it hands out through the ``df_*`` functions are copies.
 """
 
 from __future__ import annotations
@@ -82,12 +82,17 @@ def held(fn: F) -> F:
 def _inputs(run: Run) -> tuple[Any, ...]:
     # the trace is parsed lazily into run._trace: that object is checked separately, once
     # a table has used it (see analyze)
-    return (run.samples, run.requests, run.meta, run.trace_path)
+    return (run.samples, run.requests, run.meta, run.trace_path, run.limits)
 
 
 def _contents(run: Run) -> tuple[Any, ...]:
     # in-place edits of the same objects: the meta as JSON text, the frames' fingerprints
-    return (json.dumps(run.meta, sort_keys=True, default=str), _fingerprint(run.samples), _fingerprint(run.requests))
+    return (
+        json.dumps(run.meta, sort_keys=True, default=str),
+        _fingerprint(run.samples),
+        _fingerprint(run.requests),
+        _fingerprint(run.limits),  # the quotas a limit resized in place had, period by period
+    )
 
 
 @dataclasses.dataclass(eq=False)

@@ -47,7 +47,9 @@ the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPR
 the GC's pauses, which keep an allocation-heavy handler's requests from running side by
 side; the slack timer that hands runtime an idle CPU returned to a throttled one before the
 boundary; where the run held work back (a bundle without requests replays what ran, a lower
-bound); a level's pool at the replay's start is full. The validation
+bound); a level's pool at the replay's start is full; a closed loop's time off the CPU
+(the network, I/O: its clients send again as soon as the CPU has served them, and send the
+run's requests at most 256 times over). The validation
 (benchmarks/validate_whatif.py, gmpanalysis/modelerror.py) measures what these cost.
 """
 

@@ -114,6 +114,18 @@ def test_in_place_edits_rebuild_and_handed_out_frames_are_copies():
         assert get(run).equals(before), get.__name__
 
 
+def test_limits_edited_or_replaced_rebuild_the_tables():
+    """limits.csv's quotas place a limit resized in place: an edit of run.limits in place,
+    or a new frame there, is seen by the next table as the samples' are."""
+    run = gmp.load_run("fixtures/runs/resize-0.5to2cpu-default")
+    before = gmp.df_periods(run)["quota_us"].dropna()
+    assert before.nunique() == 2
+    run.limits["quota_us"] = run.limits["quota_us"].iloc[0]  # in place: the resize undone
+    assert gmp.df_periods(run)["quota_us"].dropna().nunique() == 1
+    run.limits = None  # replaced: meta.json's quota alone
+    assert gmp.df_periods(run)["quota_us"].dropna().nunique() == 1
+
+
 def test_a_held_call_fingerprints_each_run_once_and_edits_between_calls_are_seen(monkeypatch):
     import gmpanalysis.analysis as an
 
