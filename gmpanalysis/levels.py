@@ -115,9 +115,10 @@ def level_run(run: Run, name: str | None = None) -> Run:
     name = names[0] if name is None else name
     if name not in names:
         raise UsageError(f"{run.path}: no level {name!r} in this bundle; it samples {', '.join(names)}")
-    inputs = (run.samples, run.limits, run.meta, run.trace_path)
     # kept for these very inputs (compared by identity: the entry holds them, so no new
-    # object can take an old one's id), each level under its name
+    # object can take an old one's id), each level under its name; and for the run's
+    # analysis, which is built anew when the samples or limits are edited in place
+    inputs = (run.samples, run.limits, run.meta, run.trace_path, run.__dict__.get("_analysis"))
     kept = run.__dict__.get("_level_runs")
     if kept is None or any(a is not b for a, b in zip(kept[0], inputs, strict=True)):
         kept = (inputs, {})

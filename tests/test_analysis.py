@@ -126,6 +126,16 @@ def test_limits_edited_or_replaced_rebuild_the_tables():
     assert gmp.df_periods(run)["quota_us"].dropna().nunique() == 1
 
 
+def test_in_place_edits_of_a_two_level_bundle_reach_each_levels_table():
+    """The container's and the pod's samples in one frame: zeroing the throttle counters
+    in place is seen by every level's table (each level's rows were kept from before)."""
+    run = gmp.load_run("fixtures/runs/nested-0.5cpu-pod0.5-gmp2")
+    assert gmp.df_periods(run)["throttled"].any()
+    run.samples["nr_throttled"] = 0
+    run.samples["throttled_us"] = 0.0
+    assert not gmp.df_periods(run)["throttled"].any()
+
+
 def test_a_held_call_fingerprints_each_run_once_and_edits_between_calls_are_seen(monkeypatch):
     import gmpanalysis.analysis as an
 
