@@ -24,9 +24,8 @@ builds its inputs from a run and reads its table).
 
 from __future__ import annotations
 
-import bisect
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,25 @@ HZ = DEFAULT_HZ
 _EPS = cfskernel.EPS
 THROTTLED_AT_BOUNDARY = True
 
-Quota = float | dict[int, float] | None
+
+class PerPeriod(NamedTuple):
+    """A quota period by period as arrays: the period numbers ``k`` (int64, ascending) and
+    the quota in each (``us``, µs; NaN: no limit then). An hour of 100 ms periods is 36,000
+    of each, which a replay of many settings would otherwise rebuild from a dict each time."""
+
+    k: np.ndarray
+    us: np.ndarray
+
+    @classmethod
+    def of(cls, by_k: dict[int, float]) -> PerPeriod:
+        """From a dict of period number -> quota (µs), in period order."""
+        keys = np.fromiter(by_k.keys(), dtype=np.int64, count=len(by_k))
+        vals = np.fromiter(by_k.values(), dtype=np.float64, count=len(keys))
+        o = np.argsort(keys, kind="stable")
+        return cls(keys[o], vals[o])
+
+
+Quota = float | dict[int, float] | PerPeriod | None
 
 
 def _us(ns: float) -> float:
@@ -60,15 +77,15 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
     one value, or one per period, a period past the last known keeping the last), whether
     any is a limit, and its burst (ns). Its pool starts full."""
     k = (origin - phase_ns) // period_ns
-    if isinstance(quota_us, dict):  # one per period: an hour's 36,000 on arrays, not one by one
-        keys = np.fromiter(quota_us.keys(), dtype=np.int64, count=len(quota_us))
-        vals = np.fromiter(quota_us.values(), dtype=np.float64, count=len(keys))
-        o = np.argsort(keys, kind="stable")
-        qk = keys[o].tolist()
-        qv = np.where(np.isnan(vals[o]), math.inf, vals[o] * 1000.0).tolist()
+    if isinstance(quota_us, dict):
+        quota_us = PerPeriod.of(quota_us)
+    if isinstance(quota_us, PerPeriod):  # one per period: an hour's 36,000 on arrays, not one by one
+        qk = np.asarray(quota_us.k, dtype=np.int64)
+        qv = np.where(np.isnan(quota_us.us), math.inf, np.asarray(quota_us.us, dtype=np.float64) * 1000.0)
     else:
-        qk, qv = [k], [math.inf if quota_us is None else float(quota_us) * 1000.0]
-    quota = qv[max(bisect.bisect_right(qk, k) - 1, 0)]
+        qk = np.array([k], dtype=np.int64)
+        qv = np.array([math.inf if quota_us is None else float(quota_us) * 1000.0])
+    quota = float(qv[max(int(np.searchsorted(qk, k, side="right")) - 1, 0)])
     return {
         "lv": [
             float(period_ns),
@@ -111,8 +128,8 @@ def _kernel_args(arr: np.ndarray, levels: list[dict], C: int, room: int) -> tupl
     lev = (
         np.array([lv["lv"] for lv in levels], dtype=np.float64),
         np.array([lv["k"] for lv in levels], dtype=np.int64),
-        np.array([x for lv in levels for x in lv["qk"]], dtype=np.int64),
-        np.array([x for lv in levels for x in lv["qv"]], dtype=np.float64),
+        np.concatenate([lv["qk"] for lv in levels]).astype(np.int64, copy=False),
+        np.concatenate([lv["qv"] for lv in levels]).astype(np.float64, copy=False),
         q_at,
         np.array([lv["limited"] for lv in levels], dtype=np.bool_),
     )
@@ -301,7 +318,7 @@ def replay_columns(
 Columns = dict[str, np.ndarray]
 
 
-def _table(vals: np.ndarray, ks: np.ndarray, qk: list[int], qv: list[float], end: np.ndarray, sent: np.ndarray,
+def _table(vals: np.ndarray, ks: np.ndarray, qk: np.ndarray, qv: np.ndarray, end: np.ndarray, sent: np.ndarray,
            origin: int, phase_ns: int, period_ns: int, hz: int,
            period_latency: bool = True) -> tuple[Columns, dict[str, Any]]:  # fmt: skip
     """The periods' table from the loop's rows (used, exhausted at, stall, CPUs, throttled at

@@ -66,7 +66,7 @@ import pandas as pd
 from . import runtimecost
 from .analysis import held
 from .bundle import Run
-from .cfsreplay import group_quantiles, replay_columns
+from .cfsreplay import PerPeriod, Quota, group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .compare import column, frozen_ms_per_s, frozen_periods, stall_ms_per_s
 from .errors import MissingDataError, UsageError
@@ -184,8 +184,9 @@ def _what_if(
     src_ps = runtimecost.ps(lim["gomaxprocs"], lim["cpus"] or C) if rate else 1
     grow = runtimecost.scale(rate, src_ps, runtimecost.ps(G, C))
     cost = np.asarray(d["cost_ns"]) * grow
+    as_given = _quota_arrays(prep)[0] if q is prep["own_quota"] else q  # the run's own: its arrays
     out, attrs = replay_columns(
-        sched, cost, d["concurrency"], q, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
+        sched, cost, d["concurrency"], as_given, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
         tick_phase_ns, period_latency, d.get("stop_ns"),
     )  # fmt: skip
     _add_stw(out, stw)
@@ -218,7 +219,7 @@ def _what_if(
         "stw": None if stw is None else dict(stw),
         "outer": [
             {
-                "quota_us": x[0] if not isinstance(x[0], dict) else "period by period",
+                "quota_us": x[0] if not isinstance(x[0], (dict, PerPeriod)) else "period by period",
                 "period_us": x[1] // 1000,
                 "offset_ns": (x[2] - phase) % x[1],
                 "burst_us": x[3],
@@ -301,30 +302,35 @@ def _closed_loop_spread(
     return mapped
 
 
+def _quota_arrays(prep: dict[str, Any]) -> tuple[PerPeriod, list[PerPeriod]]:
+    """The run's own quotas and each level's above, period by period, as arrays: made once
+    per run's replay inputs (a replay of many settings reads them each time)."""
+    if "quota_arrays" not in prep:
+        mine = PerPeriod.of(prep["own_quota"])
+        prep["quota_arrays"] = (mine, [PerPeriod.of(lv["quota_by_period"]) for lv in prep["outer_levels"]])
+    return prep["quota_arrays"]
+
+
 def outer_specs(
     prep: dict[str, Any],
     outer: list[dict[str, Any]] | None,
-    q: float | dict[int, float] | None,
+    q: Quota,
     period_ns: int,
     phase: int,
-) -> list[tuple[float | dict[int, float] | None, int, int, float]]:
+) -> list[tuple[Quota, int, int, float]]:
     """The levels above as the replay takes them: (quota, period_ns, phase_ns, burst_us).
     By default the run's own, each period's quota moved by as many CPUs as this level's
     moves at that time (``q`` over ``period_ns`` against the run's own quota then): a pod's
     quota is the sum of its containers' limits. A level that held fewer CPUs than this one
     then (a pod-level limit, a parent slice's quota) is no such sum and stays as it was."""
     if outer is None:
-        own = prep["own_quota"]
         own_p = prep["own_period_ns"] or period_ns
-        ks = np.array(sorted(own), dtype=np.int64)
-        was_by_k = np.array([own[k] for k in ks.tolist()], dtype=np.float64)
+        (ks, was_by_k), theirs = _quota_arrays(prep)
         # the run's own, period by period: no change
-        same = q is None or isinstance(q, dict) or not len(ks)
-        specs: list[tuple[float | dict[int, float] | None, int, int, float]] = []
-        for lv in prep["outer_levels"]:
+        same = q is None or isinstance(q, (dict, PerPeriod)) or not len(ks)
+        specs: list[tuple[Quota, int, int, float]] = []
+        for lv, (kk, v) in zip(prep["outer_levels"], theirs, strict=True):
             P = int(lv["period_us"]) * 1000
-            kk = np.fromiter(lv["quota_by_period"].keys(), dtype=np.int64, count=len(lv["quota_by_period"]))
-            v = np.fromiter(lv["quota_by_period"].values(), dtype=np.float64, count=len(kk))
             d = np.zeros(len(kk))
             if not same:
                 # this level's CPUs at each of its period starts: as replayed, minus as the run had
@@ -335,8 +341,7 @@ def outer_specs(
                 summed = ~np.isnan(was) & ~np.isnan(v) & (v / lv["period_us"] >= was_cpus - 1e-9)
                 d = np.where(summed, float(q) / (period_ns / 1000) - np.where(summed, was_cpus, 0.0), 0.0)
             moved = np.where(np.isnan(v), v, np.maximum(v + d * lv["period_us"], MIN_QUOTA_US))
-            by_k = dict(zip(kk.tolist(), moved.tolist(), strict=True))
-            specs.append((by_k, P, int(lv["phase_ns"]), float(lv["burst_us"])))
+            specs.append((PerPeriod(kk, moved), P, int(lv["phase_ns"]), float(lv["burst_us"])))
         return specs
     specs = []
     for i, lv in enumerate(outer):

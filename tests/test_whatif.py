@@ -194,7 +194,7 @@ def test_a_nested_run_is_replayed_with_both_timers(runs):
     phase = memo(nested, "prep", prep_built)["phase"]
     for q, period, pod_q in ((100_000, 100_000, 100_000), (5_000, 10_000, 50_000), (50_000, 100_000, 50_000)):
         ((got_q, *_),) = W.outer_specs(memo(nested, "prep", prep_built), None, q, period * 1000, phase)
-        assert set(got_q.values()) == {pod_q}, (q, period, set(got_q.values()))
+        assert set(got_q.us.tolist()) == {pod_q}, (q, period, set(got_q.us.tolist()))
     more = W.what_if(nested, quota_us=100_000)
     assert more.attrs["model"]["outer"][0]["quota_us"] == "period by period"
     assert W.summarize(more)["throttled_pct"] < 20
@@ -214,7 +214,7 @@ def test_a_pod_limit_below_the_containers_stays_as_it_was():
     prep = memo(run, "prep", prep_built)
     for q in (100_000, 200_000, 600_000):
         ((got_q, *_),) = W.outer_specs(prep, None, q, 100_000_000, prep["phase"])
-        assert set(got_q.values()) == {pod["quota_us"]}, (q, set(got_q.values()))
+        assert set(got_q.us.tolist()) == {pod["quota_us"]}, (q, set(got_q.us.tolist()))
     kept = W.summarize(W.what_if(run, quota_us=100_000, outer=[pod]))
     assert W.summarize(W.what_if(run, quota_us=100_000)) == pytest.approx(kept, nan_ok=True)
 
