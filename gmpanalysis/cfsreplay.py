@@ -106,17 +106,25 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
 MAX_ROOM = 1 << 20
 
 
-def _room(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int, conc: int | None = None) -> int:
-    """Periods of the own level the replay likely spans: the arrivals' span plus the work
-    at the slowest rate any level allows (its least quota; a closed loop's clients), with
-    some to spare."""
+def _cpus(levels: list[dict], G: int, C: int, conc: int | None, least: bool) -> float:
+    """The CPUs the work runs on at most: its threads' (a closed loop's clients too), held to
+    each level's quota over its period: ``least``, its least quota; else its most, with its
+    burst (how fast a replay may go)."""
     rate = float(min(G, C) if conc is None else max(min(G, C, conc), 1))
     for lv in levels:
         qv = np.asarray(lv["qv"], dtype=np.float64)
         finite = qv[np.isfinite(qv)]
         if len(finite):
-            rate = min(rate, max(float(finite.min()), 1.0) / lv["lv"][cfskernel.PERIOD])
-    span = float(arr[-1]) + float(np.sum(cost)) / rate
+            q = float(finite.min()) if least else float(finite.max()) + lv["lv"][cfskernel.BURST]
+            rate = min(rate, max(q, 1.0) / lv["lv"][cfskernel.PERIOD])
+    return rate
+
+
+def _room(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: int, C: int, conc: int | None = None) -> int:
+    """Periods of the own level the replay likely spans: the arrivals' span plus the work
+    at the slowest rate any level allows (its least quota; a closed loop's clients), with
+    some to spare."""
+    span = float(arr[-1]) + float(np.sum(cost)) / _cpus(levels, G, C, conc, least=True)
     return min(int(span / levels[0]["lv"][cfskernel.PERIOD] * 1.25) + 16, MAX_ROOM)
 
 
@@ -153,12 +161,7 @@ def _requests_until(arr: np.ndarray, cost: np.ndarray, levels: list[dict], G: in
     """How many requests a closed loop's clients likely send before ``stop``: at the rate
     :func:`_room` takes (its CPUs over the mean cost), a quarter more, and a client's worth;
     never fewer than the run's own."""
-    rate = float(max(min(G, C, conc), 1))
-    for lv in levels:
-        qv = np.asarray(lv["qv"], dtype=np.float64)
-        finite = qv[np.isfinite(qv)]
-        if len(finite):
-            rate = min(rate, max(float(finite.max()) + lv["lv"][cfskernel.BURST], 1.0) / lv["lv"][cfskernel.PERIOD])
+    rate = _cpus(levels, G, C, conc, least=False)
     mean = float(np.mean(cost)) if len(cost) else 0.0
     want = (stop - float(arr[0])) * rate / mean * 1.25 + conc if mean > 0 else len(arr)
     return max(len(arr), min(int(want), len(arr) * MAX_TILES))

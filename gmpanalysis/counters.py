@@ -12,6 +12,7 @@ import pandas as pd
 
 from .bundlefiles import file_line
 from .errors import BundleError
+from .grid import restarted_between
 
 
 def check_counters(
@@ -54,21 +55,14 @@ def check_counters(
         notes += _tied_reads(g, t, line, source)
         fell = {c: np.diff(g[c].to_numpy()) < 0 for c in ("nr_periods", "nr_throttled", "throttled_us")}
         usage_fell = np.diff(usage) < 0
-        told = np.zeros(len(usage_fell), dtype=bool)  # a restart the collector saw, between these reads
-        if len(restarts_ns) and name == own:
-            after = np.searchsorted(t, np.asarray(restarts_ns, dtype=np.int64), side="right")
-            told[after[(after > 0) & (after < len(g))] - 1] = True
+        # a restart the collector saw, between these reads
+        told = restarted_between(t, restarts_ns if name == own else ())
         # a new cgroup: every counter starts again from 0
         renewed = (usage_fell & _others_restarted(g, fell)) | told
         alone = np.flatnonzero(usage_fell & ~renewed)
         if len(alone):
-            i = int(alone[0])
-            notes.append(
-                f"{source} line {line[i + 1]}: usage_us fell from {usage[i]} to {usage[i + 1]} while nr_periods, "
-                f"nr_throttled and throttled_us did not ({len(alone)} such place(s)); a recreated cgroup restarts "
-                "every counter, so nothing says this is a restart: the reads after it are analysed as a new "
-                "segment. Check the file (two writers?)"
-            )
+            others = "nr_periods, nr_throttled and throttled_us did not"
+            notes.append(_fell_alone(source, line, "usage_us", usage, alone, others))
         cut = usage_fell | told
         for c, f in fell.items():
             cut |= f
@@ -85,12 +79,7 @@ def check_counters(
                     )
                 odd = odd[~wrap]
             if len(odd):
-                i = int(odd[0])
-                notes.append(
-                    f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while usage_us did not fall "
-                    f"({len(odd)} such place(s)); a recreated cgroup restarts every counter, so nothing says "
-                    "this is a restart: the reads after it are analysed as a new segment. Check the file (two writers?)"
-                )
+                notes.append(_fell_alone(source, line, c, v, odd, "usage_us did not fall"))
         seg = np.r_[0, np.cumsum(cut)]  # segment number of every row
         first = np.r_[0, np.flatnonzero(cut) + 1][seg]  # its first row
         # since its creation, where the segment begins with one: after a counter fell alone
@@ -107,6 +96,16 @@ def check_counters(
                 "(columns swapped, or rows of another cgroup mixed in)"
             )
     return notes
+
+
+def _fell_alone(source: str, line: np.ndarray, c: str, v: np.ndarray, where: np.ndarray, others: str) -> str:
+    """The note for counter ``c`` falling between reads ``where`` while the ``others`` did not."""
+    i = int(where[0])
+    return (
+        f"{source} line {line[i + 1]}: {c} fell from {v[i]} to {v[i + 1]} while {others} "
+        f"({len(where)} such place(s)); a recreated cgroup restarts every counter, so nothing says this is a "
+        "restart: the reads after it are analysed as a new segment. Check the file (two writers?)"
+    )
 
 
 def _tied_reads(g: pd.DataFrame, t: np.ndarray, line: np.ndarray, source: str) -> list[str]:

@@ -127,6 +127,16 @@ def restart_ns(meta: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def restarted_between(t: np.ndarray, restarts_ns: Sequence[int]) -> np.ndarray:
+    """For each pair of consecutive reads at ``t``: whether a restart the collector saw
+    (:func:`restart_ns`) lies between them."""
+    out = np.zeros(max(len(t) - 1, 0), dtype=bool)
+    if len(restarts_ns) and len(t):
+        after = np.searchsorted(t, np.asarray(restarts_ns, dtype=np.int64), side="right")
+        out[after[(after > 0) & (after < len(t))] - 1] = True
+    return out
+
+
 def split_segments(samples: pd.DataFrame, restarts_ns: Sequence[int] = ()) -> list[tuple[int, int]]:
     """(first_row, last_row) ranges between counter resets: any cumulative counter falling
     means the cgroup was recreated, and so does a restart the collector saw
@@ -137,10 +147,7 @@ def split_segments(samples: pd.DataFrame, restarts_ns: Sequence[int] = ()) -> li
     for c in COUNTERS:
         v = samples[c].to_numpy()
         fall |= v[1:] < v[:-1]
-    if len(restarts_ns):
-        after = np.searchsorted(samples["t_ns"].to_numpy(), np.asarray(restarts_ns, dtype=np.int64), side="right")
-        after = after[(after > 0) & (after < len(samples))]
-        fall[after - 1] = True
+    fall |= restarted_between(samples["t_ns"].to_numpy(), restarts_ns)
     cuts = np.flatnonzero(fall) + 1
     edges = np.r_[0, cuts, len(samples)]
     return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:], strict=True) if b - a >= 1]

@@ -27,7 +27,7 @@ from .bundle import Run, streams_trace
 from .cgroup import bundle_period_us
 from .errors import MissingDataError, UsageError
 from .freezes import freezes_of
-from .limitrows import OWN  # the process's own cgroup's name where a bundle names no levels
+from .limitrows import OWN, change_words  # the process's own cgroup's name where a bundle names no levels
 
 
 def level_names(run: Run) -> list[str]:
@@ -180,10 +180,6 @@ def quota_at_end(run: Run, level: str | None = None) -> int | None:
     return settings_in_turn(run, table_level(run) if level is None else level)[-1][0]
 
 
-def _quota_text(v: float) -> str:
-    return "no limit" if np.isnan(v) else f"{v:.0f} µs"
-
-
 # The words of a period's reason where its quota_us is NA for not being known, not for there
 # being no limit: the period started inside the bracket of a quota change.
 QUOTA_NOT_KNOWN = "which quota held at its start is not known"
@@ -216,14 +212,8 @@ def quota_per_period(run: Run, start: np.ndarray, end: np.ndarray) -> tuple[np.n
             continue
         a, b = int(prev[i]), int(t[i])
         hit = np.flatnonzero((end > a) & (start < b))
-        what = []
-        quota_moved = not (np.isnan(q[i]) and np.isnan(q[i - 1])) and q[i] != q[i - 1]
-        if quota_moved:
-            what.append(f"quota {_quota_text(q[i - 1])} -> {_quota_text(q[i])}")
-        if per_us[i] != per_us[i - 1]:
-            what.append(f"period {per_us[i - 1]} -> {per_us[i]} µs")
-        if burst[i] != burst[i - 1]:
-            what.append(f"burst {burst[i - 1]} -> {burst[i]} µs")
+        what = change_words((q[i - 1], q[i]), (per_us[i - 1], per_us[i]), (burst[i - 1], burst[i]))
+        quota_moved = bool(what) and what[0].startswith("quota")
         if not what:
             continue
         # periods that start inside the change interval: which value held is not known

@@ -26,17 +26,24 @@ OWN = "container"
 LIMITS_EVERY_NS = 10_000_000
 
 
-def _changed(a: pd.Series, b: pd.Series) -> list[str]:
-    """What differs between two rows of one level (NA quota: no limit)."""
+def change_words(quota: tuple[float, float], period: tuple[int, int], burst: tuple[int, int]) -> list[str]:
+    """What changed between two rows of one level's limits, in words ("quota 50000 µs ->
+    200000 µs", ...): each (before, after); a quota of NaN is no limit. Empty: nothing."""
     what = []
-    qa, qb = a["quota_us"], b["quota_us"]
-    if pd.isna(qa) != pd.isna(qb) or (not pd.isna(qa) and int(qa) != int(qb)):
-        words = ["none" if pd.isna(q) else f"{int(q)} µs" for q in (qa, qb)]
+    qa, qb = (float(x) for x in quota)
+    if not (np.isnan(qa) and np.isnan(qb)) and qa != qb:
+        words = ["no limit" if np.isnan(x) else f"{x:.0f} µs" for x in (qa, qb)]
         what.append(f"quota {words[0]} -> {words[1]}")
-    for c in ("period_us", "burst_us"):
-        if int(a[c]) != int(b[c]):
-            what.append(f"{c.removesuffix('_us')} {int(a[c])} -> {int(b[c])} µs")
+    for name, (a, b) in (("period", period), ("burst", burst)):
+        if a != b:
+            what.append(f"{name} {a} -> {b} µs")
     return what
+
+
+def _changed(a: pd.Series, b: pd.Series) -> list[str]:
+    """:func:`change_words` of two rows of limits.csv."""
+    q = tuple(np.nan if pd.isna(r["quota_us"]) else float(r["quota_us"]) for r in (a, b))
+    return change_words(q, (int(a["period_us"]), int(b["period_us"])), (int(a["burst_us"]), int(b["burst_us"])))
 
 
 def bracket_restarts(
