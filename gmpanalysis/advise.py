@@ -232,11 +232,13 @@ def advise(
     # contents), with the Ps a closed loop's latency spread was measured at
     inputs: list[Input] = [(memo(r, "prep", prep_built), r.path, spread_ps(r)) for r in runs]
     variants: dict[tuple[int, ...], list[Input]] = {}
+    # the limits in ascending order: a replay no quota held back answers for the larger ones
+    reuse: dict[int, dict] = {}
 
     def at(lims: list[float]) -> list[dict[str, float]]:
         return [
-            _predict(with_spread(inputs, min(g, ncpu), variants), x, period, b * x * period, g, ncpu)
-            for x in lims
+            _predict(with_spread(inputs, min(g, ncpu), variants), x, period, b * x * period, g, ncpu, reuse=reuse)
+            for x in sorted(lims)
             for g in cand_g
             for b in burst_set
         ]
@@ -378,13 +380,21 @@ def _predict(
     g: int,
     ncpu: int,
     own: bool = False,
+    reuse: dict[int, dict] | None = None,
 ) -> dict[str, float]:
     """The figures of one setting, averaged over the runs (a closed loop's each with the
     latency spread of the runs nearest the setting in Ps: :func:`gmpanalysis.spread.with_spread`);
     ``own``: each run's own setting as it was (quotas period by period, a limit resized in
-    place too, its burst and its GOMAXPROCS; ``g`` is then only shown)."""
+    place too, its burst and its GOMAXPROCS; ``g`` is then only shown). ``reuse``: per replay
+    inputs (by id, alive for the search), the replays no quota held back, which answer for
+    larger limits (:func:`~gmpanalysis.whatif.estimate_from_prep`)."""
     setting = {} if own else {"quota_us": lim * period, "period_us": period, "burst_us": burst_us, "gomaxprocs": g}
-    figs = [estimate_from_prep(prep, path, cpus=ncpu, **setting) for prep, path, _ in inputs]
+    figs = [
+        estimate_from_prep(
+            prep, path, cpus=ncpu, reuse=None if reuse is None else reuse.setdefault(id(prep), {}), **setting
+        )
+        for prep, path, _ in inputs
+    ]
     out: dict[str, float] = {
         "limit_cpu": lim,
         "quota_us": lim * period,

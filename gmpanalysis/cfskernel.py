@@ -19,12 +19,13 @@ take the same steps bit for bit.
 The state, as :func:`gmpanalysis.cfsreplay.replay` lays it out:
 
 * per level ``lvl`` (0: the table's own, then the levels above): ``lv[lvl]`` = (period, next
-  boundary, period start, quota in force, pool, burst), columns PERIOD ... BURST (ns; a
-  quota of inf: no limit then); ``k`` the period number on the level's own grid;
-  its quota by period number ``qk``/``qv`` (sorted, the levels' runs one after another,
-  level lvl's at ``q_at[lvl]:q_at[lvl + 1]``; a period past the last known keeps the last, one
-  before the first takes the first); ``limited`` whether any of them is finite; ``gates``
-  the limited levels' indices, in level order.
+  boundary, period start, quota in force, pool, burst, short), columns PERIOD ... SHORT (ns;
+  a quota of inf: no limit then; short: 1 once the pool has fallen short of a draw); ``k``
+  the period number on the level's own grid; its quota by period number ``qk``/``qv``
+  (sorted, the levels' runs one after another, level lvl's at ``q_at[lvl]:q_at[lvl + 1]``; a
+  period past the last known keeps the last, one before the first takes the first);
+  ``limited`` whether any of them is finite; ``gates`` the limited levels' indices, in level
+  order.
 * per level and CPU: ``local`` (runtime held; below 0: what it overran), ``frozen``
   (throttled by this level), ``froze_at`` (when, in this period; NaN: not).
 * the requests: ``ids``/``rem`` (the ones in service, a binary heap on ``rem``: the
@@ -68,7 +69,7 @@ MIN_RUNTIME_NS = 1e6
 # past this (the readings with it), so that they stay exact to far below the tolerance.
 REBASE_NS = 1e9
 # the columns of lv and of rows
-PERIOD, BOUNDARY, START, QUOTA, POOL, BURST = range(6)
+PERIOD, BOUNDARY, START, QUOTA, POOL, BURST, SHORT = range(7)
 USED, EXHAUSTED, STALL, CPUS, THROTTLED, FROZEN_ABOVE, FROZEN_ABOVE_ALONE = range(7)
 ROW_COLUMNS = 7
 # replay_events' answer when rows has no room for the next period
@@ -125,8 +126,14 @@ def _quota_of(qk: Any, qv: Any, lo: int, hi: int, k: int) -> float:
 
 def _draw(lv: Any, local: Any, lvl: int, j: int, slice_ns: float) -> bool:
     """CPU j takes runtime from level lvl's pool: a slice, and what it overran; False if it
-    still holds none (the caller throttles it)."""
-    got = _min(slice_ns - local[lvl][j], _max(lv[lvl][POOL], 0.0))
+    still holds none (the caller throttles it). A draw the pool cannot cover in full marks
+    the level SHORT: until then every draw was whole, and a larger pool would have changed
+    nothing (the replay under a larger quota takes the same steps)."""
+    ask = slice_ns - local[lvl][j]
+    have = _max(lv[lvl][POOL], 0.0)
+    if have < ask:
+        lv[lvl][SHORT] = 1.0
+    got = _min(ask, have)
     local[lvl][j] += got
     lv[lvl][POOL] -= got
     return local[lvl][j] > EPS

@@ -94,6 +94,7 @@ def _level(quota_us: Quota, period_ns: int, phase_ns: int, burst_us: float, orig
             quota,
             quota,
             burst_us * 1000.0,
+            0.0,  # SHORT: no draw has found the pool short yet
         ],
         "k": k,
         "qk": qk,
@@ -184,12 +185,12 @@ def _run(
     tick0: float,
     tol: float,
     stop: float = math.inf,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """The loop over every event (cfskernel.replay_events), with room for the periods it
     spans (more and again where the first guess fell short). A closed loop sends the run's
     requests, and until ``stop`` the same again, in turn, as long as its clients need more
     (they keep sending whatever the setting). Returns (end, sent, rows) of the requests
-    sent."""
+    sent, and whether any level's pool fell short of a draw (cfskernel.SHORT)."""
     base = cost
     if conc is not None and stop < math.inf:
         n = _requests_until(arr, cost, levels, G, C, int(conc), stop)
@@ -227,7 +228,8 @@ def _run(
     if stop < math.inf:  # those the clients never sent
         keep = ~np.isnan(end)
         end, sent = end[keep], sent[keep]
-    return end, sent, np.asarray(rows)[:got].reshape(-1, cfskernel.ROW_COLUMNS)
+    short = any(x[cfskernel.SHORT] for x in lev[0])
+    return end, sent, np.asarray(rows)[:got].reshape(-1, cfskernel.ROW_COLUMNS), bool(short)
 
 
 def replay(
@@ -246,8 +248,8 @@ def replay(
     tick_phase_ns: int | None = None,
     stop_ns: int | None = None,
 ) -> pd.DataFrame:
-    """:func:`replay_columns` as a frame, the latencies, each request's row and the
-    throughput in its attrs."""
+    """:func:`replay_columns` as a frame, the latencies, each request's row, the
+    throughput and ``quota_bound`` in its attrs."""
     cols, attrs = replay_columns(
         sched, cost_ns, conc, quota_us, period_ns, phase_ns, burst_us, G, C, slice_us, hz, outer, tick_phase_ns,
         stop_ns=stop_ns,
@@ -292,7 +294,9 @@ def replay_columns(
     replays, the advice's, reads the latencies whole). ``stop_ns``: a closed loop's clients
     send each request, and until then (on sched's clock) the same again in turn where they
     need more: the load generator ran for a time, not a count, so a setting that serves
-    them faster answers more in the same time; None: each request once."""
+    them faster answers more in the same time; None: each request once. ``quota_bound`` (in
+    the attrs): some level's pool could not give a CPU its whole slice; False: no quota
+    held anything back, and a larger one (a larger burst) at every level replays the same."""
     n = len(sched)
     cost = np.ascontiguousarray(np.broadcast_to(np.asarray(cost_ns, dtype=np.float64), (n,)))  # per request
     # the loop would never end: no client to send a request, or a cost no clock reaches
@@ -312,10 +316,14 @@ def replay_columns(
     tau = origin % int(tick) if tick_phase_ns is None else int(tick_phase_ns) % int(tick)
     tick0 = float(int(tick) - tau)
     stop = math.inf if conc is None or stop_ns is None else float(int(stop_ns) - origin)
-    end, sent, rows = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol, stop)
+    end, sent, rows, short = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol, stop)
     own = levels[0]
-    return _table(rows, k0 + np.arange(len(rows), dtype=np.int64), own["qk"], own["qv"], end, sent, origin,
-                  phase_ns, period_ns, hz, period_latency)  # fmt: skip
+    per, attrs = _table(rows, k0 + np.arange(len(rows), dtype=np.int64), own["qk"], own["qv"], end, sent, origin,
+                        phase_ns, period_ns, hz, period_latency)  # fmt: skip
+    # no level's quota ever held a CPU back from a whole slice: under larger quotas (and
+    # bursts) at every level the replay takes these very steps
+    attrs["quota_bound"] = short
+    return per, attrs
 
 
 Columns = dict[str, np.ndarray]

@@ -69,7 +69,7 @@ from .bundle import Run
 from .cfsreplay import PerPeriod, Quota, group_quantiles, replay_columns
 from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .compare import column, frozen_ms_per_s, frozen_periods, stall_ms_per_s
-from .errors import MissingDataError, UsageError
+from .errors import UsageError
 from .grid import restart_ns
 from .levels import resized
 from .replayinputs import (
@@ -81,8 +81,8 @@ from .replayinputs import (
     settings,
 )
 from .served import answered, latency_ms, sampled, succeeded
-from .whatifchecks import check_burst, check_settings
 from .whatifchecks import num as _num
+from .whatifchecks import resolved
 
 
 @held
@@ -124,7 +124,9 @@ def what_if(
     run into the exhaustion and last to the boundary; NaN without a trace or for a run
     without a quota). They are estimates beside the table: they do not change its stall,
     usage or latency.
-    ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...).
+    ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...);
+    ``.attrs["quota_bound"]``: some level's quota held a CPU back from a whole slice at
+    least once (False: a larger quota would have replayed the same).
     """
     cols, attrs = _what_if(
         memo(run, "prep", prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
@@ -154,27 +156,9 @@ def _what_if(
     :func:`~.cfsreplay.replay_columns`'): its table's columns
     (arrays: the advisor summarises hundreds of replays, and a frame costs more to build
     than a replay of a lab run), and the attrs apart."""
+    q, P, burst, G, C = resolved(prep, path, quota_us, period_us, burst_us, gomaxprocs, cpus, unlimited, outer,
+                                  tick_phase_ns)  # fmt: skip
     lim = prep["settings"]
-    P = lim["period_us"] if period_us is None else period_us
-    burst = lim["burst_us"] if burst_us is None else burst_us
-    G = lim["gomaxprocs"] if gomaxprocs is None else gomaxprocs
-    C = lim["cpus"] if cpus is None else cpus
-    if C is None:
-        raise MissingDataError(f"{path}: meta.json records no ncpu: give what_if(..., cpus=N)")
-    check_settings(P, quota_us, burst, G, C, tick_phase_ns, unlimited, outer)
-    q: float | dict[int, float] | None
-    if unlimited:
-        q = None
-    elif quota_us is None:  # the run's own, period by period
-        q = prep["own_quota"]
-        if P != lim["period_us"] and q:
-            q = _own_quota_at(q, lim["period_us"], P, path)
-        elif not q:
-            q = None if lim["quota_us"] is None else lim["quota_us"] * P / lim["period_us"]
-    else:
-        q = quota_us
-    check_burst(q, quota_us, burst_us, burst)
-    P, G, C, burst = int(P), int(G), int(C), float(burst)
     d = prep["demand"]
     phase = prep["phase"]
     specs = [] if unlimited else outer_specs(prep, outer, q, P * 1000, phase)
@@ -228,24 +212,6 @@ def _what_if(
         ],
     }
     return out, attrs
-
-
-def _own_quota_at(own: dict[int, float], run_p: int, P: int, path: Any) -> dict[int, float]:
-    """The run's quotas, period by period, on a grid of another period: each from the first
-    period of the new grid that starts at or after its own period did, in the same CPUs
-    (Kubernetes writes quota = limit × period). A quota the kernel would refuse at the new
-    period (under MIN_QUOTA_US) is a UsageError."""
-    ks = np.fromiter(own.keys(), dtype=np.int64, count=len(own))
-    v = np.fromiter(own.values(), dtype=np.float64, count=len(own)) * P / run_p
-    new_k = -((-ks * run_p) // P)  # ceil(k·run_p / P): the same phase on both grids
-    low = np.isfinite(v) & (v < MIN_QUOTA_US)
-    if low.any():
-        raise UsageError(
-            f"what_if(period_us={P}) for {path}: the run's limit of {float(v[low][0]) / P:g} CPU is a "
-            f"{float(v[low][0]):g} µs quota at that period, under the least the kernel accepts ({MIN_QUOTA_US} µs); "
-            "give a longer period"
-        )
-    return dict(zip(new_k.tolist(), v.tolist(), strict=True))
 
 
 def _add_stw(out: dict[str, np.ndarray], stw: dict[str, float] | None) -> None:
@@ -460,8 +426,13 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
     return estimate_from_prep(memo(run, "prep", prep_built), run.path, phases, **setting)
 
 
-def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, **setting: Any) -> dict[str, float]:
-    """:func:`estimate` on a run's replay inputs (see :func:`_what_if`)."""
+def estimate_from_prep(
+    prep: dict[str, Any], path: Any, phases: int = TICK_PHASES, reuse: dict | None = None, **setting: Any
+) -> dict[str, float]:
+    """:func:`estimate` on a run's replay inputs (see :func:`_what_if`). ``reuse``: a dict
+    the caller keeps for these inputs over many settings (the advisor's search), where a
+    replay that no quota held back (``quota_bound`` False) answers for every larger quota and
+    burst of the same other settings without replaying them: it would take the same steps."""
     if isinstance(phases, bool) or not isinstance(phases, numbers.Integral) or phases < 1:
         raise UsageError(f"estimate(phases={phases!r}): the tick phases averaged over are a whole number of 1 or more")
     if "tick_phase_ns" in setting:
@@ -472,16 +443,48 @@ def estimate_from_prep(prep: dict[str, Any], path: Any, phases: int = TICK_PHASE
     tick = 1_000_000_000 // int(prep["settings"]["hz"])
     each = []
     gaps = prep["demand"].get("gaps_ns") if prep["demand"]["concurrency"] is None else None
+    key = _reuse_key(setting) if reuse is not None else None
+    checked = False
     for i in range(phases):
-        per, attrs = _what_if(prep, path, tick_phase_ns=i * tick // phases, period_latency=False, **setting)
+        at = i * tick // phases
+        fig = _reused(reuse, key, at, setting) if key is not None else None
+        if fig is not None:
+            if not checked:  # the setting is still checked as a replay would check it
+                resolved(prep, path, **setting)
+                checked = True
+            each.append(fig)
+            continue
+        per, attrs = _what_if(prep, path, tick_phase_ns=at, period_latency=False, **setting)
         if gaps:  # an open loop's replay keeps the source's clock: no figures where it measured none
             per = _without(per, gaps)
         each.append(summarize(per, attrs["latency_ms"], attrs["throughput_rps"]))
+        if key is not None and reuse is not None and not attrs["quota_bound"]:
+            reuse.setdefault((key, at), []).append((float(setting["quota_us"]), float(setting["burst_us"]), each[-1]))
     out = {}
     for k in each[0]:
         v = [x[k] for x in each if not math.isnan(x[k])]
         out[k] = float(sum(v)) / len(v) if v else math.nan  # np.mean's float for a few phases, without its overhead
     return out
+
+
+def _reuse_key(setting: dict[str, Any]) -> str | None:
+    """The settings other than the quota and burst, where both are given as numbers (a replay
+    no quota held back answers for a larger quota and burst with these the same); None where
+    a replay's quota is not one number (the run's own, none)."""
+    if setting.get("unlimited") or not (_num(setting.get("quota_us")) and _num(setting.get("burst_us"))):
+        return None
+    return repr(sorted((k, v) for k, v in setting.items() if k not in ("quota_us", "burst_us")))
+
+
+def _reused(reuse: dict | None, key: str, at: int, setting: dict[str, Any]) -> dict[str, float] | None:
+    """The figures of a replay at tick phase ``at`` that no quota held back, at a quota and
+    burst no larger than ``setting``'s (the pools at every level no fuller, so every draw of
+    this setting's replay is whole too, and its steps the same); None if there is none."""
+    q, b = float(setting["quota_us"]), float(setting["burst_us"])
+    for q0, b0, fig in (reuse or {}).get((key, at), ()):
+        if q0 <= q and b0 <= b:
+            return fig
+    return None
 
 
 def _without(per: dict[str, np.ndarray], gaps: list[tuple[int, int]]) -> dict[str, np.ndarray]:

@@ -525,3 +525,46 @@ def test_max_limit_is_a_finite_number_and_bounds_the_limits_given():
             advise(run, max_limit=bad, gomaxprocs=[2], bursts=[0.0])
     with pytest.raises(UsageError, match=r"\[2.0\] above max_limit"):
         advise(run, max_limit=0.6, limits=[0.5, 2.0], gomaxprocs=[2], bursts=[0.0])
+
+
+@pytest.mark.parametrize(
+    "name", ["closed-loop/closed-1.5cpu-gmp2", "runs/nested-0.5cpu-pod0.5-gmp2", "runs-v2/v2-6.12-cpu-0.5cpu-gmp8"]
+)
+def test_the_advisors_reuse_of_replays_no_quota_held_back_changes_no_figure(monkeypatch, name):
+    """advise's search replays its limits in ascending order and lets a replay no quota held
+    back answer for the larger limits and bursts of the same other settings: every figure as
+    a replay of its own gives it (a closed loop, a pod's quota that moves with the
+    container's, a v2 run), with fewer replays; a setting the kernel refuses is still refused."""
+    from gmpanalysis import whatif as W
+    from gmpanalysis.cgroup import MAX_QUOTA_US
+    from gmpanalysis.replayinputs import memo, prep_built
+
+    run = _load(Path("fixtures") / name)
+    prep = memo(run, "prep", prep_built)
+    calls = [0]
+    inner = W._what_if
+
+    def counted(*a, **k):
+        calls[0] += 1
+        return inner(*a, **k)
+
+    monkeypatch.setattr(W, "_what_if", counted)
+    reuse: dict = {}
+    fresh_calls = reused_calls = 0
+    for g in (1, 4):
+        for lim in (0.5, 1.0, 2.0, 3.0, 6.0):
+            for b in (0.0, 0.5):
+                s = {"quota_us": lim * 100_000, "period_us": 100_000, "burst_us": b * lim * 100_000, "gomaxprocs": g}
+                calls[0] = 0
+                want = W.estimate_from_prep(prep, run.path, cpus=4, **s)
+                fresh_calls += calls[0]
+                calls[0] = 0
+                got = W.estimate_from_prep(prep, run.path, cpus=4, reuse=reuse, **s)
+                reused_calls += calls[0]
+                assert got.keys() == want.keys()
+                for k in want:
+                    assert got[k] == want[k] or (math.isnan(got[k]) and math.isnan(want[k])), (g, lim, b, k)
+    assert reused_calls < fresh_calls
+    with pytest.raises(UsageError, match="quota_us"):
+        W.estimate_from_prep(prep, run.path, cpus=4, reuse=reuse, quota_us=MAX_QUOTA_US * 2, period_us=100_000,
+                             burst_us=0.0, gomaxprocs=1)  # fmt: skip

@@ -232,3 +232,47 @@ def test_requests_sharing_the_cpus_finish_as_processor_sharing_says(costs, cpus,
         per = R.replay(np.zeros(len(costs), dtype=np.int64), costs, None, None, 100_000_000, 0, 0.0, cpus, cpus)
     got = per.attrs["latency_ms"] * 1e6
     assert got == pytest.approx([want[c] for c in costs], rel=1e-9, abs=1e-3)
+
+
+def _scaled(q, f: float):
+    """A quota f times as large (None, and a period without a limit, stay so)."""
+    if q is None:
+        return None
+    if isinstance(q, dict):
+        return {k: (v if math.isnan(v) else v * f) for k, v in q.items()}
+    return q * f
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(d=demands(), f=st.floats(1.0, 4.0), more_burst=st.sampled_from([0.0, 1000.0]))
+def test_a_replay_no_quota_held_back_is_the_replay_of_every_larger_quota(d, f, more_burst):
+    """quota_bound False (no level's pool ever fell short of a draw): with every level's quota
+    and burst as large or larger, the replay takes the same steps, its table the same but for
+    the quota (what lets the advisor answer larger limits without replaying them). A
+    throttled period needs a short draw, so it says quota_bound."""
+    per = R.replay(**d)
+    if per["throttled"].any():
+        assert per.attrs["quota_bound"]
+    if per.attrs["quota_bound"]:
+        return
+    big = {
+        **d,
+        "quota_us": _scaled(d["quota_us"], f),
+        "burst_us": d["burst_us"] + more_burst,
+        "outer": [(_scaled(q, f), p, ph, b + more_burst) for q, p, ph, b in d["outer"]],
+    }
+    got = R.replay(**big)
+    assert not got.attrs["quota_bound"]
+    cols = [c for c in per.columns if c != "quota_us"]
+    pd.testing.assert_frame_equal(got[cols], per[cols], check_exact=True)
+    assert np.array_equal(got.attrs["latency_ms"], per.attrs["latency_ms"], equal_nan=True)
+    assert got.attrs["throughput_rps"] == per.attrs["throughput_rps"] or math.isnan(per.attrs["throughput_rps"])
+
+
+def test_a_quota_that_throttles_says_it_bound():
+    """Two CPUs' worth of work under half a CPU: throttled, and quota_bound; unlimited: not."""
+    sched = np.arange(0, 300_000_000, 10_000_000)
+    tight = R.replay(sched, 20e6, None, 50_000, 100_000_000, 0, 0.0, 2, 2)
+    assert tight["throttled"].any() and tight.attrs["quota_bound"]
+    free = R.replay(sched, 20e6, None, None, 100_000_000, 0, 0.0, 2, 2)
+    assert not free["throttled"].any() and not free.attrs["quota_bound"]
