@@ -161,7 +161,12 @@ class Analysis:
         t = self.run.samples["t_ns"].to_numpy()
         if len(t) < 3:
             return
-        (gap,) = read_percentiles(np.diff(t), (50,))
+        dt = np.diff(t)
+        # the median (numpy's: between the two middle values) is below P/2 where fewer than
+        # half the intervals reach it; only then is it worth selecting
+        if 2 * int(np.count_nonzero(dt >= P / 2)) < len(dt):
+            return
+        (gap,) = read_percentiles(dt, (50,))
         if gap >= P / 2:
             lv = self.run.meta.get("level")
             where = f" (level {lv!r})" if isinstance(lv, str) and len(self.run.meta.get("levels") or ()) > 1 else ""

@@ -181,3 +181,31 @@ def test_hole_ms_boundaries_exactly() -> None:
         assert hole_ms_per_period(t, np.diff(t), 1.0, start, end).tolist() == [0.0, 0.0, 0.0]
     t = np.array([0, 1000], np.int64)
     assert hole_ms_per_period(t, np.diff(t), 1.0, B[:0], B[:0]).tolist() == []
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(65_536, 400_000),
+    kind=st.sampled_from(["intervals", "few values", "wide", "strided"]),
+    qs=qs_st,
+)
+def test_read_percentiles_of_many_reads_is_np_percentile(seed: int, n: int, kind: str, qs: list[float]) -> None:
+    """Past 65,536 values the order statistics come from a strided sample's bracket: the same
+    floats as np.percentile whatever the values, also where the sample misleads (``strided``:
+    the sampled positions hold values unlike the rest, so the bracket misses and all of x is
+    selected from)."""
+    rng = np.random.default_rng(seed)
+    if kind == "intervals":  # an hour of ~1 ms reads with jitter and a few holes
+        a = rng.normal(1_000_000, 20_000, n).astype(np.int64)
+        a[rng.integers(0, n, 20)] = rng.integers(10**8, 10**10, 20)
+    elif kind == "few values":
+        a = rng.integers(0, 4, n).astype(np.int64)
+    elif kind == "wide":
+        a = rng.integers(-EXACT, EXACT, n, dtype=np.int64)
+    else:
+        a = rng.integers(0, 1000, n).astype(np.int64)
+        a[:: n // 65_536] = 10**9 + rng.integers(0, 1000, len(a[:: n // 65_536]))
+    was = a.copy()
+    _same(read_percentiles(a, tuple(qs)), np.percentile(a, qs))
+    assert np.array_equal(a, was)
