@@ -22,7 +22,7 @@ from .grid import PeriodGrid, restart_ns
 from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import ever_limited, level_names, level_run, period_changes, quota_per_period, table_level
 from .periodtrace import add_trace
-from .reads import exhaustion, hole_ms_per_period, read_percentiles, usage_at_boundaries
+from .reads import exhaustion, hole_ms_per_period, interp_at, read_percentiles, usage_at_boundaries
 from .served import latency_ms, succeeded
 
 # An exhaustion bracket wider than a scheduler tick plus this (a read either side) leaves the
@@ -91,7 +91,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     P = grid.period_ns
     tick = tick_ns(run.meta)
     t = s["t_ns"].to_numpy()
-    u = s["usage_us"].to_numpy().astype(np.float64)
+    u = s["usage_us"].to_numpy(dtype=np.float64)  # no copy where it is float64 already
     B = seg.boundaries(P)
     if len(B) < 2:
         return pd.DataFrame(columns=PERIOD_COLUMNS), None
@@ -549,9 +549,9 @@ def _conservation(seg_no: int, ss: pd.DataFrame, part: pd.DataFrame, cr: Credits
                 "outside": cr.outside[c],
             }
         )
-    u = ss["usage_us"].to_numpy().astype(np.float64)
-    t = ss["t_ns"].to_numpy().astype(np.float64)
-    inside = np.interp([part["start_ns"].iloc[0], part["end_ns"].iloc[-1]], t, u)
+    u = ss["usage_us"].to_numpy(dtype=np.float64)
+    t = ss["t_ns"].to_numpy()
+    inside = interp_at(np.array([part["start_ns"].iloc[0], part["end_ns"].iloc[-1]], dtype=np.int64), t, u)
     out.append(
         {
             "segment": seg_no,

@@ -157,6 +157,27 @@ def _order_pair(x: np.ndarray, k: int) -> np.ndarray:
     return np.partition(x, [k, k1])[[k, k1]]
 
 
+# past this, int64 ns do not all convert to float64 exactly (CLOCK_MONOTONIC after ~104 days)
+_EXACT_NS = 2**53
+
+
+def interp_at(x: np.ndarray, t: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``np.interp(x, t, u)`` for int64 ``x`` and ascending int64 read times ``t``: the same
+    floats, from the reads around each x only (and the first and last, for x outside), so
+    that an hour of reads is not converted to float whole (28 MB of fresh pages for a few
+    thousand x). Between two consecutive reads np.interp's arithmetic uses those two alone,
+    and where every time converts exactly the int64 order is the float order, so it picks
+    the same two."""
+    n = len(t)
+    x = np.asarray(x)
+    exact = n and len(x) and -_EXACT_NS < int(t[0]) and int(t[-1]) < _EXACT_NS
+    if not exact or n <= 4 * len(x) or x.dtype != np.int64 or t.dtype != np.int64:
+        return np.interp(x.astype(np.float64), t.astype(np.float64), u)
+    j = np.searchsorted(t, x, side="right") - 1
+    sub = np.unique(np.concatenate(([0, n - 1], np.clip(j, 0, n - 1), np.clip(j + 1, 0, n - 1))))
+    return np.interp(x.astype(np.float64), t[sub].astype(np.float64), u[sub])
+
+
 def usage_at_boundaries(
     t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -164,7 +185,7 @@ def usage_at_boundaries(
     reads around each boundary, and the bracket those reads allow: cumulative usage is
     monotone, so the truth at a boundary lies between them (a boundary known to the grid's
     uncertainty ``unc_ns``)."""
-    u_at = np.interp(B.astype(np.float64), t.astype(np.float64), u)
+    u_at = interp_at(B, t, u)
     i_after = np.clip(np.searchsorted(t, B + unc_ns, side="left"), 0, len(t) - 1)
     i_before = np.clip(np.searchsorted(t, B - unc_ns, side="right") - 1, 0, len(t) - 1)
     u_lo_b, u_hi_b = u[i_before], u[i_after]

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gmpanalysis.reads import HOLE_READS, hole_ms_per_period, read_percentiles
+from gmpanalysis.reads import HOLE_READS, hole_ms_per_period, interp_at, read_percentiles
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -209,3 +209,24 @@ def test_read_percentiles_of_many_reads_is_np_percentile(seed: int, n: int, kind
     was = a.copy()
     _same(read_percentiles(a, tuple(qs)), np.percentile(a, qs))
     assert np.array_equal(a, was)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    t=st.lists(st.integers(-(2**54), 2**54), min_size=1, max_size=400).map(sorted),
+    x=st.lists(st.integers(-(2**54), 2**54), min_size=1, max_size=30),
+    data=st.data(),
+)
+@example(t=[0, 10, 10, 10, 20] * 1, x=[10, 0, 20, -5, 25, 15], data=None)
+def test_interp_at_is_np_interp(t: list[int], x: list[int], data) -> None:
+    """The usage at the boundaries read from the reads around each boundary: np.interp's floats
+    bit for bit, with repeated read times, boundaries outside the reads, and times past
+    2**53 ns (where float64 rounds them: all of it converted then)."""
+    tt = np.array(t, dtype=np.int64)
+    if data is not None and data.draw(st.booleans()):  # times an hour of reads could have
+        tt = np.sort(tt % 10**13)
+        x = [v % 10**13 for v in x]
+    u = np.cumsum(np.arange(len(tt), dtype=np.float64) % 7 * 0.5)
+    xx = np.array(x, dtype=np.int64)
+    want = np.interp(xx.astype(np.float64), tt.astype(np.float64), u)
+    assert np.array_equal(interp_at(xx, tt, u), want, equal_nan=True)
