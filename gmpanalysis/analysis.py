@@ -109,6 +109,12 @@ class Analysis:
 
     @property
     def period_ns(self) -> int:
+        """The CFS period of the grid's level: where several levels are sampled, that level's
+        own (its first limits.csv read, else meta.json levels), as :attr:`grid` takes it."""
+        if "cgroup" in self.run.samples and len(self.run.samples):
+            lr = level_run(self.run, table_level(self.run))
+            if lr is not self.run:
+                return analyze(lr).period_ns
         return period_ns(self.run.meta)
 
     @functools.cached_property

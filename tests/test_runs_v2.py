@@ -4,6 +4,9 @@ machine's, at both levels, with the kernel's own signals."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -260,3 +263,20 @@ def test_empty_cells_of_the_v2_signals_leave_only_the_periods_they_open_nan(path
             for i in np.flatnonzero(lost.to_numpy()):
                 ends = (per["start_ns"].iloc[i], per["end_ns"].iloc[i])
                 assert any(lo < e < hi for e in ends for lo, hi in gaps), (c, i)
+
+
+def test_the_replay_runs_on_the_period_of_the_grids_level(tmp_path):
+    """Where several levels are sampled, the grid takes each level's period from its own
+    limits (limits.csv, the cgroup's cpu.max); a meta.json period_us that disagrees must not
+    set the replay's period apart from the table's (a 1 ms replay of a 100 ms run)."""
+    d = tmp_path / "run"
+    shutil.copytree(next(p for p in RUNS_V2 if p.name == "v2-6.12-cpu-0.5cpu-gmp2"), d)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["period_us"] = 1000
+    (d / "meta.json").write_text(json.dumps(meta))
+    run = gmp.load_run(d)
+    per = gmp.df_periods(run)
+    assert ((per["end_ns"] - per["start_ns"]) == 100_000_000).all()
+    w = gmp.what_if(run)
+    assert ((w["end_ns"] - w["start_ns"]) == 100_000_000).all()
+    assert w["start_ns"].isin(per["start_ns"]).all()
