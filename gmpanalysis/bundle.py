@@ -282,6 +282,26 @@ def _shortest(meta: dict[str, Any], limits: pd.DataFrame | None) -> int | None:
     return min(vals) if vals else None
 
 
+def _host_cpus(meta: dict[str, Any], host_stat: pd.DataFrame | None, d: Path) -> list[str]:
+    """A note where meta.json's ncpu is not the CPUs host_stat.csv counts online at its first
+    read (the per-CPU lines of /proc/stat). The replay and the advice take meta.json's ncpu
+    for the CPUs the group could run on; one that disagrees with the host's own count at the
+    start (CPUs hot-plugged in between aside) is a wrong field or another node's file."""
+    n = meta.get("ncpu")
+    if host_stat is None or not len(host_stat) or "ncpu" not in host_stat:
+        return []
+    if not isinstance(n, int) or isinstance(n, bool):
+        return []
+    online = int(host_stat["ncpu"].iloc[0])
+    if online == n:
+        return []
+    return [
+        f"{d / 'meta.json'}: ncpu {n}, but {d / 'host_stat.csv'} counts {online} CPUs online at its first read; "
+        f"what_if and advise replay on {n} CPUs: correct ncpu (the node's CPUs), or check that the two files "
+        "come from one collection"
+    ]
+
+
 def _optional(p: Path, read: Any, notes: list[str]) -> pd.DataFrame | None:
     """An optional file of a bundle, read where it is there (even as a broken link: what is
     wrong with it is said, not skipped); an empty one (0 bytes: its writer had not written
@@ -381,6 +401,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         requests, more = _check_requests(requests, str(d / "requests.csv"))
         notes += more
     notes += stray_limits(limits, samples, d / "limits.csv", listed[0] if listed else None)
+    notes += _host_cpus(meta, host_stat, d)
     limits, more = bracket_restarts(limits, samples, d / "limits.csv", meta)
     notes += more
 

@@ -363,3 +363,19 @@ def test_nr_periods_wrapping_at_2_32_is_a_new_segment(tmp_path):
     assert per["segment"].nunique() == 3
     for r in gmp.df_conservation(per).itertuples(index=False):
         assert r.rows + r.groups + r.outside == pytest.approx(r.delta, abs=1e-6 * max(1.0, abs(r.delta))), r
+
+
+@pytest.mark.parametrize("ncpu", [1, 2, 64, 4])
+def test_meta_ncpu_against_the_cpus_host_stat_counts(tmp_path, ncpu):
+    """The replay runs on meta.json's ncpu; one the host's /proc/stat (host_stat.csv, read
+    by the same collection) contradicts at the start is said, not taken silently."""
+    d = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs-v2" / "v2-6.12-cpu-0.5cpu-gmp8", d)  # 4 CPUs, both files
+    m = json.loads((d / "meta.json").read_text())
+    m["ncpu"] = ncpu
+    (d / "meta.json").write_text(json.dumps(m))
+    said = [n for n in gmp.load_run(d).notes if "CPUs online" in n]
+    if ncpu == 4:
+        assert said == []
+    else:
+        assert len(said) == 1 and f"meta.json: ncpu {ncpu}" in said[0] and "host_stat.csv counts 4" in said[0]
