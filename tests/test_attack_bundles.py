@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from bundle_mutants import KINDS, RUNS, Mutant, attack, mutant
+from bundle_mutants import KINDS, RUNS, RUNS_V2, Mutant, attack, mutant
 from conftest import FULL_ATTACK
 
 import gmpanalysis as gmp
@@ -475,3 +475,21 @@ def test_mutants_of_the_shipped_runs(tmp_path):
     n = N_RANDOM + len(KINDS)
     assert outcomes.get("ok", 0) > n // 6 and outcomes.get("gmp", 0) > n * 2 // 5, outcomes  # both exercised
     assert time.monotonic() - t0 < 60
+
+
+def test_mutants_of_the_v2_runs(tmp_path):
+    """Seeded mutants of the cgroup v2 runs (v2-only columns, two levels in one cpu_stat.csv,
+    limits.csv per level), 30 random ones: each gives a result or a GmpError naming the file."""
+    rng = random.Random(21)
+    outcomes: dict[str, int] = {}
+    failures = []
+    for i in range(30):
+        m = mutant(rng, RUNS_V2)
+        d = m.write(tmp_path / f"m{i}")
+        out = attack(d)
+        outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
+        if out.kind in ("bad", "hang") or not out.names_file:
+            failures.append(f"{m.base.name}: {'; '.join(m.what)}: {out.kind} {out.error}: {out.message}\n{out.tb}")
+        shutil.rmtree(d)
+    assert not failures, "\n".join(failures)
+    assert outcomes.get("ok", 0) >= 5 and outcomes.get("gmp", 0) >= 5, outcomes
