@@ -29,7 +29,7 @@ import pandas as pd
 from . import runtimecost
 from .analysis import held
 from .bundle import Run
-from .cgroup import MAX_QUOTA_US, MIN_QUOTA_US
+from .cgroup import MAX_CPUS, MAX_QUOTA_US, MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
 from .levels import quota_at_end
@@ -123,10 +123,13 @@ def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | N
                 how = f"give {arg} for all of them" if arg else "advise them apart"
                 raise UsageError(f"advise: the runs differ in {key} ({told}): {how}")
     if cpus is not None and (
-        isinstance(cpus, (bool, np.bool_)) or not isinstance(cpus, numbers.Real) or not (cpus >= 1)
+        isinstance(cpus, (bool, np.bool_)) or not isinstance(cpus, numbers.Real) or not (1 <= cpus <= MAX_CPUS)
         or not float(cpus).is_integer()
     ):  # fmt: skip
-        raise UsageError(f"advise(cpus={cpus!r}): give the CPUs the service may run on, a whole number of 1 or more")
+        raise UsageError(
+            f"advise(cpus={cpus!r}): give the CPUs the service may run on, a whole number of 1 to {MAX_CPUS:,} "
+            "(the kernel's most)"
+        )
     if cpus is None and lim0["cpus"] is None:
         raise MissingDataError(
             f"{runs[0].path}: meta.json records no ncpu: give advise(..., cpus=N) (gmpanalysis advise --cpus N)"

@@ -57,6 +57,8 @@ def bundle_cpus(meta: dict) -> int | None:
 
 MIN_PERIOD_US, MAX_PERIOD_US = 1_000, 1_000_000
 MIN_QUOTA_US, MAX_QUOTA_US = 1_000, (1 << 44) - 1  # the kernel's max_cfs_runtime, in µs
+# CONFIG_NR_CPUS's largest (x86-64 with MAXSMP, powerpc; arm64's is 4,096): no node has more
+MAX_CPUS = 8192
 # Without a quota the kernel checks a burst only against the µs -> ns conversion
 # (cpu_cfs_burst_write_u64: burst_us <= U64_MAX / 1000).
 MAX_BURST_NO_QUOTA_US = ((1 << 64) - 1) // 1_000

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .cgroup import MAX_CPUS
 from .errors import BundleError
 
 SCHEMA = 2
@@ -106,12 +107,13 @@ FIELDS: dict[str, Field] = {
         "integer|null", "1 or 2 (null until the sampler found the cgroup)", required=True, enum=(1, 2, None)
     ),
     "cgroup_paths": _f("array", "the cgroup directories sampled", items="string"),
-    "ncpu": _f("integer|null", "CPUs of the node", minimum=1),
+    "ncpu": _f("integer|null", "CPUs of the node", minimum=1, maximum=MAX_CPUS),
     "cpus_allowed": _f(
         "integer|null",
         "CPUs the target's threads may run on (their affinity at the collection's start: a cpuset, such as the "
         "static CPU manager's, or taskset); null or absent: not recorded, taken as ncpu",
         minimum=1,
+        maximum=MAX_CPUS,
     ),
     "hz": _f("integer|null", "kernel CONFIG_HZ", minimum=1),
     "user_hz": _f("integer|null", "USER_HZ of /proc/stat", minimum=1),

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .cgroup import MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
+from .cgroup import MAX_CPUS, MAX_PERIOD_US, MAX_QUOTA_US, MIN_PERIOD_US, MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 
 
@@ -30,7 +30,7 @@ def check_settings(
             ("quota_us", quota_us, quota_us is None or (num(quota_us) and MIN_QUOTA_US <= quota_us <= MAX_QUOTA_US)),
             ("burst_us", burst, num(burst) and burst >= 0),
             ("gomaxprocs", G, num(G) and G >= 1 and float(G).is_integer()),
-            ("cpus", C, num(C) and C >= 1 and float(C).is_integer()),
+            ("cpus", C, num(C) and 1 <= C <= MAX_CPUS and float(C).is_integer()),
             ("tick_phase_ns", tick_phase_ns, tick_phase_ns is None or (num(tick_phase_ns) and tick_phase_ns >= 0)),
         )
         if not ok
@@ -41,8 +41,8 @@ def check_settings(
         raise UsageError(
             f"what_if({', '.join(bad)}): give a whole period of 1,000-1,000,000 µs and a quota of at least "
             "1,000 µs (the bounds cpu.max and cpu.cfs_period_us/cfs_quota_us accept), a whole positive GOMAXPROCS "
-            "and CPU count (cpus= where the bundle does not record them); burst >= 0, tick_phase_ns >= 0; "
-            "unlimited=True takes no levels above"
+            f"and CPU count (at most {MAX_CPUS:,}, the kernel's most; cpus= where the bundle does not record "
+            "them); burst >= 0, tick_phase_ns >= 0; unlimited=True takes no levels above"
         )
 
 

@@ -88,6 +88,8 @@ def test_required_keys_and_ranges():
         ("period_us", 1_000_001),
         ("quota_us", 999),
         ("ncpu", 0),
+        ("ncpu", 8193),  # past CONFIG_NR_CPUS's largest: a replay would size its arrays by it
+        ("cpus_allowed", 2**31),
         ("mono_start_ns", -1),
     ]:
         bad = {**meta, key: value}

@@ -638,3 +638,17 @@ def test_requests_begun_after_the_sampler_died_are_left_out_of_the_demand(runs, 
     assert len(half["sched_ns"]) == len(whole["sched_ns"]) - unsampled
     mean = float(np.mean(half["cost_ns"]))
     assert mean == pytest.approx(float(np.mean(whole["cost_ns"])), rel=0.15)
+
+
+def test_more_cpus_than_a_kernel_can_have_are_refused_before_a_replay():
+    """A replay sizes its per-CPU state by the CPUs; past CONFIG_NR_CPUS's largest (8,192) no
+    node exists, and 2**31 of them asked for 16 GiB: a UsageError naming cpus, from what_if
+    and advise alike."""
+    from gmpanalysis.advise import advise
+
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    with pytest.raises(gmp.UsageError, match="cpus=8193"):
+        W.what_if(run, cpus=8193)
+    with pytest.raises(gmp.UsageError, match="cpus=2147483648"):
+        advise(run, cpus=2**31)
+    assert len(W.what_if(run, cpus=64))
