@@ -9,7 +9,8 @@ Times, each with the plain-Python loop and the compiled one and their ratio:
   (an empty numba cache), or the load of the compiled loop from the cache (filled);
 * ``what_if`` of each shipped example run (fixtures/runs) under its own settings;
 * ``advise`` of the shipped example (gmp.example_run()) and of each bundle under the
-  directories given (default: benchmarks/data/16cpu-v2-1500m, 16-CPU runs, where present),
+  directories given (default: benchmarks/data/16cpu-v2-1500m, 16-CPU closed-loop runs, where
+  present, else the 16-CPU v2 runs of ../shared/data/16cpu-v2 beside the checkout),
   with the share of it spent in the replay itself;
 * one hour of demand: a shipped run's requests tiled to an hour (open loop, its own quota,
   GOMAXPROCS and CPUs), and, where present, a 16-CPU closed-loop run's the same way,
@@ -45,6 +46,7 @@ from gmpanalysis.replayinputs import memo, prep_built
 
 ROOT = Path(__file__).resolve().parents[1]
 SIXTEEN = ROOT / "benchmarks" / "data" / "16cpu-v2-1500m"
+SHARED_SIXTEEN = ROOT.parent / "shared" / "data" / "16cpu-v2"
 
 FIRST_CALL = """
 import time, warnings
@@ -202,7 +204,7 @@ def hours(dirs: list[Path]) -> None:
 def main() -> int:
     quick = "--quick" in sys.argv[1:]
     given = [Path(a) for a in sys.argv[1:] if a != "--quick"]
-    roots = given or ([SIXTEEN] if SIXTEEN.is_dir() else [])
+    roots = given or next(([d] for d in (SIXTEEN, SHARED_SIXTEEN) if d.is_dir()), [])
     dirs = sorted(p for d in roots for p in d.iterdir() if (p / "meta.json").is_file())
     if quick:
         dirs = dirs[:1]
