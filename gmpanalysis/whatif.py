@@ -444,6 +444,10 @@ def estimate_from_prep(
     each = []
     gaps = prep["demand"].get("gaps_ns") if prep["demand"]["concurrency"] is None else None
     key = _reuse_key(setting) if reuse is not None else None
+    if reuse is not None and reuse.setdefault("inputs", prep) is not prep:  # it holds its inputs alive
+        raise UsageError(
+            "estimate_from_prep(reuse=...): a reuse dict serves one run's replay inputs; give each its own"
+        )
     checked = False
     for i in range(phases):
         at = i * tick // phases

@@ -565,6 +565,9 @@ def test_the_advisors_reuse_of_replays_no_quota_held_back_changes_no_figure(monk
                 for k in want:
                     assert got[k] == want[k] or (math.isnan(got[k]) and math.isnan(want[k])), (g, lim, b, k)
     assert reused_calls < fresh_calls
+    other = memo(_load(Path("fixtures/runs/cpu-0.5cpu-gmp8")), "prep", prep_built)
+    with pytest.raises(UsageError, match="one run's replay inputs"):  # not another run's figures
+        W.estimate_from_prep(other, run.path, cpus=4, reuse=reuse, **s)
     with pytest.raises(UsageError, match="quota_us"):
         W.estimate_from_prep(prep, run.path, cpus=4, reuse=reuse, quota_us=MAX_QUOTA_US * 2, period_us=100_000,
                              burst_us=0.0, gomaxprocs=1)  # fmt: skip
