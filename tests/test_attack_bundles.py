@@ -15,7 +15,7 @@ import random
 import resource
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -452,17 +452,14 @@ def _mutants(rng: random.Random, bases: list[Path]) -> Iterator[Mutant]:
         yield mutant(rng, bases, kind=kind)
 
 
-def test_mutants_of_the_shipped_runs(tmp_path):
-    """Seeded mutants of the shipped runs (the big trace of the alloc run left out, for
-    speed), 40 random ones (250 with GMP_FULL_ATTACK=1) and one of each kind of change: each
-    gives a result or a GmpError naming the file, within 10 s."""
-    rng = random.Random(14)
-    bases = [p for p in RUNS if not p.name.startswith("alloc")]
+def _attack_all(mutants: Iterable[Mutant], tmp_path: Path) -> tuple[dict[str, int], list[str], set[str]]:
+    """Each mutant written and attacked in turn (one on disk at a time): the outcomes by kind,
+    each failure (an exception other than a GmpError, a hang, a message not naming the file)
+    with its changes, and the kinds of change made."""
     outcomes: dict[str, int] = {}
-    made: set[str] = set()
     failures = []
-    t0 = time.monotonic()
-    for i, m in enumerate(_mutants(rng, bases)):
+    made: set[str] = set()
+    for i, m in enumerate(mutants):
         made |= m.kinds
         d = m.write(tmp_path / f"m{i}")
         out = attack(d)
@@ -470,6 +467,17 @@ def test_mutants_of_the_shipped_runs(tmp_path):
         if out.kind in ("bad", "hang") or not out.names_file:
             failures.append(f"{m.base.name}: {'; '.join(m.what)}: {out.kind} {out.error}: {out.message}\n{out.tb}")
         shutil.rmtree(d)
+    return outcomes, failures, made
+
+
+def test_mutants_of_the_shipped_runs(tmp_path):
+    """Seeded mutants of the shipped runs (the big trace of the alloc run left out, for
+    speed), 40 random ones (250 with GMP_FULL_ATTACK=1) and one of each kind of change: each
+    gives a result or a GmpError naming the file, within 10 s."""
+    rng = random.Random(14)
+    bases = [p for p in RUNS if not p.name.startswith("alloc")]
+    t0 = time.monotonic()
+    outcomes, failures, made = _attack_all(_mutants(rng, bases), tmp_path)
     assert not failures, "\n".join(failures)
     assert made == set(KINDS), f"never made: {sorted(set(KINDS) - made)}"
     n = N_RANDOM + len(KINDS)
@@ -481,15 +489,6 @@ def test_mutants_of_the_v2_runs(tmp_path):
     """Seeded mutants of the cgroup v2 runs (v2-only columns, two levels in one cpu_stat.csv,
     limits.csv per level), 30 random ones: each gives a result or a GmpError naming the file."""
     rng = random.Random(21)
-    outcomes: dict[str, int] = {}
-    failures = []
-    for i in range(30):
-        m = mutant(rng, RUNS_V2)
-        d = m.write(tmp_path / f"m{i}")
-        out = attack(d)
-        outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
-        if out.kind in ("bad", "hang") or not out.names_file:
-            failures.append(f"{m.base.name}: {'; '.join(m.what)}: {out.kind} {out.error}: {out.message}\n{out.tb}")
-        shutil.rmtree(d)
+    outcomes, failures, _ = _attack_all((mutant(rng, RUNS_V2) for _ in range(30)), tmp_path)
     assert not failures, "\n".join(failures)
     assert outcomes.get("ok", 0) >= 5 and outcomes.get("gmp", 0) >= 5, outcomes
