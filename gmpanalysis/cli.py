@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .cgroup import MAX_CPUS
 from .cliargs import (
     cgroup_parent,
     check_not_inside,
@@ -386,9 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     av = sub.add_parser("advise", help="CPU limit, GOMAXPROCS and burst ranked by a replay of the runs' demand")
     av.add_argument("bundles", nargs="+", help="run bundle directories (runs of one service)")
     av.add_argument("--objective", choices=["throttle", "p99", "cost"], default="p99", help="what to rank by")
-    av.add_argument("--cpus", type=int_in(1, 4096), default=None, help="CPUs the service may use (default: the run's)")
+    av.add_argument("--cpus", type=int_in(1, MAX_CPUS), help="CPUs the service may use (default: the run's)")
     av.add_argument(
-        "--max-limit", type=float_in(0, 4096, lo_open=True), default=None, help="largest limit to consider, CPUs"
+        "--max-limit", type=float_in(0, MAX_CPUS, lo_open=True), default=None, help="largest limit to consider, CPUs"
     )
     av.add_argument("--top", type=int_in(1), default=10, help="rows to print (default: 10)")
     av.set_defaults(func=cmd_advise)

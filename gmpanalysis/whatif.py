@@ -462,7 +462,7 @@ def estimate_from_prep(
         if gaps:  # an open loop's replay keeps the source's clock: no figures where it measured none
             per = _without(per, gaps)
         each.append(summarize(per, attrs["latency_ms"], attrs["throughput_rps"]))
-        if key is not None and reuse is not None and not attrs["quota_bound"]:
+        if key is not None and not attrs["quota_bound"]:  # key: reuse was given
             reuse.setdefault((key, at), []).append((float(setting["quota_us"]), float(setting["burst_us"]), each[-1]))
     out = {}
     for k in each[0]:
