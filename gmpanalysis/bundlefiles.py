@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .cgroup import MAX_CPUS
 from .errors import BundleError, GmpError, NotFoundError, TruncatedLineWarning
 from .schema import MAX_NS
 
@@ -104,7 +105,8 @@ REQUEST_RANGES: dict[str, tuple[float, float]] = {
 HOST_STAT_RANGES: dict[str, tuple[float, float]] = {
     "t_ns": (1, MAX_NS),
     **{c: (0, MAX_NS) for c in HOST_STAT_COLUMNS if c not in ("t_ns", "ncpu")},
-    "ncpu": (1, 1 << 20),
+    # the CPUs a kernel can have (CONFIG_NR_CPUS at most), the bound meta.json's ncpu has too
+    "ncpu": (1, MAX_CPUS),
 }
 LIMITS_RANGES: dict[str, tuple[float, float]] = {
     "t_ns": (1, MAX_NS),

@@ -379,3 +379,19 @@ def test_meta_ncpu_against_the_cpus_host_stat_counts(tmp_path, ncpu):
         assert said == []
     else:
         assert len(said) == 1 and f"meta.json: ncpu {ncpu}" in said[0] and "host_stat.csv counts 4" in said[0]
+
+
+@pytest.mark.parametrize("ncpu", [gmp.cgroup.MAX_CPUS, gmp.cgroup.MAX_CPUS + 1])
+def test_host_stat_ncpu_bounded_as_meta_ncpu(tmp_path, ncpu):
+    """host_stat.csv's ncpu takes the bound meta.json's has (the kernel's most CPUs): past it
+    the file is refused at its line, not replayed on CPUs no kernel has."""
+    d = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs-v2" / "v2-6.12-cpu-0.5cpu-gmp8", d)
+    h = pd.read_csv(d / "host_stat.csv")
+    h.loc[1, "ncpu"] = ncpu
+    h.to_csv(d / "host_stat.csv", index=False)
+    if ncpu <= gmp.cgroup.MAX_CPUS:
+        gmp.load_run(d)
+    else:
+        with pytest.raises(gmp.BundleError, match=rf"host_stat.csv line 3: ncpu {ncpu} is outside 1\.\.8192"):
+            gmp.load_run(d)
