@@ -21,6 +21,10 @@ writes the same per regime as the table of docs/validation.md):
 - throughput within 15 %;
 - never more CPUs frozen than the setting can run on (min(CPUs, GOMAXPROCS)).
 
+A prediction whose source or target ran on a host others kept saturated (its host_stat.csv:
+:func:`gmpanalysis.host_load`) is marked in ``shared_host``: the replay gives the group every
+CPU.
+
 A run whose limit was resized mid-run is a source only (it has no one setting to be
 predicted under); runs made in a TCG guest are left out unless --with-tcg. Not a test;
 numbers move with the machine and the runs given.
@@ -43,6 +47,7 @@ import gmpanalysis as gmp
 from gmpanalysis import modelerror as ME
 from gmpanalysis import runtimecost as RC
 from gmpanalysis import whatif as W
+from gmpanalysis.hostload import contended, host_load
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIRS = [
@@ -109,11 +114,13 @@ def predictions(where: str, w: str, runs: list[gmp.Run]) -> list[dict]:
         reg = ME.regime(cpus, limit, float(st["gomaxprocs"]), int(st["period_us"]))
         for src in sources:
             pred = W.predict(src, tgt)
+            # the replay gives the group every CPU; a host others kept busy did not
+            shared = [k for k, r in (("source", src), ("target", tgt)) if contended(host_load(r))]
             e = ME.errors_of(pred, truth)
             bound = min(cpus, float(st["gomaxprocs"]))
             rows.append(
                 {"dir": where, "workload": w, "target": tgt.meta.get("name"), "source": src.meta.get("name"),
-                 "regime": reg, "loop": ME.loop_of(tgt.meta), "cpus": cpus,
+                 "regime": reg, "loop": ME.loop_of(tgt.meta), "cpus": cpus, "shared_host": "+".join(shared),
                  **{f"pred_{k}": v for k, v in pred.items()},
                  **{f"meas_{k}": v for k, v in truth.items()}, **e,
                  **goals(e, pred, truth, cpus),
@@ -240,11 +247,17 @@ def main() -> int:
             "predicted with the shipped constant, which was fitted on them (give the other 16-CPU workload's runs)"
         )
     print()
-    show = ["target", "source", "regime"] + [
+    show = ["target", "source", "regime", "shared_host"] + [
         c for k in ("throttled_pct", "exhausted_p50_ms", "cpus_frozen_p50", "p99_ms", "throughput_rps")
         for c in (f"meas_{k}", f"pred_{k}")
     ]  # fmt: skip
     print(df[show].round(1).to_string(index=False))
+    n_shared = int((df["shared_host"] != "").sum())
+    if n_shared:
+        print(
+            f"shared_host: {n_shared} predictions have a source or target whose host was saturated and shared "
+            "(gmpanalysis.hostload), which the replay does not model"
+        )
     summary = ME.summarise(rows)
     print("\nheld-out |error| per regime (median / p90, n):")
     for reg, figs in summary.items():

@@ -45,6 +45,7 @@ from .frames import (
 from .gomaxprocs import df_gomaxprocs
 from .gotrace import GoTrace, iter_generations, read_trace
 from .grid import PeriodGrid, fit_period_grid
+from .hostload import host_load
 from .mmu import df_mmu
 from .periods import df_conservation, df_period_groups
 from .plot import plot_advice, plot_compare, plot_mmu, plot_period_heatmap, plot_periods, plot_stw_vs_boundary
@@ -95,6 +96,7 @@ __all__ = [
     "df_sampling_holes",
     "df_stw_periods",
     "fit_period_grid",
+    "host_load",
     "load_run",
     "period_summary",
     "plot_advice",

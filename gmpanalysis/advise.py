@@ -32,6 +32,7 @@ from .bundle import Run
 from .cgroup import MAX_CPUS, MAX_QUOTA_US, MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
+from .hostload import contention_sentence
 from .levels import quota_at_end
 from .modelerror import (
     cpus_validated,
@@ -156,6 +157,16 @@ def _cpuset_caveat(run: Run, cpus: int) -> str:
     )
 
 
+def _host_caveat(runs: list[Run]) -> str:
+    """Where a run's host was saturated and shared (:mod:`gmpanalysis.hostload`): the
+    replay gives the group CPUs others held ("" where none was)."""
+    for r in runs:
+        said = contention_sentence(r, replay=True)
+        if said:
+            return f" {r.meta.get('name') or r.path.name}: {said}" if len(runs) > 1 else f" {said}"
+    return ""
+
+
 def _usage_caveat(runs: list[Run]) -> str:
     """For runs without requests: the CPU a throttled run used is less than it wanted (what
     its quota held back came later or never), so a replay of it at that limit or below
@@ -267,8 +278,7 @@ def advise(
         said += _loop_caveat(reg, validation, loops, err)
     else:
         said += _usage_caveat(runs)
-    if cpus is None:
-        said += _cpuset_caveat(runs[0], ncpu)
+    said += _host_caveat(runs) + (_cpuset_caveat(runs[0], ncpu) if cpus is None else "")
     table.attrs["recommendation"] = said
     table.attrs["baselines"] = _baselines(inputs, variants, best, ncpu, runs)
     return table

@@ -23,6 +23,7 @@ from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
 from .goversion import go_version_of
+from .hostload import contention_sentence
 from .levels import describe as describe_levels
 from .levels import level_names, level_run, quota_at_end, quota_words, table_level
 from .offsets import cpus_available
@@ -172,8 +173,9 @@ def findings(cmp: pd.DataFrame) -> list[str]:
 
 
 def data_quality(run: Run, per: pd.DataFrame) -> list[str]:
-    """Plain sentences on what the samples could not see: holes, ambiguous groups, the
-    sampler's misses and the host's steal time (when the bundle recorded it)."""
+    """Plain sentences on what the samples could not see: holes, ambiguous groups, a host
+    others kept busy, the sampler's misses and the host's steal time (when the bundle
+    recorded it)."""
     out = []
     groups = df_period_groups(per)
     unknown = int(per["throttled"].isna().sum())
@@ -194,6 +196,9 @@ def data_quality(run: Run, per: pd.DataFrame) -> list[str]:
         )
     if unknown:
         out.append(f"{unknown} period(s) are shown as unknown (hatched): the samples cannot tell which were throttled.")
+    shared = contention_sentence(run)
+    if shared:
+        out.append(shared)
     sm = sampling_summary(run)
     if sm["holes"]:
         steal = sm["host_steal_ms"]

@@ -49,7 +49,9 @@ side; the slack timer that hands runtime an idle CPU returned to a throttled one
 boundary; where the run held work back (a bundle without requests replays what ran, a lower
 bound); a level's pool at the replay's start is full; a closed loop's time off the CPU
 (the network, I/O: its clients send again as soon as the CPU has served them, and send the
-run's requests at most 256 times over). The validation
+run's requests at most 256 times over); CPUs others kept busy: the group is given every CPU
+it may run on, where a saturated host shares them by CPU weight (a run whose host was, per
+its host_stat.csv, gets a caveat in the advice and the report: :mod:`gmpanalysis.hostload`). The validation
 (benchmarks/validate_whatif.py, gmpanalysis/modelerror.py) measures what these cost.
 """
 
