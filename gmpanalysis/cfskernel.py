@@ -50,6 +50,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from .kernelfacts import MIN_CFS_RQ_RUNTIME_NS
+
 # numba is optional; GMP_NO_NUMBA=1 runs the plain-Python loop even where it is installed. It
 # is imported, and the loop compiled (or loaded from numba's cache), on the first replay.
 AVAILABLE = not os.environ.get("GMP_NO_NUMBA") and importlib.util.find_spec("numba") is not None
@@ -60,7 +62,7 @@ ENABLED = True
 # what the loop treats as "at the same time" and "no runtime left" (ns)
 EPS = 1e-6
 # an idle CPU keeps this much runtime (min_cfs_rq_runtime, 1 ms) and hands the rest back
-MIN_RUNTIME_NS = 1e6
+MIN_RUNTIME_NS = float(MIN_CFS_RQ_RUNTIME_NS)
 # Processor sharing gives every request in service the same CPU, so one clock counts the CPU
 # each has had since it was reset (``served``) and a request is kept as the reading at which
 # its CPU is served: a step moves the clock, not every request (a limit below the demand

@@ -92,6 +92,10 @@ def frozen_wall(per: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         s_least, s_most, P = stall_bracket(per)
         least = np.where(thr, s_least, 0.0)
         most = np.where(only_own, s_most, P)
+        if "frozen_lo_us" in per:
+            # and what the freezes of every level allow (another level's brackets too)
+            least = np.fmax(least, per["frozen_lo_us"].to_numpy(dtype=np.float64, na_value=np.nan))
+            most = np.fmin(most, per["frozen_hi_us"].to_numpy(dtype=np.float64, na_value=np.nan))
     return told_or_typical(frozen, event, known, least, most)
 
 

@@ -58,7 +58,10 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     ``throttled`` boolean, nr_throttled rose at its end (NA if unknown);
     ``throttled_rq_us`` µs of throttled time credited at its end, a SUM over CPUs' run
     queues (NaN if unknown); ``exhausted_at_us`` µs from the start to the last read at which
-    usage still rose at a running CPU's pace (NaN if not throttled, or if the reads leave it
+    usage still rose at a running CPU's pace, or to the read that ended the group's run where
+    all that ran after it was runtime left on CPUs (at most a millisecond each, with the
+    throttled run-queue time covering the rest of the period: many Ps' threads on many
+    CPUs; :func:`gmpanalysis.reads.exhaustion`) (NaN if not throttled, or if the reads leave it
     open by more than 6 ms: see the bracket and ``reason``), inside the bracket
     ``exhausted_lo_us``..``exhausted_hi_us`` (from the read before that one to that read, or
     to the read closing a later stretch where running could hide; widened by the grid's
@@ -75,7 +78,9 @@ def df_periods(run: Run, grid: PeriodGrid | None = None, level: str | None = Non
     frozen by any level (the union of the freezes: :func:`gmpanalysis.df_freezes`; NaN
     where the reads leave a freeze's start open in the period, as they leave
     ``exhausted_at_us``, where the own throttling is unknown and outside another level's
-    samples; ``reason`` says which);
+    samples; ``reason`` says which), inside the bracket ``frozen_lo_us``..``frozen_hi_us``
+    (every freeze whose start the reads leave open taken from its bracket's end, or its
+    start; NaN only where frozen_us is for want of samples);
     ``frozen_other_us`` µs frozen by levels other than the table's own, which its own
     cpu.stat does not count (NaN where the reads leave one's start open, or outside another
     level's samples);

@@ -166,7 +166,8 @@ def place(freezes: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
 def add_frozen_columns(
     per: pd.DataFrame, freezes: pd.DataFrame, own: str, spans: dict[str, tuple[int, int]] | None = None
 ) -> None:
-    """``frozen_by``, ``frozen_us``, ``frozen_other_us`` on a period table, from the
+    """``frozen_by``, ``frozen_us`` (with ``frozen_lo_us``..``frozen_hi_us``),
+    ``frozen_other_us`` on a period table, from the
     freezes of every level (see :func:`gmpanalysis.df_periods`). ``spans``: the stretch each
     other level's own table covers; outside it that level's freezes are unknown, and so are
     the frozen times and ``frozen_by`` (but for the own level, in a period it throttled), as
@@ -228,6 +229,13 @@ def add_frozen_columns(
         if len(fs):
             v[opened(fs)] = np.nan
         v[blind] = np.nan
+        per[col] = v
+    # what the freezes' brackets allow of the frozen time: every open one from its
+    # bracket's end (the least) or its start (the most)
+    for col, at in (("frozen_lo_us", "start_hi_ns"), ("frozen_hi_us", "start_lo_ns")):
+        fs = freezes.assign(start_ns=freezes[at]) if len(freezes) else freezes
+        v = np.maximum(within(fs), 0.0) if len(fs) else np.zeros(n)
+        v[own_unknown | outside] = np.nan
         per[col] = v
     for lv in pd.unique(others["level"]) if len(others) else ():
         why = f"the {lv}'s reads leave open when its quota ran out here: the frozen time is not known"

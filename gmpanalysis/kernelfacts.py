@@ -28,6 +28,11 @@ def tick_ns(meta: dict[str, Any]) -> int:
     return 1_000_000_000 // (int(hz) if isinstance(hz, int) and not isinstance(hz, bool) and hz > 0 else DEFAULT_HZ)
 
 
+# min_cfs_rq_runtime: the runtime a CPU whose group's threads went idle keeps of what it
+# drew from the pool (the rest goes back); the same in every kernel users run (ns)
+MIN_CFS_RQ_RUNTIME_NS = 1_000_000
+
+
 # (major, minor) from which each behaviour holds (mainline; a vendor kernel may backport)
 RANDOM_PHASE = (6, 4)  # a cgroup's period timer starts at a random phase (41abdba93747)
 LOCAL_STAT = (6, 6)  # cpu.stat.local with throttled_usec
@@ -87,8 +92,9 @@ def kernel_table(meta: dict[str, Any], phases_ms: dict[str, float] | None = None
                 False: "per run queue: the whole group is dequeued when the quota runs out; throttled time starts then",
             }.get(per_task, "unknown kernel"),
             "seen": None,
-            "assumed": "exhaustion is the last read at which usage still rose at a running CPU's pace (a task "
-            "finishing a system call may trickle past it); cpus_throttled divides throttled time by that stall, "
+            "assumed": "exhaustion is the last read at which usage still rose at a running CPU's pace, before "
+            "a trickle of runtime left on CPUs (a millisecond each; a task finishing a system call may trickle "
+            "past it too); cpus_throttled divides throttled time by that stall, "
             + ("so it can read low where tasks were parked late" if per_task else "as the kernel counts it"),
         }
     )

@@ -19,7 +19,7 @@ from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
 from .freezes import add_frozen_columns, freezes_of, place, refine
 from .grid import PeriodGrid, restart_ns
-from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
+from .kernelfacts import LOCAL_STAT, MIN_CFS_RQ_RUNTIME_NS, PSI_CGROUP_FULL, tick_ns
 from .levels import ever_limited, level_names, level_run, period_changes, quota_per_period, table_level
 from .periodtrace import add_trace
 from .reads import exhaustion, hole_ms_per_period, interp_at, read_percentiles, usage_at_boundaries
@@ -54,6 +54,8 @@ PERIOD_COLUMNS = [
     "cpus_throttled",
     "frozen_by",
     "frozen_us",
+    "frozen_lo_us",
+    "frozen_hi_us",
     "frozen_other_us",
     "psi_some_us",
     "psi_full_us",
@@ -116,9 +118,11 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     ex_hi = np.full(n, np.nan)
     ti = np.flatnonzero(throttled)
     if len(ti):
+        cpus_on = bundle_cpus(run.meta)
         exhausted[ti], ex_lo[ti], ex_hi[ti] = exhaustion(
-            t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt
-        )
+            t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt,
+            thr_us=d_thr_us[ti], leftover_us=(cpus_on or 0) * MIN_CFS_RQ_RUNTIME_NS / 1e3,
+        )  # fmt: skip
     # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
     # the bracket stays, a point value (and the stall and CPU count that follow) would be made up
     open_ex = throttled & ((ex_hi - ex_lo) > tick / 1e3 + OPEN_BRACKET_SLACK_US)

@@ -1,5 +1,6 @@
 """What a level's cpu.stat reads tell inside its periods, on arrays: when the quota ran out
-(the last read at which usage still rose at a running CPU's pace, with its bracket), the
+(the last read at which usage still rose at a running CPU's pace, before any trickle of
+runtime left on CPUs after the freeze, with its bracket), the
 usage at each boundary and the bracket the reads around it allow, the holes between reads,
 and the read intervals' percentiles. :mod:`gmpanalysis.periods` puts them in the table.
 """
@@ -14,6 +15,10 @@ import numpy as np
 # out, threads still trickle leftover slice (36-520 µs steps seen here), far below a quarter
 # CPU per tick.
 RUNNING_CPUS = 0.25
+# The group's run on its quota ends at a running read with none in this many ticks after it
+# (a freeze, or the work done); a trickle of leftover runtime after it comes in runs of a
+# millisecond or less
+FLAT_TICKS = 2
 # A stretch without reads longer than this many sampling intervals is a hole: usage is
 # interpolated across it (and says so); counters stay exact unless several period
 # boundaries fall inside it.
@@ -42,9 +47,14 @@ def exhaustion(
     dt: np.ndarray,
     q10: float,
     med_dt: float,
+    thr_us: np.ndarray | None = None,
+    leftover_us: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quota exhaustion in each period [start, end): µs from the start to the last read at
-    which usage still rose at a running CPU's pace, with its bracket.
+    which usage still rose at a running CPU's pace, with its bracket; given the periods'
+    throttled run-queue time ``thr_us`` and the CPUs' leftover ``leftover_us`` (their
+    min_cfs_rq_runtime each), the read that ended the run a trickle of leftover followed
+    (:func:`_before_leftover`).
 
     The group's usage is charged when a task is descheduled, so the freeze shows as the
     last running-pace step: it happened after the read before that step and at the latest
@@ -91,6 +101,11 @@ def exhaustion(
         running[a:b] = ok
     last_read = np.searchsorted(t, end, side="left") - 1
     j = last_true_at(running, np.maximum(last_read, 0))
+    moved = np.zeros(len(j), dtype=bool)
+    if thr_us is not None and leftover_us > 0:
+        j0 = j
+        j = _before_leftover(t, u, running, start, end, j, thr_us, leftover_us, tick)
+        moved = j != j0
     has = j >= 0
     jj = np.maximum(j, 0)
     tx = np.where(has, t[jj], start)
@@ -103,12 +118,56 @@ def exhaustion(
     short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= gap_ns)
     r = np.where(short_tail, last_true_at(last_close, np.maximum(last_read, 0)), r)
     late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
+    # where a trickle of leftover followed the run, what holes after it hide is that
+    # trickle (its usage to the boundary is bounded): only a hole that closes the run's own
+    # stretch, right after its last read, can hide the run going on
+    nxt = np.minimum(jj + 1, len(t) - 1)
+    late_hole = np.where(moved, closes[nxt] & (nxt > jj), late_hole)
+    r = np.where(moved, nxt, r)
     tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
     ex = np.clip(tx - start, 0, P) / 1e3
     # ... and the period's start is known to the grid's uncertainty
     lo = np.clip(tprev - start - unc_ns, 0, P) / 1e3
     hi = np.clip(np.minimum(tnext, end) - start + unc_ns, 0, P) / 1e3
     return ex, np.minimum(lo, ex), np.maximum(hi, ex)
+
+
+def _before_leftover(
+    t: np.ndarray,
+    u: np.ndarray,
+    running: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    j: np.ndarray,
+    thr_us: np.ndarray,
+    leftover_us: float,
+    tick: int,
+) -> np.ndarray:
+    """The running read that ends the group's run on its quota, where what ran after it
+    was runtime left on CPUs. Once the pool is dry a CPU runs only what it still holds, and
+    one whose thread slept kept at most min_cfs_rq_runtime (1 ms): threads that wake on such
+    CPUs later run a millisecond each at a running pace, a trickle after the freeze (many
+    Ps' threads on many CPUs), and the last running read (``j``) falls in it. The earliest
+    read of the period that ends a run (no running read in the FLAT_TICKS ticks after it)
+    such that (1) the usage after it to the boundary is at most ``leftover_us`` (the CPUs'
+    millisecond each) and (2) the kernel's throttled run-queue time ``thr_us`` covers the
+    time after it but for that trickle (a group frozen from there had a run queue throttled
+    until the boundary); ``j`` where no such read is earlier."""
+    on = np.flatnonzero(running)
+    if not len(on):
+        return j
+    ends = on[np.append(t[on[1:]] - t[on[:-1]] > FLAT_TICKS * tick, True)]
+    u_end = interp_at(end, t, u)
+    # (1): usage within leftover_us of the boundary's (the counter never goes down)
+    r1 = np.searchsorted(u, u_end - leftover_us, side="left")
+    # (2): end - t <= thr_us + leftover_us
+    thr = np.nan_to_num(thr_us, nan=-np.inf)
+    r2 = np.searchsorted(t, end - (thr + leftover_us) * 1e3, side="left")
+    r0 = np.searchsorted(t, start, side="right")
+    k = np.searchsorted(ends, np.maximum(np.maximum(r1, r2), r0), side="left")
+    first = ends[np.minimum(k, len(ends) - 1)]
+    better = (k < len(ends)) & (j >= 0) & (first < j) & np.isfinite(thr)
+    return np.where(better, first, j)
 
 
 def read_percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:

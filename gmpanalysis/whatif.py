@@ -42,7 +42,8 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
 
 Left out, and why: how many Ps are busy is taken as ``min(requests, GOMAXPROCS)``, not the
 trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 CPUs used
-0.7 CPUs before the quota ran out, where the replay runs 2, and froze 4.3 CPUs); the spread of a closed loop is
+1.6 CPUs (median of its periods) before the quota ran out, where the replay runs 2, and froze
+2.8); the spread of a closed loop is
 the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPROCS 1-16);
 the GC's pauses, which keep an allocation-heavy handler's requests from running side by
 side; the slack timer that hands runtime an idle CPU returned to a throttled one before the

@@ -104,15 +104,21 @@ def test_never_more_cpus_throttled_than_exist(path):
 
 def test_a_level_above_stays_named_where_reads_are_sparse():
     """The pod's quota froze the shipped ancestor run in 30 periods (its own table says so
-    at any read rate); the container's table names the pod in as many, read 4x or 10x less
-    often (from the open bracket's end, its shortest, the pod went unnamed in 10 and 20)."""
+    at any read rate); the container's table names the pod in as many or more (a freeze
+    that begins before a boundary of the container's grid touches two of its periods), and
+    read 4x or 10x less often in as many as the freezes' own periods at least (from the open
+    bracket's end, its shortest, the pod went unnamed in 10 and 20), and in no more than
+    the dense reads name (the wider bracket may hide a freeze's sliver before a boundary)."""
     run = _load(ROOT / "fixtures" / "runs-v2" / "v2-6.12-ancestor-pod0.5-ctr4-default")
+    dense = None
     for every in (1, 4, 10):
         r = _thinned(run, every) if every > 1 else run
         pod = gmp.df_periods(r, level="pod")
         told = int(pod["throttled"].fillna(False).sum())
         named = gmp.period_summary(gmp.df_periods(r))["frozen_by"]
-        assert told == 30 and named == f"pod {told}", (every, named)
+        dense = dense or named
+        lv, count = named.split()
+        assert told == 30 and lv == "pod" and told <= int(count) <= int(dense.split()[1]), (every, named)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +133,7 @@ def test_a_level_above_stays_named_where_reads_are_sparse():
 )
 def test_the_stall_rates_bounds_hold_what_dense_reads_measure(path):
     """Where the dated exhaustions are the late ones (short stalls), the rate filled in with
-    their mean leans short (v2-cpu-gmp8: 106 against 222 ms/s at 4x sparser reads); its
+    their mean leans short (v2-cpu-gmp8: 134 against 335 ms/s at 4x sparser reads); its
     bounds from the open brackets still hold the rate the dense reads measure."""
     if not path.is_dir():
         pytest.skip(f"{path} is not beside the checkout")
@@ -141,3 +147,19 @@ def test_the_stall_rates_bounds_hold_what_dense_reads_measure(path):
         assert lo <= dense["stall_ms_per_s_hi"] and dense["stall_ms_per_s_lo"] <= hi, (every, lo, hi, dense)
         if not np.isnan(s["stall_ms_per_s"]):
             assert lo - 1e-6 <= s["stall_ms_per_s"] <= hi + 1e-6
+
+
+@pytest.mark.parametrize("every", [1, 4])
+@pytest.mark.parametrize("path", BUNDLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_frozen_bracket_holds_the_frozen_time(path, every):
+    """``frozen_lo_us``..``frozen_hi_us`` holds ``frozen_us`` wherever it is told, at the
+    reads' own rate and read 4x less often; where it is not told for want of a freeze's
+    start, the bracket still is, and the period's reason says why."""
+    run = _load(path)
+    per = gmp.df_periods(_thinned(run, every) if every > 1 else run)
+    lo, hi, v = (per[c].to_numpy(dtype=float) for c in ("frozen_lo_us", "frozen_hi_us", "frozen_us"))
+    told = np.isfinite(v)
+    assert (lo[told] <= v[told] + 1e-6).all() and (v[told] <= hi[told] + 1e-6).all()
+    assert (lo <= hi + 1e-6)[np.isfinite(lo)].all()
+    opened = ~told & np.isfinite(lo)
+    assert (per["reason"].fillna("")[opened] != "").all()
