@@ -167,6 +167,20 @@ def _host_caveat(runs: list[Run]) -> str:
     return ""
 
 
+def _no_burst(table: pd.DataFrame) -> str:
+    """Where the best setting needs a burst: the best without one, which is all a Kubernetes
+    pod spec sets ("" where the best has none, or every candidate has one)."""
+    if not table.iloc[0].burst_us > 0 or not (table["burst_us"] == 0).any():
+        return ""
+    b = table[table["burst_us"] == 0].iloc[0]
+    p99 = f"p99 {b.p99_ms:.0f} ms, " if math.isfinite(float(b.p99_ms)) else ""
+    return (
+        " A burst is set on the node (cpu.max.burst), not by a Kubernetes pod spec; without one the best is a "
+        f"limit of {b.limit_cpu:g} with GOMAXPROCS={b.gomaxprocs:.0f} (rank {b['rank']:.0f}: {p99}"
+        f"{b.throttled_pct:.0f} % of periods throttled; bursts=[0], --bursts 0, weighs none)."
+    )
+
+
 def _usage_caveat(runs: list[Run]) -> str:
     """For runs without requests: the CPU a throttled run used is less than it wanted (what
     its quota held back came later or never), so a replay of it at that limit or below
@@ -270,7 +284,7 @@ def advise(
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     off = _cpus_unvalidated(reg, ncpu, validation)
-    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs), off)
+    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs), off) + _no_burst(table)
     said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu) + _above_caveat(table, lim0)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
@@ -484,7 +498,7 @@ def _sentence(
             return ""
         spans = [measured_range(float(best.p99_ms), e) for e in err["p99_pct"][:2]]
         (a, b), (c, d) = ((lo, f"{hi:,.0f}" if math.isfinite(hi) else "∞") for lo, hi in spans)
-        return f" (measured {a:,.0f}-{b} ms at the median held-out error, {c:,.0f}-{d} ms at its p90)"
+        return f" (the measured p99 within {a:,.0f}-{b} ms at the median held-out error, {c:,.0f}-{d} ms at its p90)"
 
     p99 = f"p99 {best.p99_ms:.0f} ms{p99_range()}, " if with_requests else ""
     goal = objective

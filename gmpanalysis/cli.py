@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from .cgroup import MAX_CPUS
 from .cliargs import (
+    burst_shares,
     cgroup_parent,
     check_not_inside,
     check_out_dir,
@@ -118,7 +119,9 @@ def cmd_advise(a: argparse.Namespace) -> int:
             runs.append(load_run(p))
             tell()
         t = _tolerating_traces(
-            runs, lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit), say=False
+            runs,
+            lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit, bursts=a.bursts),
+            say=False,
         )
     tell()  # and what reading the traces and replaying found (a truncated trace, a load of unknown kind)
     cols = ["rank", "limit_cpu", "gomaxprocs", "burst_us", "throttled_pct", "stall_ms_per_s", "p99_ms", "cost_cpu"]
@@ -140,8 +143,27 @@ def cmd_advise(a: argparse.Namespace) -> int:
     if err:
         print(f"\nthe model's held-out error on real runs in this regime ({t.attrs['regime']}; median, p90): {err}")
     else:
-        print(f"\nthe model has not been validated in this regime ({t.attrs['regime']}): no error bars")
+        # why (a regime, CPUs or a kind of load no validated run had) the recommendation says
+        print(f"\nno error bars in this regime ({t.attrs['regime']}): the recommendation above says why")
     return 0
+
+
+def add_advise_args(av: argparse.ArgumentParser) -> None:
+    av.add_argument("bundles", nargs="+", help="run bundle directories (runs of one service)")
+    av.add_argument("--objective", choices=["throttle", "p99", "cost"], default="p99", help="what to rank by")
+    av.add_argument("--cpus", type=int_in(1, MAX_CPUS), help="CPUs the service may use (default: the run's)")
+    av.add_argument(
+        "--max-limit", type=float_in(0, MAX_CPUS, lo_open=True), default=None, help="largest limit to consider, CPUs"
+    )
+    av.add_argument(
+        "--bursts",
+        type=burst_shares,
+        default=[0.0, 1.0],
+        help="bursts to weigh, as shares of the quota (default: 0,1; 0 alone for a platform that sets no "
+        "cpu.max.burst, as a Kubernetes pod spec cannot)",
+    )
+    av.add_argument("--top", type=int_in(1), default=10, help="rows to print (default: 10)")
+    av.set_defaults(func=cmd_advise)
 
 
 def cmd_fleet(a: argparse.Namespace) -> int:
@@ -384,15 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("file", help="trace file (runtime/trace, go test -trace, /debug/pprof/trace)")
     tp.set_defaults(func=cmd_trace)
 
-    av = sub.add_parser("advise", help="CPU limit, GOMAXPROCS and burst ranked by a replay of the runs' demand")
-    av.add_argument("bundles", nargs="+", help="run bundle directories (runs of one service)")
-    av.add_argument("--objective", choices=["throttle", "p99", "cost"], default="p99", help="what to rank by")
-    av.add_argument("--cpus", type=int_in(1, MAX_CPUS), help="CPUs the service may use (default: the run's)")
-    av.add_argument(
-        "--max-limit", type=float_in(0, MAX_CPUS, lo_open=True), default=None, help="largest limit to consider, CPUs"
+    add_advise_args(
+        sub.add_parser("advise", help="CPU limit, GOMAXPROCS and burst ranked by a replay of the runs' demand")
     )
-    av.add_argument("--top", type=int_in(1), default=10, help="rows to print (default: 10)")
-    av.set_defaults(func=cmd_advise)
 
     fl = sub.add_parser("fleet", help="every bundle of a store or of bundle directories analysed on Dask")
     fl.add_argument("sources", nargs="+", help="a store (local directory or fsspec URL) or bundle directories")

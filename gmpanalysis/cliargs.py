@@ -154,6 +154,14 @@ def gomaxprocs_values(text: str) -> list[int | None]:
         raise argparse.ArgumentTypeError(f"{text!r}: {e} (give e.g. 1,2,8 or unset,2)") from None
 
 
+def burst_shares(text: str) -> list[float]:
+    """--bursts: a comma list of bursts as shares of the quota, 0 to 1 (0: none)."""
+    try:
+        return [float_in(0, 1)(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e} (give e.g. 0 or 0,0.5,1)") from None
+
+
 def cgroup_parent(text: str) -> str:
     """--cgroup-parent: a path below the cgroup mount; it may not climb out of it."""
     from .lab.cgroups import check_cgroup_parent

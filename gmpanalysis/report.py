@@ -297,7 +297,8 @@ def _advice_html(run: Run) -> str:
     head = adv.head(5)[list(ADVICE_COLUMNS)].rename(columns=ADVICE_COLUMNS)
     out = [
         f"<h3>What should it run with?</h3><p>{html.escape(adv.attrs['recommendation'])} "
-        "(a replay of this run's demand: <code>gmp.advise</code>, <code>gmp.what_if</code>)</p>",
+        "(a replay of this run's demand without a burst, which a Kubernetes pod spec cannot set: "
+        "<code>gmp.advise(run, bursts=[0])</code>, <code>gmp.what_if</code>)</p>",
         head.to_html(index=False, float_format=lambda v: f"{v:,.1f}", formatters=_LIMIT_AS_SET, na_rep="–", border=0),
     ]
     b = adv.attrs["baselines"]

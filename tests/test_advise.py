@@ -143,7 +143,7 @@ def test_error_bars_come_from_the_validation_in_the_settings_regime(monkeypatch)
     assert adv.attrs["model_error"] == {"p99_pct": (7.5, 21.0, "% of p99")}
     # a share of the measured value: p99 = pred / (1 ± e)
     p = float(adv.iloc[0]["p99_ms"])
-    want = f"(measured {p / 1.075:,.0f}-{p / 0.925:,.0f} ms at the median held-out error, "
+    want = f"(the measured p99 within {p / 1.075:,.0f}-{p / 0.925:,.0f} ms at the median held-out error, "
     want += f"{p / 1.21:,.0f}-{p / 0.79:,.0f}"
     assert want in adv.attrs["recommendation"] and adv.attrs["validated"] == "2000-01-01"
     few = {"regimes": {reg: {"p99_pct": {"n": ME.MIN_PREDICTIONS - 1, "targets": 3, "median": 1.0, "p90": 2.0}}}}
@@ -571,3 +571,28 @@ def test_the_advisors_reuse_of_replays_no_quota_held_back_changes_no_figure(monk
     with pytest.raises(UsageError, match="quota_us"):
         W.estimate_from_prep(prep, run.path, cpus=4, reuse=reuse, quota_us=MAX_QUOTA_US * 2, period_us=100_000,
                              burst_us=0.0, gomaxprocs=1)  # fmt: skip
+
+
+def test_a_burst_first_names_the_best_without_one():
+    """A Kubernetes pod spec sets no cpu.max.burst: where the best setting needs one, the
+    advice names the best without, as ranked in the same table; --bursts 0 weighs none."""
+    run = gmp.load_run(SHARED / "v2-cpu-gmp1") if (SHARED / "v2-cpu-gmp1").is_dir() else None
+    if run is None:
+        pytest.skip("../shared/data/16cpu-v2 is not beside this checkout")
+    adv = gmp.advise(run, limits=[1.0, 1.25, 1.5], gomaxprocs=[1, 2, 3])
+    best, plain = adv.iloc[0], adv[adv["burst_us"] == 0].iloc[0]
+    said = adv.attrs["recommendation"]
+    if best.burst_us > 0:
+        assert f"without one the best is a limit of {plain.limit_cpu:g} with GOMAXPROCS={plain.gomaxprocs:.0f}" in said
+    else:
+        assert "without one the best" not in said
+    none = gmp.advise(run, limits=[1.0, 1.25, 1.5], gomaxprocs=[1, 2, 3], bursts=[0.0])
+    assert (none["burst_us"] == 0).all() and "without one the best" not in none.attrs["recommendation"]
+    assert none.iloc[0][["limit_cpu", "gomaxprocs"]].tolist() == plain[["limit_cpu", "gomaxprocs"]].tolist()
+    done = subprocess.run(
+        [sys.executable, "-m", "gmpanalysis.cli", "advise", str(SHARED / "v2-cpu-gmp1"), "--bursts", "0", "--top", "3"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [ln.split() for ln in done.stdout.splitlines()[1:4]]
+    assert all(float(r[3]) == 0 for r in rows), done.stdout

@@ -53,6 +53,10 @@ def test_report_and_advise_run_on_the_collected_bundles():
     a = parsed(p.then_with(["runs/b1"]))
     assert a.func is cli.cmd_advise and a.bundles == ["runs/b1"]
     assert (a.objective, a.top, a.max_limit) == ("cost", 3, 2.0)
+    # a pod spec sets no cpu.max.burst: the plugin weighs none unless told
+    assert a.bursts == [0.0]
+    a = parsed(plugin.plan(["advise", "web", "-n", "shop", "--bursts", "0,1"]).then_with(["runs/b1"]))
+    assert a.bursts == [0.0, 1.0]
 
 
 def test_namespace_defaults_to_the_contexts(tmp_path):
@@ -108,6 +112,7 @@ def test_collect_failure_stops_the_verb(monkeypatch, capsys):
     [
         (["advise", "web", "-n", "shop", "--objective", "latency"], "invalid choice: 'latency'"),
         (["advise", "web", "-n", "shop", "--top", "0"], "--top"),
+        (["advise", "web", "-n", "shop", "--bursts", "0,2"], "--bursts"),
         (["report", "web", "-n", "shop", "-o", "/nonexistent/dir/r.html"], "no such directory /nonexistent/dir"),
         (["collect", "web", "-n", "shop", "--duration", "soon"], "--duration"),
     ],

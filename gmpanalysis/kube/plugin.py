@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--top", help="rows to print (default: 10)")
     a.add_argument("--cpus", help="CPUs the service may use (default: the run's)")
     a.add_argument("--max-limit", help="largest limit to consider, CPUs")
+    a.add_argument(
+        "--bursts",
+        default="0",
+        help="bursts to weigh, shares of the quota (default: 0, none: a pod spec sets no cpu.max.burst; 0,1 to "
+        "weigh one the node sets)",
+    )
     return ap
 
 
@@ -116,6 +122,7 @@ def plan(argv: list[str]) -> Plan:
             ("--top", a.top),
             ("--cpus", a.cpus),
             ("--max-limit", a.max_limit),
+            ("--bursts", a.bursts),
         ):
             _opt(out.then, flag, value)
     return out
