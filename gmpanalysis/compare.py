@@ -300,28 +300,49 @@ def _frozen_summary(per: pd.DataFrame, group_throttled: int = 0) -> dict[str, ob
 
 def latency_ci(requests: pd.DataFrame | None, q: float = 0.99, level: float = 0.95) -> dict[str, float]:
     """A distribution-free confidence interval of a latency quantile (successful requests,
-    from the scheduled start): the order statistics whose ranks bound the binomial count of
-    samples below the quantile. Keys ``latency_p99_lo_ms``, ``latency_p99_hi_ms`` (NaN
-    when there are too few requests to bound it: about 300 for p99 at 95 %)."""
+    from the scheduled start): the order statistics X(r) and X(s) (1-based ranks) with
+    P(X(r) <= the quantile <= X(s)) >= ``level``, from the binomial count B of the n
+    latencies below the quantile (B ~ Bin(n, q)): r the largest with P(B < r) <= (1 -
+    level) / 2, s the least with P(B >= s) <= (1 - level) / 2. Keys ``latency_p99_lo_ms``,
+    ``latency_p99_hi_ms`` (NaN where no order statistic bounds it: for p99 at 95 % the upper
+    bound needs 368 requests, where it is the largest of them)."""
     out = {"latency_p99_lo_ms": np.nan, "latency_p99_hi_ms": np.nan}
+    if not (0 < level < 1) or not (0 < q < 1):
+        raise UsageError(f"latency_ci: q={q!r}, level={level!r}: give each between 0 and 1")
     if requests is None or not len(requests):
         return out
     lat = np.sort(latency_ms(requests)[succeeded(requests)])
     n = len(lat)
     if n == 0:
         return out
-    # normal approximation of the binomial ranks (n·q ± z·sqrt(n·q·(1-q)))
-    zs = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}
-    if level not in zs:
-        raise UsageError(f"latency_ci: level {level!r}; choose one of {sorted(zs)}")
-    z = zs[level]
-    half = z * np.sqrt(n * q * (1 - q))
-    lo, hi = int(np.floor(n * q - half)), int(np.ceil(n * q + half))
-    if lo >= 0:
-        out["latency_p99_lo_ms"] = float(lat[lo])
-    if hi < n:
-        out["latency_p99_hi_ms"] = float(lat[hi])
+    r, s = _order_ranks(n, q, (1 - level) / 2)
+    if r >= 1:
+        out["latency_p99_lo_ms"] = float(lat[r - 1])
+    if s <= n:
+        out["latency_p99_hi_ms"] = float(lat[s - 1])
     return out
+
+
+def _order_ranks(n: int, q: float, tail: float) -> tuple[int, int]:
+    """(r, s) of :func:`latency_ci`: 1-based ranks, r = 0 or s = n + 1 where none bounds it.
+    The binomial's probabilities come from its log pmf over the counts within 12 standard
+    deviations of n·q (what lies beyond is below 1e-30), so a million requests cost a few
+    thousand terms."""
+    sd = math.sqrt(n * q * (1 - q))
+    a, b = max(0, math.floor(n * q - 12 * sd) - 2), min(n, math.ceil(n * q + 12 * sd) + 2)
+    k = np.arange(a, b + 1)
+    lg = np.array([math.lgamma(x + 1) for x in range(a, b + 1)])
+    lg_rest = np.array([math.lgamma(n - x + 1) for x in range(a, b + 1)])
+    logp = math.lgamma(n + 1) - lg - lg_rest + k * math.log(q) + (n - k) * math.log1p(-q)
+    p = np.exp(logp)
+    below = np.cumsum(p) - p  # P(B < k) for each k of the window (nothing below a counts)
+    at_least = np.cumsum(p[::-1])[::-1]  # P(B >= k)
+    ok_r = k[(below <= tail) & (k >= 1)]
+    ok_s = k[(at_least <= tail) & (k <= n)]
+    r = int(ok_r.max()) if len(ok_r) else 0
+    # P(B >= s) for s past the window's end is below the window's last term: b + 1 then
+    s = int(ok_s.min()) if len(ok_s) else (b + 1 if b < n else n + 1)
+    return r, s
 
 
 def shown_names(runs: Sequence[Run]) -> list[str]:

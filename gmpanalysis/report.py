@@ -169,7 +169,27 @@ def findings(cmp: pd.DataFrame) -> list[str]:
                 f"{g['latency_p99_ms'].max():.0f} ms, but with {len(g)} runs of this size the 95 % confidence "
                 "intervals overlap (or stay open): no run is ranked above another on latency."
             )
+        out[-1] += _throughput_said(g)
     return out
+
+
+def _throughput_said(g: pd.DataFrame) -> str:
+    """The requests answered per second across runs under one load, where they differ by
+    more than 10 % (an open loop's offered rate answers the same whatever the setting, until
+    it falls behind; a closed loop's clients send as fast as they are answered)."""
+    if "throughput_rps" not in g:
+        return ""
+    t = g[g["throughput_rps"].notna() & (g["throughput_rps"] > 0)]
+    if len(t) < 2:
+        return ""
+    hi, lo = t.loc[t["throughput_rps"].idxmax()], t.loc[t["throughput_rps"].idxmin()]
+    if lo["throughput_rps"] >= 0.9 * hi["throughput_rps"]:
+        return ""
+    return (
+        f" Requests answered per second: {hi['throughput_rps']:.1f} with GOMAXPROCS {hi['gomaxprocs']} "
+        f"({hi['name']}), {lo['throughput_rps']:.1f} with GOMAXPROCS {lo['gomaxprocs']} ({lo['name']}), "
+        f"{100 * (lo['throughput_rps'] / hi['throughput_rps'] - 1):.0f} %."
+    )
 
 
 def data_quality(run: Run, per: pd.DataFrame) -> list[str]:
