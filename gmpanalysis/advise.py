@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from . import runtimecost
+from .advicecaveats import cpuset_caveat, host_caveat, no_burst, self_caveat, usage_caveat
 from .analysis import held
 from .bundle import Run
 from .cgroup import MAX_CPUS, MAX_QUOTA_US, MIN_QUOTA_US
 from .errors import MissingDataError, UsageError
 from .gomaxprocs import rules
-from .hostload import contention_sentence
 from .levels import quota_at_end
 from .modelerror import (
     cpus_validated,
@@ -48,7 +48,7 @@ from .modelerror import load as load_validation
 from .replayinputs import memo, prep_built
 from .spread import Input, spread_ps, with_spread
 from .spread import caveat as spread_caveat
-from .whatif import demand, estimate_from_prep, measured, settings
+from .whatif import demand, estimate_from_prep, settings
 
 OBJECTIVES = ("throttle", "p99", "cost")
 # GOMAXPROCS tried by default (with the CPUs and the run's own; what each rule gives at the
@@ -144,58 +144,6 @@ def _cpus_of(runs: list[Run], lim0: dict, cpus: int | None, max_limit: float | N
     return ncpu
 
 
-def _cpuset_caveat(run: Run, cpus: int) -> str:
-    """Where the run's threads had fewer CPUs than the node (a cpuset, taskset): the limits
-    and the replay stop at those. "" where they had the node's."""
-    node = run.meta.get("ncpu")
-    if not isinstance(node, int) or cpus >= node:
-        return ""
-    return (
-        f" Its threads ran on {cpus} of the node's {node} CPUs (a cpuset or taskset), so the settings and the "
-        "replay stop there; under the static CPU manager a larger whole-CPU limit brings as many CPUs: "
-        "give cpus=N (--cpus N) to weigh such limits."
-    )
-
-
-def _host_caveat(runs: list[Run]) -> str:
-    """Where a run's host was saturated and shared (:mod:`gmpanalysis.hostload`): the
-    replay gives the group CPUs others held ("" where none was)."""
-    for r in runs:
-        said = contention_sentence(r, replay=True)
-        if said:
-            return f" {r.meta.get('name') or r.path.name}: {said}" if len(runs) > 1 else f" {said}"
-    return ""
-
-
-def _no_burst(table: pd.DataFrame) -> str:
-    """Where the best setting needs a burst: the best without one, which is all a Kubernetes
-    pod spec sets ("" where the best has none, or every candidate has one)."""
-    if not table.iloc[0].burst_us > 0 or not (table["burst_us"] == 0).any():
-        return ""
-    b = table[table["burst_us"] == 0].iloc[0]
-    p99 = f"p99 {b.p99_ms:.0f} ms, " if math.isfinite(float(b.p99_ms)) else ""
-    return (
-        " A burst is set on the node (cpu.max.burst), not by a Kubernetes pod spec; without one the best is a "
-        f"limit of {b.limit_cpu:g} with GOMAXPROCS={b.gomaxprocs:.0f} (rank {b['rank']:.0f}: {p99}"
-        f"{b.throttled_pct:.0f} % of periods throttled; bursts=[0], --bursts 0, weighs none)."
-    )
-
-
-def _usage_caveat(runs: list[Run]) -> str:
-    """For runs without requests: the CPU a throttled run used is less than it wanted (what
-    its quota held back came later or never), so a replay of it at that limit or below
-    understates the throttling. "" where none throttled."""
-    thr = max(float(measured(r)["throttled_pct"]) for r in runs)
-    if not thr > 0:
-        return ""
-    return (
-        f" Without requests the demand replayed is the CPU the run used, which its quota held down "
-        f"({thr:.0f} % of its periods from its first CPU use to its last throttled): at its own limit or "
-        "below, the throttling predicted "
-        "is a lower bound."
-    )
-
-
 @held
 def advise(
     runs: Run | Iterable[Run],
@@ -284,15 +232,15 @@ def advise(
     table.attrs["validated"] = validation.get("date")
     met = bool(_cost_ok(table, with_requests).any())
     off = _cpus_unvalidated(reg, ncpu, validation)
-    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs), off) + _no_burst(table)
+    said = _sentence(best, objective, with_requests, reg, err, met, _no_latency(runs), off) + no_burst(table)
     said += _reach_caveat(inputs, int(best.gomaxprocs), ncpu) + _above_caveat(table, lim0)
     if with_requests:
         shown = [best.gomaxprocs, *(g for g in rules(int(best.quota_us), period, ncpu).values() if g)]
         said += spread_caveat(inputs, [float(min(g, ncpu)) for g in shown])
         said += _loop_caveat(reg, validation, loops, err)
     else:
-        said += _usage_caveat(runs)
-    said += _host_caveat(runs) + (_cpuset_caveat(runs[0], ncpu) if cpus is None else "")
+        said += usage_caveat(runs)
+    said += self_caveat(runs, table) + host_caveat(runs) + (cpuset_caveat(runs[0], ncpu) if cpus is None else "")
     table.attrs["recommendation"] = said
     table.attrs["baselines"] = _baselines(inputs, variants, best, ncpu, runs)
     return table

@@ -17,6 +17,7 @@ from gmpanalysis.errors import UsageError
 from gmpanalysis.gomaxprocs import rules
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "16cpu-v2"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BUNDLES = sorted(p for p in Path("fixtures/runs").iterdir() if (p / "meta.json").exists())
 
 
@@ -596,3 +597,29 @@ def test_a_burst_first_names_the_best_without_one():
     assert done.returncode == 0, done.stderr
     rows = [ln.split() for ln in done.stdout.splitlines()[1:4]]
     assert all(float(r[3]) == 0 for r in rows), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        (FIXTURES / "closed-loop" / "closed-1.5cpu-gmp2", True),  # a host others kept busy (98 % against 65)
+        (FIXTURES / "runs" / "cpu-0.5cpu-gmp2", False),  # replayed within a point of what it measured
+        (SHARED / "cpu-1cpu-gmp1", True),  # threads outside its one P ran past the 1-CPU quota (0 % against 18)
+    ],
+    ids=lambda x: getattr(x, "name", str(x)),
+)
+def test_a_replay_that_misses_its_own_run_says_so(path, said):
+    """The one run's own setting is among the candidates: where its replay's throttled share
+    is more than 5 points from what it measured, the advice says by how much."""
+    if not path.is_dir():
+        pytest.skip(f"{path} is not beside this checkout")
+    run = gmp.load_run(path)
+    adv = gmp.advise(run)
+    own = gmp.whatif.settings(run)
+    row = adv[(adv["quota_us"] == own["quota_us"]) & (adv["gomaxprocs"] == own["gomaxprocs"]) & (adv["burst_us"] == 0)]
+    got = gmp.whatif.measured(run)["throttled_pct"]
+    gap = abs(float(row.iloc[0]["throttled_pct"]) - got)
+    assert bool(gap > 5) is said
+    text = f"Replayed at its own setting the run gives {row.iloc[0]['throttled_pct']:.0f} % of periods throttled"
+    assert (text in adv.attrs["recommendation"]) is said
+    assert (f"it measured {got:.0f} %" in adv.attrs["recommendation"]) is said

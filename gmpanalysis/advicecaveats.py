@@ -1,0 +1,98 @@
+"""What the advice says beside its figures where the runs give reason: a cpuset narrower
+than the node, a demand held down by the quota, a host others kept busy, a replay that
+misses its own run, a best setting that needs a burst a pod spec cannot set. Each returns
+a sentence to append (with its leading space) or "".
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .bundle import Run
+from .hostload import contention_sentence
+from .levels import resized
+from .whatif import measured, settings
+
+# the replay of a run's own setting that misses its measured throttled share by more than
+# this (points: the validation's goal) says so in the advice
+SELF_GAP_POINTS = 5.0
+
+
+def cpuset_caveat(run: Run, cpus: int) -> str:
+    """Where the run's threads had fewer CPUs than the node (a cpuset, taskset): the limits
+    and the replay stop at those. "" where they had the node's."""
+    node = run.meta.get("ncpu")
+    if not isinstance(node, int) or cpus >= node:
+        return ""
+    return (
+        f" Its threads ran on {cpus} of the node's {node} CPUs (a cpuset or taskset), so the settings and the "
+        "replay stop there; under the static CPU manager a larger whole-CPU limit brings as many CPUs: "
+        "give cpus=N (--cpus N) to weigh such limits."
+    )
+
+
+def self_caveat(runs: list[Run], table: pd.DataFrame) -> str:
+    """Where one run's own setting is among the candidates and the replay of it misses the
+    throttled share the run measured by more than the validation's goal (5 points): what
+    the model leaves out moved that run ("" otherwise; runs averaged, or a limit resized
+    mid-run, have no one setting to hold against)."""
+    if len(runs) != 1 or resized(runs[0]) is not None:
+        return ""
+    own = settings(runs[0])
+    if own["quota_us"] is None or not own["gomaxprocs"]:
+        return ""
+    row = table[
+        (table["quota_us"] == own["quota_us"])
+        & (table["gomaxprocs"] == own["gomaxprocs"])
+        & (table["burst_us"] == (own.get("burst_us") or 0))
+    ]
+    got = measured(runs[0])["throttled_pct"]
+    if not len(row) or not abs(float(row.iloc[0].throttled_pct) - got) > SELF_GAP_POINTS:
+        return ""
+    return (
+        f" Replayed at its own setting the run gives {row.iloc[0].throttled_pct:.0f} % of periods throttled where "
+        f"it measured {got:.0f} %: something the replay leaves out moved it (threads running outside the Ps, "
+        "a host others kept busy, the runtime's scheduling: docs, Validating the model), and may move the figures "
+        "above as much."
+    )
+
+
+def host_caveat(runs: list[Run]) -> str:
+    """Where a run's host was saturated and shared (:mod:`gmpanalysis.hostload`): the
+    replay gives the group CPUs others held ("" where none was)."""
+    for r in runs:
+        said = contention_sentence(r, replay=True)
+        if said:
+            return f" {r.meta.get('name') or r.path.name}: {said}" if len(runs) > 1 else f" {said}"
+    return ""
+
+
+def no_burst(table: pd.DataFrame) -> str:
+    """Where the best setting needs a burst: the best without one, which is all a Kubernetes
+    pod spec sets ("" where the best has none, or every candidate has one)."""
+    if not table.iloc[0].burst_us > 0 or not (table["burst_us"] == 0).any():
+        return ""
+    b = table[table["burst_us"] == 0].iloc[0]
+    p99 = f"p99 {b.p99_ms:.0f} ms, " if math.isfinite(float(b.p99_ms)) else ""
+    return (
+        " A burst is set on the node (cpu.max.burst), not by a Kubernetes pod spec; without one the best is a "
+        f"limit of {b.limit_cpu:g} with GOMAXPROCS={b.gomaxprocs:.0f} (rank {b['rank']:.0f}: {p99}"
+        f"{b.throttled_pct:.0f} % of periods throttled; bursts=[0], --bursts 0, weighs none)."
+    )
+
+
+def usage_caveat(runs: list[Run]) -> str:
+    """For runs without requests: the CPU a throttled run used is less than it wanted (what
+    its quota held back came later or never), so a replay of it at that limit or below
+    understates the throttling. "" where none throttled."""
+    thr = max(float(measured(r)["throttled_pct"]) for r in runs)
+    if not thr > 0:
+        return ""
+    return (
+        f" Without requests the demand replayed is the CPU the run used, which its quota held down "
+        f"({thr:.0f} % of its periods from its first CPU use to its last throttled): at its own limit or "
+        "below, the throttling predicted "
+        "is a lower bound."
+    )
