@@ -1,7 +1,7 @@
 """What the advice says beside its figures where the runs give reason: a cpuset narrower
 than the node, a demand held down by the quota, a host others kept busy, a replay that
-misses its own run, a best setting that needs a burst a pod spec cannot set. Each returns
-a sentence to append (with its leading space) or "".
+misses its own run, runs of several services, a best setting that needs a burst a pod spec
+cannot set. Each returns a sentence to append (with its leading space) or "".
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pandas as pd
 from .bundle import Run
 from .hostload import contention_sentence
 from .levels import resized
+from .services import service_of
 from .whatif import measured, settings
 
 # the replay of a run's own setting that misses its measured throttled share by more than
@@ -95,4 +96,28 @@ def usage_caveat(runs: list[Run]) -> str:
         f"({thr:.0f} % of its periods from its first CPU use to its last throttled): at its own limit or "
         "below, the throttling predicted "
         "is a lower bound."
+    )
+
+
+def service_caveat(runs: list[Run]) -> str:
+    """Where the runs are of different services (:func:`gmpanalysis.services.service_of`):
+    the advice averages their demands as one service's ("" where they are of one)."""
+    seen = list(dict.fromkeys(service_of(r.meta) for r in runs))
+    if len(seen) < 2:
+        return ""
+    return (
+        f" The runs are of {len(seen)} different services ({'; '.join(seen)}): the figures average their "
+        "demands as if one service's; advise each service from its own runs."
+    )
+
+
+def runs_caveats(runs: list[Run], table: pd.DataFrame, ncpu: int, node_cpus: bool) -> str:
+    """What the runs themselves give reason to say beside the advice: a replay that misses
+    its own run, runs of several services, a host others kept busy and (``node_cpus``: no
+    CPUs were given) a cpuset narrower than the node."""
+    return (
+        self_caveat(runs, table)
+        + service_caveat(runs)
+        + host_caveat(runs)
+        + (cpuset_caveat(runs[0], ncpu) if node_cpus else "")
     )

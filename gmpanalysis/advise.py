@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import runtimecost
-from .advicecaveats import cpuset_caveat, host_caveat, no_burst, self_caveat, usage_caveat
+from .advicecaveats import no_burst, runs_caveats, usage_caveat
 from .analysis import held
 from .bundle import Run
 from .cgroup import MAX_CPUS, MAX_QUOTA_US, MIN_QUOTA_US
@@ -240,7 +240,7 @@ def advise(
         said += _loop_caveat(reg, validation, loops, err)
     else:
         said += usage_caveat(runs)
-    said += self_caveat(runs, table) + host_caveat(runs) + (cpuset_caveat(runs[0], ncpu) if cpus is None else "")
+    said += runs_caveats(runs, table, ncpu, cpus is None)
     table.attrs["recommendation"] = said
     table.attrs["baselines"] = _baselines(inputs, variants, best, ncpu, runs)
     return table

@@ -15,6 +15,7 @@ from .gotrace.gcwork import gc_cpu
 from .grid import restart_ns
 from .levels import QUOTA_NOT_KNOWN, level_names, level_run, quota_at_end, settings_in_turn, table_level
 from .served import latency_ms, sampled, succeeded
+from .services import service_of
 
 
 def _pct(x: pd.Series | np.ndarray, q: float) -> float:
@@ -429,6 +430,7 @@ def compare_table(
             "quota_us": lm.get("quota_us"),
             "quota_last_us": last,
             "burst_us": lm.get("burst_us") or 0,
+            "service": service_of(m),
             "load": desc,
         }
         r = run.requests

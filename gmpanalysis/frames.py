@@ -250,7 +250,9 @@ def compare_runs(runs: Iterable[Run], periods: Sequence[pd.DataFrame] | None = N
     ``quota_us`` at the start and ``quota_last_us`` at the end (that level's; limits.csv
     where resized in place, as df_levels' column: :func:`gmpanalysis.levels.quota_at_end`);
     ``burst_us`` that level's CFS burst (0: none);
-    ``load`` (e.g. "open poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
+    ``service`` what the run served (:func:`gmpanalysis.services.service_of`: the lab's
+    demo app by what a request does, else the Kubernetes workload); ``load`` (e.g. "open
+    poisson 18/s"); ``throughput_rps``; ``latency_p50_ms``,
     ``latency_p99_ms`` (from the scheduled start; both over the requests begun inside the
     sampled span); ``requests_unsampled`` (requests begun before the first or after the last
     sample, left out of those; absent for runs without requests); every key of :func:`period_summary`;

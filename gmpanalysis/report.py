@@ -149,23 +149,29 @@ def findings(cmp: pd.DataFrame) -> list[str]:
             )
         s += _shares_said(r)
         out.append(s)
-    # latency only compares between runs under the same load, and only where the 95 %
-    # confidence intervals of p99 do not overlap (a p99 from ~100 requests is wide)
-    for load, g in cmp[cmp["latency_p99_ms"].notna()].groupby("load"):
+    # latency only compares between runs of one service under the same load and limit (what
+    # GOMAXPROCS alone moved), and only where the 95 % confidence intervals of p99 do not
+    # overlap (a p99 from ~100 requests is wide)
+    keys = [k for k in ("service", "load", "cpu_limit", "quota_level") if k in cmp]
+    for key, g in cmp[cmp["latency_p99_ms"].notna()].groupby(keys, dropna=False):
         if len(g) < 2:
             continue
+        key = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        load = "; ".join(str(key[k]) for k in ("service", "load") if k in key) + (
+            f"; {key['cpu_limit']} at the {key['quota_level']}" if "cpu_limit" in key and "quota_level" in key else ""
+        )
         best, worst = g.loc[g["latency_p99_ms"].idxmin()], g.loc[g["latency_p99_ms"].idxmax()]
         separated = best.get("latency_p99_hi_ms", np.nan) < worst.get("latency_p99_lo_ms", np.nan)
         if separated:
             out.append(
-                f"Under the same load ({load}): lowest p99 latency with GOMAXPROCS {best['gomaxprocs']} "
+                f"One service, load and limit ({load}): lowest p99 latency with GOMAXPROCS {best['gomaxprocs']} "
                 f"({best['latency_p99_ms']:.0f} ms, {best['name']}), highest with GOMAXPROCS "
                 f"{worst['gomaxprocs']} ({worst['latency_p99_ms']:.0f} ms, {worst['name']}); their 95 % "
                 "confidence intervals do not overlap."
             )
         else:
             out.append(
-                f"Under the same load ({load}): p99 latency ranges {g['latency_p99_ms'].min():.0f}-"
+                f"One service, load and limit ({load}): p99 latency ranges {g['latency_p99_ms'].min():.0f}-"
                 f"{g['latency_p99_ms'].max():.0f} ms, but with {len(g)} runs of this size the 95 % confidence "
                 "intervals overlap (or stay open): no run is ranked above another on latency."
             )

@@ -623,3 +623,15 @@ def test_a_replay_that_misses_its_own_run_says_so(path, said):
     text = f"Replayed at its own setting the run gives {row.iloc[0]['throttled_pct']:.0f} % of periods throttled"
     assert (text in adv.attrs["recommendation"]) is said
     assert (f"it measured {got:.0f} %" in adv.attrs["recommendation"]) is said
+
+
+def test_runs_of_different_services_are_said_to_be():
+    """Runs of the demo app doing different work per request are different services: the
+    advice averages them only with a sentence that says so; runs of one service, none."""
+    cpu = [gmp.load_run(FIXTURES / "runs" / f"cpu-0.5cpu-gmp{g}") for g in (1, 2)]
+    alloc = gmp.load_run(FIXTURES / "runs" / "alloc-0.5cpu-gmp8")
+    one = gmp.advise(cpu, limits=[0.5, 1], gomaxprocs=[1, 2], bursts=[0.0])
+    assert "different services" not in one.attrs["recommendation"]
+    two = gmp.advise([*cpu, alloc], limits=[0.5, 1], gomaxprocs=[1, 2], bursts=[0.0])
+    said = two.attrs["recommendation"]
+    assert "The runs are of 2 different services (cpu 30 ms; alloc 30 ms, 2048 KiB garbage, 4 MiB live)" in said

@@ -43,7 +43,10 @@ def test_report_findings_are_computed_from_the_data(report):
     assert f"frozen in {a.frozen_pct_wall:.0f} % of periods, {a.frozen_ms_per_s:.0f} ms per second" in html
     assert f"its own quota ran out {a.exhausted_p50_ms:.0f} ms into the period" in html
     assert f"The longest stop-the-world pause, {a.stw_max_us / 1e3:.0f} ms, spanned a frozen boundary" in html
-    assert "Under the same load (open poisson 18.0)" in html
+    # runs compared on latency are of one service under one load and limit: the CPU-bound
+    # runs at 0.5 CPU together, not the allocating one, nor those resized to 2 CPUs
+    assert "One service, load and limit (cpu 30 ms; open poisson 18.0; 500m at the container)" in html
+    assert "One service, load and limit (alloc" not in html
 
 
 def test_report_advises_each_run_from_its_replay(report):

@@ -33,14 +33,11 @@ import pandas as pd
 from ..errors import BundleError, GmpWarning, NotFoundError
 from ..location import BUNDLE_FILES, fs_of
 from ..names import path_component
+from ..services import workload_of
 
 PARTS = ("cluster", "namespace", "workload", "pod", "capture")
 BUNDLES = "bundles"
 DERIVED = "derived"
-# a pod of a Deployment is named <deployment>-<replicaset hash>-<5 characters>, of a
-# ReplicaSet or DaemonSet <name>-<5 characters>, of a StatefulSet <name>-<ordinal>
-_DEPLOYMENT_POD = re.compile(r"^(?P<w>.+)-[a-z0-9]{6,10}-[a-z0-9]{5}$")
-_SET_POD = re.compile(r"^(?P<w>.+)-(?:[a-z0-9]{5}|\d+)$")
 
 
 def _safe(v: object, default: str) -> str:
@@ -55,36 +52,6 @@ def newest_first(rows: pd.DataFrame) -> pd.DataFrame:
     t = pd.to_datetime(rows["wall_start"].astype("string"), utc=True, errors="coerce", format="ISO8601")
     order = rows.assign(_t=t).sort_values(["_t", "capture"], ascending=False, na_position="last", kind="stable")
     return order.drop(columns="_t")
-
-
-def workload_of(meta: dict[str, Any]) -> str:
-    """The workload a bundle belongs to: as the node agent named it (meta.json
-    ``agent.workload``, namespace/controller/container: its controller part), else meta.json
-    ``workload`` where a collector named it, else the pod's controller (``owner``: a
-    ReplicaSet's Deployment), else the owner's name as Kubernetes builds pod names from it,
-    else the run's name (lab runs)."""
-    agent = meta.get("agent")
-    named = agent.get("workload") if isinstance(agent, dict) else None
-    if isinstance(named, str) and named.count("/") == 2 and named.split("/")[1]:
-        return named.split("/")[1]
-    w = meta.get("workload")
-    if isinstance(w, str) and w:
-        return w
-    owner = meta.get("owner")  # the pod's controller, as gmp-agent read it from the API
-    if isinstance(owner, dict) and isinstance(owner.get("name"), str) and owner["name"]:
-        name, h = owner["name"], owner.get("pod_template_hash")
-        # a Deployment names its ReplicaSet <deployment>-<pod-template-hash>
-        if owner.get("kind") == "ReplicaSet" and isinstance(h, str) and h and name.endswith(f"-{h}"):
-            return name[: -len(h) - 1]
-        return name
-    pod = meta.get("pod")
-    if isinstance(pod, str) and pod:
-        for rx in (_DEPLOYMENT_POD, _SET_POD):
-            m = rx.match(pod)
-            if m:
-                return m["w"]
-        return pod
-    return str(meta.get("name") or "run")
 
 
 def bundle_parts(meta: dict[str, Any], cluster: str | None = None) -> dict[str, str]:
