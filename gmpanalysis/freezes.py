@@ -232,11 +232,13 @@ def add_frozen_columns(
         per[col] = v
     # what the freezes' brackets allow of the frozen time: every open one from its
     # bracket's end (the least) or its start (the most)
-    for col, at in (("frozen_lo_us", "start_hi_ns"), ("frozen_hi_us", "start_lo_ns")):
+    told = per["frozen_us"].to_numpy(dtype=np.float64)
+    for col, at, keep in (("frozen_lo_us", "start_hi_ns", np.fmin), ("frozen_hi_us", "start_lo_ns", np.fmax)):
         fs = freezes.assign(start_ns=freezes[at]) if len(freezes) else freezes
         v = np.maximum(within(fs), 0.0) if len(fs) else np.zeros(n)
         v[own_unknown | outside] = np.nan
-        per[col] = v
+        # the coverage sums times near 2^53 ns in floats: a ns either way of the told value
+        per[col] = keep(v, told)
     for lv in pd.unique(others["level"]) if len(others) else ():
         why = f"the {lv}'s reads leave open when its quota ran out here: the frozen time is not known"
         _add_reason(per, opened(others[others["level"] == lv]), why)

@@ -102,7 +102,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     margin = max(seg.uncertainty_ns, 50_000)
     n = len(start)
 
-    usage, usage_lo, usage_hi = usage_at_boundaries(t, u, B, seg.uncertainty_ns)
+    usage, usage_lo, usage_hi, u_at = usage_at_boundaries(t, u, B, seg.uncertainty_ns)
     dt = np.diff(t)
     q10, med_dt = read_percentiles(dt, (10, 50)) if len(dt) else (float(P), float(P))
     hole_ms = hole_ms_per_period(t, dt, max(med_dt, 1.0), start, end)
@@ -121,7 +121,7 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
         cpus_on = bundle_cpus(run.meta)
         exhausted[ti], ex_lo[ti], ex_hi[ti] = exhaustion(
             t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt,
-            thr_us=d_thr_us[ti], leftover_us=(cpus_on or 0) * MIN_CFS_RQ_RUNTIME_NS / 1e3,
+            thr_us=d_thr_us[ti], leftover_us=(cpus_on or 0) * MIN_CFS_RQ_RUNTIME_NS / 1e3, u_end=u_at[1:][ti],
         )  # fmt: skip
     # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
     # the bracket stays, a point value (and the stall and CPU count that follow) would be made up

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernelfacts import MIN_CFS_RQ_RUNTIME_NS
+
 # The group counts as running while its usage rises by at least RUNNING_CPUS over a window
 # of one scheduler tick (kernelfacts.tick_ns: 4 ms at HZ=250). cpuacct.usage moves in
 # tick-sized steps, so shorter windows look flat even for a busy CPU; after the quota runs
@@ -19,6 +21,15 @@ RUNNING_CPUS = 0.25
 # (a freeze, or the work done); a trickle of leftover runtime after it comes in runs of a
 # millisecond or less
 FLAT_TICKS = 2
+# a freeze stops every CPU the group runs on: the run-queue time the kernel counts after it
+# is at least this share of the CPUs then running over the rest of the period (0.89 the
+# least seen where the reads show the freeze, on 16 and 2 CPUs)
+PACE_SHARE = 0.8
+# the candidate reads stepped through in a period before the last running read is taken
+MAX_RUNS_STEPPED = 64
+# throttled run-queue time over the stall above this many times the CPUs cannot be (it counts
+# from each CPU's own throttle to an unthrottle just after the boundary: 1.45 the most seen)
+IMPOSSIBLE_SHARE = 1.5
 # A stretch without reads longer than this many sampling intervals is a hole: usage is
 # interpolated across it (and says so); counters stay exact unless several period
 # boundaries fall inside it.
@@ -49,12 +60,14 @@ def exhaustion(
     med_dt: float,
     thr_us: np.ndarray | None = None,
     leftover_us: float = 0.0,
+    u_end: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quota exhaustion in each period [start, end): µs from the start to the last read at
     which usage still rose at a running CPU's pace, with its bracket; given the periods'
     throttled run-queue time ``thr_us`` and the CPUs' leftover ``leftover_us`` (their
     min_cfs_rq_runtime each), the read that ended the run a trickle of leftover followed
-    (:func:`_before_leftover`).
+    (:func:`_before_leftover`; ``u_end``: the usage interpolated at the periods' ends, where
+    the caller has it).
 
     The group's usage is charged when a task is descheduled, so the freeze shows as the
     last running-pace step: it happened after the read before that step and at the latest
@@ -101,11 +114,9 @@ def exhaustion(
         running[a:b] = ok
     last_read = np.searchsorted(t, end, side="left") - 1
     j = last_true_at(running, np.maximum(last_read, 0))
-    moved = np.zeros(len(j), dtype=bool)
     if thr_us is not None and leftover_us > 0:
-        j0 = j
-        j = _before_leftover(t, u, running, start, end, j, thr_us, leftover_us, tick)
-        moved = j != j0
+        # a hole after it may hide a run no trickle's: the bracket below reaches across it
+        j = _before_leftover(t, u, running, start, end, j, thr_us, leftover_us, tick, u_end)
     has = j >= 0
     jj = np.maximum(j, 0)
     tx = np.where(has, t[jj], start)
@@ -118,12 +129,6 @@ def exhaustion(
     short_tail = (r == after) & (end - t[np.maximum(r - 1, 0)] <= gap_ns)
     r = np.where(short_tail, last_true_at(last_close, np.maximum(last_read, 0)), r)
     late_hole = (r > 0) & (t[np.maximum(r - 1, 0)] >= tx)
-    # where a trickle of leftover followed the run, what holes after it hide is that
-    # trickle (its usage to the boundary is bounded): only a hole that closes the run's own
-    # stretch, right after its last read, can hide the run going on
-    nxt = np.minimum(jj + 1, len(t) - 1)
-    late_hole = np.where(moved, closes[nxt] & (nxt > jj), late_hole)
-    r = np.where(moved, nxt, r)
     tnext = np.where(late_hole, t[np.maximum(r, 0)], tx)
     ex = np.clip(tx - start, 0, P) / 1e3
     # ... and the period's start is known to the grid's uncertainty
@@ -142,6 +147,7 @@ def _before_leftover(
     thr_us: np.ndarray,
     leftover_us: float,
     tick: int,
+    u_end: np.ndarray | None = None,
 ) -> np.ndarray:
     """The running read that ends the group's run on its quota, where what ran after it
     was runtime left on CPUs. Once the pool is dry a CPU runs only what it still holds, and
@@ -150,24 +156,67 @@ def _before_leftover(
     Ps' threads on many CPUs), and the last running read (``j``) falls in it. The earliest
     read of the period that ends a run (no running read in the FLAT_TICKS ticks after it)
     such that (1) the usage after it to the boundary is at most ``leftover_us`` (the CPUs'
-    millisecond each) and (2) the kernel's throttled run-queue time ``thr_us`` covers the
-    time after it but for that trickle (a group frozen from there had a run queue throttled
-    until the boundary); ``j`` where no such read is earlier."""
+    millisecond each); (2) every run after it is a trickle's, no longer than a CPU's
+    leftover runs (1 ms) and the tick that charges it, unless the stall that leaves needs
+    more run queues than the CPUs hold (bursts on several CPUs in a row join into longer
+    runs); and the kernel's throttled run-queue time ``thr_us`` (a sum over run queues, to
+    the boundary) covers (3) one run queue throttled from it to the boundary, within a
+    tick, and (4) PACE_SHARE of the CPUs then running (the pace over the two ticks before
+    it, one at least), each throttled there until the boundary: a freeze stops every CPU the
+    group runs on. ``j`` where no read is earlier."""
     on = np.flatnonzero(running)
     if not len(on):
         return j
-    ends = on[np.append(t[on[1:]] - t[on[:-1]] > FLAT_TICKS * tick, True)]
-    u_end = interp_at(end, t, u)
-    # (1): usage within leftover_us of the boundary's (the counter never goes down)
-    r1 = np.searchsorted(u, u_end - leftover_us, side="left")
-    # (2): end - t <= thr_us + leftover_us
-    thr = np.nan_to_num(thr_us, nan=-np.inf)
-    r2 = np.searchsorted(t, end - (thr + leftover_us) * 1e3, side="left")
+    brk = t[on[1:]] - t[on[:-1]] > FLAT_TICKS * tick
+    ends, begins = on[np.append(brk, True)], on[np.insert(brk, 0, True)]
+    m = np.searchsorted(ends, np.maximum(j, 0), side="left")  # the run holding j
+    # only a period with a run that ended before j's (inside it) has a read to take
+    some = (j >= 0) & (m > 0) & np.isfinite(thr_us)
+    some[some] = t[ends[m[some] - 1]] > start[some]
+    if not some.any():
+        return j
+    out = j.copy()
+    j, m, start, end = j[some], m[some], start[some], end[some]
+    te = t[ends]
+    short = te - t[begins] <= MIN_CFS_RQ_RUNTIME_NS + tick
+    # the CPUs running over the two ticks before the end of each run a period may take
     r0 = np.searchsorted(t, start, side="right")
-    k = np.searchsorted(ends, np.maximum(np.maximum(r1, r2), r0), side="left")
-    first = ends[np.minimum(k, len(ends) - 1)]
-    better = (k < len(ends)) & (j >= 0) & (first < j) & np.isfinite(thr)
-    return np.where(better, first, j)
+    lo = np.searchsorted(ends, r0, side="left")
+    mark = np.zeros(len(ends) + 1, dtype=np.int64)
+    np.add.at(mark, lo, 1)
+    np.add.at(mark, m, -1)
+    need = np.flatnonzero(np.cumsum(mark)[:-1] > 0)
+    pace = np.ones(len(ends))
+    pace[need] = np.maximum((u[ends[need]] - interp_at(te[need] - 2 * tick, t, u)) / (2 * tick / 1e3), 1.0)
+    thr_ns = thr_us[some] * 1e3
+    # (1): usage within leftover_us of the boundary's (the counter never goes down)
+    u_end = interp_at(end, t, u) if u_end is None else u_end[some]
+    r1 = np.searchsorted(u, u_end - leftover_us, side="left")
+    # (3): end - t <= thr + a tick (int64 keys: float keys would convert every read time)
+    r3 = np.searchsorted(t, end - thr_ns.astype(np.int64) - tick, side="left")
+    k = np.maximum(np.searchsorted(ends, np.maximum(r1, r3), side="left"), lo)
+
+    def paced(k: np.ndarray) -> np.ndarray:
+        # (4): not monotone in the read, so the candidates are stepped through (a few a period)
+        for _ in range(MAX_RUNS_STEPPED):
+            kk = np.minimum(k, len(ends) - 1)
+            bad = (k < m) & (thr_ns < PACE_SHARE * pace[kk] * (end - te[kk]))
+            if not bad.any():
+                return k
+            k = np.where(bad, k + 1, k)
+        return np.where(bad, m, k)
+
+    def read_of(k: np.ndarray) -> np.ndarray:
+        first = ends[np.minimum(k, len(ends) - 1)]
+        return np.where((k < len(ends)) & (first < j), first, j)
+
+    loose = read_of(paced(k))
+    # (2): from the last run too long for a trickle on; unless what that leaves is a stall
+    # the throttled time could not fill on every CPU (IMPOSSIBLE_SHARE of them over it)
+    strict = read_of(paced(np.maximum(k, last_true_at(~short, m))))
+    cpus = leftover_us * 1e3 / MIN_CFS_RQ_RUNTIME_NS
+    out[some] = np.where(thr_ns > IMPOSSIBLE_SHARE * cpus * (end - t[strict]), loose, strict)
+    return out
 
 
 def read_percentiles(x: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
@@ -239,16 +288,16 @@ def interp_at(x: np.ndarray, t: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def usage_at_boundaries(
     t: np.ndarray, u: np.ndarray, B: np.ndarray, unc_ns: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Usage in each period between the boundaries ``B`` (µs), interpolated between the
     reads around each boundary, and the bracket those reads allow: cumulative usage is
     monotone, so the truth at a boundary lies between them (a boundary known to the grid's
-    uncertainty ``unc_ns``)."""
+    uncertainty ``unc_ns``); and the usage interpolated at each boundary."""
     u_at = interp_at(B, t, u)
     i_after = np.clip(np.searchsorted(t, B + unc_ns, side="left"), 0, len(t) - 1)
     i_before = np.clip(np.searchsorted(t, B - unc_ns, side="right") - 1, 0, len(t) - 1)
     u_lo_b, u_hi_b = u[i_before], u[i_after]
-    return np.diff(u_at), np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0), u_hi_b[1:] - u_lo_b[:-1]
+    return np.diff(u_at), np.maximum(u_lo_b[1:] - u_hi_b[:-1], 0.0), u_hi_b[1:] - u_lo_b[:-1], u_at
 
 
 def hole_ms_per_period(t: np.ndarray, dt: np.ndarray, nominal: float, start: np.ndarray, end: np.ndarray) -> np.ndarray:

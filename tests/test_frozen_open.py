@@ -133,7 +133,7 @@ def test_a_level_above_stays_named_where_reads_are_sparse():
 )
 def test_the_stall_rates_bounds_hold_what_dense_reads_measure(path):
     """Where the dated exhaustions are the late ones (short stalls), the rate filled in with
-    their mean leans short (v2-cpu-gmp8: 134 against 335 ms/s at 4x sparser reads); its
+    their mean leans short (v2-cpu-gmp8: 134 against 325 ms/s at 4x sparser reads); its
     bounds from the open brackets still hold the rate the dense reads measure."""
     if not path.is_dir():
         pytest.skip(f"{path} is not beside the checkout")

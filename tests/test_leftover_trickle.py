@@ -30,22 +30,34 @@ META = {
 }  # fmt: skip
 
 
-def _run(runs: list[tuple[float, float, float]], thr_ms: float, periods: int = 60) -> Run:
+def _run(
+    runs: list[tuple[float, float, float]],
+    thr_ms: float,
+    periods: int = 60,
+    period_ms: float = 100.0,
+    hole_ms: tuple[float, float] | None = None,
+    **meta: object,
+) -> Run:
     """Every period alike: ``runs`` (from ms, to ms, CPUs) the group ran, and ``thr_ms`` of
-    throttled run-queue time credited at its end; reads every 997 µs."""
-    t0 = 10 * P
-    t = t0 + np.arange(int(periods * P / IV), dtype=np.int64) * IV
-    k, off = np.divmod(t - t0, P)
+    throttled run-queue time credited at its end; reads every 997 µs (none inside
+    ``hole_ms`` of each period)."""
+    period = int(period_ms * 1e6)
+    t0 = 10 * period
+    t = t0 + np.arange(int(periods * period / IV), dtype=np.int64) * IV
+    k, off = np.divmod(t - t0, period)
     off_ms = off / 1e6
+    if hole_ms is not None:
+        keep = (off_ms < hole_ms[0]) | (off_ms >= hole_ms[1])
+        t, k, off_ms = t[keep], k[keep], off_ms[keep]
 
     def used(x: np.ndarray) -> np.ndarray:  # µs used by ms x into the period
         return sum(np.clip(x - a, 0, b - a) * c * 1e3 for a, b, c in runs)
 
-    per = used(np.array([100.0]))[0]
+    per = used(np.array([period_ms]))[0]
     usage = k * per + used(off_ms)
     return Run(
         path=Path("synthetic"),
-        meta=dict(META),
+        meta={**META, "period_us": int(period_ms * 1000), **meta},
         samples=pd.DataFrame(
             {
                 "t_ns": t,
@@ -63,12 +75,15 @@ def _run(runs: list[tuple[float, float, float]], thr_ms: float, periods: int = 6
     )
 
 
-def _exhausted_ms(run: Run) -> float:
+def _periods(run: Run) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         per = gmp.df_periods(run)
-    th = per[per["throttled"].fillna(False).astype(bool)]
-    return float(th["exhausted_at_us"].median()) / 1e3
+    return per[per["throttled"].fillna(False).astype(bool)]
+
+
+def _exhausted_ms(run: Run) -> float:
+    return float(_periods(run)["exhausted_at_us"].median()) / 1e3
 
 
 def test_a_trickle_after_the_freeze_is_not_the_exhaustion():
@@ -113,6 +128,43 @@ def _limited(p: Path) -> bool:
     if json.loads((p / "meta.json").read_text()).get("quota_us") is not None:
         return True
     return (p / "limits.csv").exists() and pd.read_csv(p / "limits.csv")["quota_us"].notna().any()
+
+
+@pytest.mark.parametrize("meta", [{}, {"hz": 100}, {"cgroup_version": 1, "kernel": "5.15.0"}], ids=str)
+def test_many_ps_woken_late_are_no_trickle(meta):
+    """4 CPUs ran 10 ms, the group idled, and at 85 ms 16 Ps woke with 10 ms left in the pool:
+    4 ran 2.5 ms each until it ran out at 87.5 ms, 12 stood throttled from 85 (230 ms of
+    run-queue time in all: one run queue from 10 ms would fit, the 4 CPUs then running, not)."""
+    run = _run([(0, 10, 4), (85, 87.5, 4)], thr_ms=12 * 15 + 4 * 12.5, **meta)
+    assert _exhausted_ms(run) == pytest.approx(87.5, abs=1.5 * (10 if meta.get("hz") == 100 else 4))
+
+
+@pytest.mark.parametrize(
+    ("runs", "thr_ms", "period_ms", "meta", "out"),
+    [
+        ([(0, 2, 2), (12, 15, 2)], 2 * 5, 20.0, {"quota_us": 10_000}, 15),
+        ([(0, 1, 2), (6, 7.5, 2)], 2 * 2.5, 10.0, {"quota_us": 5_000, "hz": 1000}, 7.5),
+        ([(0, 8, 4.375), (80, 85, 3)], 3 * 15 + 5 * 20, 100.0, {"hz": 1000}, 85),
+    ],
+)
+def test_a_short_period_is_not_taken_for_its_leftover(runs, thr_ms, period_ms, meta, out):
+    """Short periods, where 16 CPUs' leftover (16 ms) is most of the period: the group ran,
+    idled and ran again until the quota ran out, and only the running run queues (and the
+    Ps woken with them) stood throttled; the throttled time does not cover the idle stretch."""
+    run = _run(runs, thr_ms=thr_ms, period_ms=period_ms, periods=int(6000 / period_ms), **meta)
+    assert _exhausted_ms(run) == pytest.approx(out, abs=1.5 * 1000 / meta.get("hz", 250) + 0.2)
+
+
+def test_a_slow_run_after_a_flat_stretch_is_no_trickle():
+    """The group ran 30 ms on 1 CPU, idled 10 ms, then 0.4 CPU from 40 to 70 ms (12 ms, within
+    16 CPUs' leftover), when the quota ran out and 3 run queues stood throttled (90 ms, as
+    much as one from 10 ms would give): a run of 30 ms is no leftover's. With the slow run
+    in a hole of the reads, the moment is open across the hole, which holds it."""
+    runs = [(0, 30, 1), (40, 70, 0.4)]
+    assert _exhausted_ms(_run(runs, thr_ms=3 * 30, quota_us=42_000)) == pytest.approx(70, abs=1.5)
+    per = _periods(_run(runs, thr_ms=3 * 30, quota_us=42_000, hole_ms=(39.5, 70.5)))
+    assert per["exhausted_at_us"].isna().all()
+    assert (per["exhausted_lo_us"] <= 70_000).all() and (per["exhausted_hi_us"] >= 70_000).all()
 
 
 BUNDLES = sorted(
