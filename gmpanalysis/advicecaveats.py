@@ -13,6 +13,7 @@ import pandas as pd
 from .bundle import Run
 from .hostload import contention_sentence
 from .levels import resized
+from .modelerror import loop_of
 from .services import service_of
 from .whatif import measured, settings
 
@@ -111,12 +112,55 @@ def service_caveat(runs: list[Run]) -> str:
     )
 
 
-def runs_caveats(runs: list[Run], table: pd.DataFrame, ncpu: int, node_cpus: bool) -> str:
-    """What the runs themselves give reason to say beside the advice: a replay that misses
-    its own run, runs of several services, a host others kept busy and (``node_cpus``: no
-    CPUs were given) a cpuset narrower than the node."""
+def edge_caveat(runs: list[Run], table: pd.DataFrame) -> str:
+    """Where the best limit is the largest tried: the figures still improve there, and a
+    closed loop's clients, answered faster, send faster ("" otherwise)."""
+    lims = table["limit_cpu"]
+    if len(table) < 2 or lims.nunique() < 2 or float(table.iloc[0].limit_cpu) < float(lims.max()):
+        return ""
+    said = f" The best limit is the largest tried ({float(lims.max()):g} CPUs): the figures still improve there"
+    if any(loop_of(r.meta) == "closed" for r in runs):
+        said += (
+            "; a closed loop's clients send again as soon as they are answered, so each CPU more answers more "
+            "of them: its p99 ranks how much the service can serve, not what it needs (the cost objective, or an "
+            "open-loop run at the traffic it gets, tells that)"
+        )
+    return said + "."
+
+
+def overload_caveat(runs: list[Run], table: pd.DataFrame) -> str:
+    """Where an open loop's runs offered more requests per second than the best setting
+    answers: the service falls behind there ("" otherwise)."""
+    best = table.iloc[0]
+    rates = []
+    for r in runs:
+        q = r.requests
+        if loop_of(r.meta) == "closed" or q is None or len(q) < 2:
+            continue
+        span = float(q["sched_ns"].max() - q["sched_ns"].min()) / 1e9
+        if span > 0:
+            rates.append(len(q) / span)
+    got = float(best.get("throughput_rps", math.nan))
+    if not rates or not math.isfinite(got):
+        return ""
+    offered = sum(rates) / len(rates)
+    if got >= 0.9 * offered:
+        return ""
     return (
-        self_caveat(runs, table)
+        f" At this setting the service answers {got:.1f} of the {offered:.1f} requests per second offered: it "
+        "falls behind, and its queue and p99 grow for as long as the load lasts."
+    )
+
+
+def runs_caveats(runs: list[Run], table: pd.DataFrame, ncpu: int, node_cpus: bool) -> str:
+    """What the runs themselves give reason to say beside the advice: an open loop the best
+    setting falls behind, a best limit at the edge of those tried, a replay that misses its
+    own run, runs of several services, a host others kept busy and (``node_cpus``: no CPUs
+    were given) a cpuset narrower than the node."""
+    return (
+        overload_caveat(runs, table)
+        + edge_caveat(runs, table)
+        + self_caveat(runs, table)
         + service_caveat(runs)
         + host_caveat(runs)
         + (cpuset_caveat(runs[0], ncpu) if node_cpus else "")

@@ -635,3 +635,38 @@ def test_runs_of_different_services_are_said_to_be():
     two = gmp.advise([*cpu, alloc], limits=[0.5, 1], gomaxprocs=[1, 2], bursts=[0.0])
     said = two.attrs["recommendation"]
     assert "The runs are of 2 different services (cpu 30 ms; alloc 30 ms, 2048 KiB garbage, 4 MiB live)" in said
+
+
+def test_an_open_loop_the_setting_falls_behind_is_said_to():
+    """0.1 CPU for a 30 ms-per-request service offered ~13 requests a second answers about 3:
+    the advice says it falls behind; at the limits it chooses freely, it does not."""
+    if not (SHARED / "v2-cpu-gmp1").is_dir():
+        pytest.skip("../shared/data/16cpu-v2 is not beside this checkout")
+    run = gmp.load_run(SHARED / "v2-cpu-gmp1")
+    q = run.requests
+    offered = len(q) / (float(q["sched_ns"].max() - q["sched_ns"].min()) / 1e9)
+    low = gmp.advise(run, max_limit=0.1, gomaxprocs=[1, 2], bursts=[0.0])
+    got = float(low.iloc[0]["throughput_rps"])
+    assert got < 0.9 * offered
+    assert f"answers {got:.1f} of the {offered:.1f} requests per second offered" in low.attrs["recommendation"]
+    free = gmp.advise(run, gomaxprocs=[1, 2], bursts=[0.0])
+    assert "requests per second offered" not in free.attrs["recommendation"]
+
+
+def test_a_best_limit_at_the_edge_says_so():
+    """A closed loop's clients keep whatever CPU they get busy: its p99 falls to the largest
+    limit tried, and the advice says why; an open loop's p99 may too (the queue drains
+    faster) and is said to, without that; where the p99 stops improving, nothing is said."""
+    if not (SHARED / "light-250m-gmp1").is_dir():
+        pytest.skip("../shared/data/16cpu-v2 is not beside this checkout")
+    closed = gmp.advise(gmp.load_run(SHARED / "light-250m-gmp1"), limits=[0.25, 1, 4], gomaxprocs=[4], bursts=[0.0])
+    said = closed.attrs["recommendation"]
+    assert float(closed.iloc[0]["limit_cpu"]) == 4
+    assert "The best limit is the largest tried (4 CPUs)" in said and "a closed loop's clients" in said
+    run = gmp.load_run(FIXTURES / "runs" / "cpu-0.5cpu-gmp1")
+    open_ = gmp.advise(run, limits=[0.25, 0.5, 1, 2], bursts=[0.0])
+    said = open_.attrs["recommendation"]
+    assert float(open_.iloc[0]["limit_cpu"]) == 2
+    assert "The best limit is the largest tried (2 CPUs)" in said and "a closed loop's clients" not in said
+    inside = gmp.advise(gmp.load_run(SHARED / "v2-cpu-gmp1"), limits=[0.5, 1, 1.5, 4], gomaxprocs=[2], bursts=[0.0])
+    assert float(inside.iloc[0]["limit_cpu"]) < 4 and "largest tried" not in inside.attrs["recommendation"]
