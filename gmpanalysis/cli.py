@@ -66,7 +66,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
             runs.append(run)
     df = _tolerating_traces(runs, compare_runs)
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.1f}".format):
-        print(df.set_index("name").T.to_string())
+        print(df.set_index("name").T.to_string(na_rep="–"))  # a value the runs cannot tell, as the report shows it
     return 0
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .errors import UsageError
+
 FROZEN = "#d62728"
 FROZEN_OTHER = "#9467bd"  # frozen by another level's quota (the pod's)
 BUSY = "#1f77b4"
@@ -30,6 +32,15 @@ def plain_text(text: object) -> str:
     return s.replace("$", r"\$")
 
 
+def _table(x: Any, plot: str, takes: str) -> None:
+    """A plot takes a table: anything else (a Run, above all) is refused, naming the one."""
+    if not isinstance(x, pd.DataFrame):
+        raise UsageError(
+            f"{plot}: takes {takes}'s table (a pandas DataFrame), not {type(x).__name__}: e.g. "
+            f"gmp.{plot}(gmp.{takes.split('.')[-1]}(run))"
+        )
+
+
 def _axes(ax: Any, size: tuple[float, float]) -> Any:
     if ax is not None:
         return ax
@@ -47,6 +58,7 @@ def plot_periods(per: pd.DataFrame, *, ax: Any = None, title: str | None = None)
     (an X where it spanned a throttled boundary), and GOMAXPROCS written where it changes.
     Takes :func:`gmpanalysis.df_periods` output, or :func:`gmpanalysis.what_if`'s (its
     periods as replayed: no holes, no STW markers)."""
+    _table(per, "plot_periods", "gmpanalysis.df_periods")
     ax = _axes(ax, (11, 4))
     if per.empty:
         ax.set_title("no periods")
@@ -210,6 +222,7 @@ def plot_period_heatmap(
     runs; default the frame's ``cpus_max``) or red where the group stood frozen after its
     quota ran out; grey where the period's throttling is unknown. Takes
     :func:`gmpanalysis.df_period_offsets` output."""
+    _table(off, "plot_period_heatmap", "gmpanalysis.df_period_offsets")
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -270,6 +283,7 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
     running when a throttled period ended (stretched across the frozen time); the shaded
     band is where the quota ran out in the run's throttled periods (p10-p90). Takes
     :func:`gmpanalysis.df_stw_periods` output."""
+    _table(stw, "plot_stw_vs_boundary", "gmpanalysis.df_stw_periods")
     ax = _axes(ax, (7, 4))
     if stw.empty:
         ax.set_title("no STW pauses in the trace window")
@@ -296,6 +310,7 @@ def plot_stw_vs_boundary(stw: pd.DataFrame, *, ax: Any = None, title: str | None
 def plot_mmu(mmu: pd.DataFrame, *, ax: Any = None, label: str | None = None, title: str | None = None) -> Any:
     """Minimum mutator utilisation against window length (log scale); call it once per run
     on the same ``ax`` to compare runs. Takes :func:`gmpanalysis.mmu.df_mmu` output."""
+    _table(mmu, "plot_mmu", "gmpanalysis.df_mmu")
     ax = _axes(ax, (7, 4))
     ax.plot(mmu["window_ms"], mmu["mmu"], marker="o", label=None if label is None else plain_text(label))
     ax.set_xscale("log")
@@ -325,6 +340,7 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
     in separate groups in the throughput and latency panels (never ranked against each
     other); STW p99 is on a log axis; latency carries its 95 % confidence interval.
     Returns the array of Axes."""
+    _table(cmp, "plot_compare", "gmpanalysis.compare_runs")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -371,6 +387,7 @@ def plot_advice(
     """A predicted figure against the CPU limit, one line per GOMAXPROCS; takes
     :func:`gmpanalysis.advise` output (``metric``: ``p99_ms``, ``throttled_pct`` or
     ``stall_ms_per_s``; the settings with this burst). The recommended setting is ringed."""
+    _table(adv, "plot_advice", "gmpanalysis.advise")
     import matplotlib.pyplot as plt
 
     if ax is None:

@@ -115,3 +115,14 @@ def test_plot_mmu_and_the_stretched_stw():
     # the 78-86 ms stop-the-world pauses leave the program no P at all for 50 ms windows
     assert alloc[50.0] == 0.0 and alloc[1000.0] > 0.5
     assert (one >= 0.99).all()
+
+
+@pytest.mark.parametrize(
+    "plot",
+    ["plot_periods", "plot_period_heatmap", "plot_stw_vs_boundary", "plot_mmu", "plot_compare", "plot_advice"],
+)
+def test_a_plot_given_a_run_names_the_table_it_takes(plot):
+    """A Run is the easy mistake: refused with the table to pass, not an AttributeError."""
+    run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
+    with pytest.raises(gmp.UsageError, match=rf"{plot}: takes gmpanalysis\.\w+'s table .* not Run"):
+        getattr(gmp, plot)(run)
