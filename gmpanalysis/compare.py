@@ -148,7 +148,8 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     (wall clock). The classic ratio is kept beside it, labelled: ``throttled_pct_active``
     is what cAdvisor / kube-prometheus report (nr_throttled / nr_periods), active periods
     only, so idle stretches, when the period timer stops, vanish from the denominator and
-    bursty services look worse than they are.
+    bursty services look worse than they are; of a whole table it counts the periods in
+    progress when the reads began and ended too, so it is the counters' deltas' ratio.
 
     Counts include what ambiguous groups hold (periods inside holes in the samples, see
     :func:`gmpanalysis.df_period_groups`), so they equal the kernel's counter deltas.
@@ -190,6 +191,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     act = int(per["nr_periods"].sum()) + int(extra["nr_periods"])
     # the kernel counts periods (a timer overrun credits several at one boundary)
     thr = int(per["nr_throttled"].sum()) + int(extra["nr_throttled"])
+    out_act, out_thr = _outside(per, act, thr)
     ex = per.loc[thr_known, "exhausted_at_us"] / 1e3
     thr_us = float(np.nansum(per["throttled_rq_us"])) + extra["throttled_us"]
     return {
@@ -199,7 +201,7 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "unknown_periods": int(per["throttled"].isna().sum()),
         **_quota_counts(per),
         "throttled_pct_wall": 100 * thr / n if n else np.nan,
-        "throttled_pct_active": 100 * thr / act if act else np.nan,
+        "throttled_pct_active": 100 * (thr + out_thr) / (act + out_act) if act + out_act else np.nan,
         "stall_ms_per_s": stall_ms_per_s(per),
         **dict(zip(("stall_ms_per_s_lo", "stall_ms_per_s_hi"), stall_bounds_ms_per_s(per), strict=True)),
         "exhausted_p10_ms": _pct(ex, 10),
@@ -212,6 +214,27 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
         "usage_ms_per_active": float(np.nansum(per["usage_us"]) / 1e3 / act) if act else np.nan,
         **_frozen_summary(per, int(extra["nr_throttled"])),
     }
+
+
+def _outside(per: pd.DataFrame, act: int, thr: int) -> tuple[int, int]:
+    """The periods the kernel counted before the table's first boundary and after its last
+    (the ones in progress when the reads began and ended: ``outside`` in
+    :func:`gmpanalysis.df_conservation`), and how many of them it counted throttled, where the
+    table is whole (its rows and groups hold every count the ledger puts in them): over the
+    whole collection nr_throttled / nr_periods is then the counters' deltas', as cAdvisor
+    reads them. (0, 0) for a table filtered from one."""
+    led = per.attrs.get("ledger")
+    if led is None or not len(led.conservation):
+        return 0, 0
+    c = led.conservation.groupby("counter")[["rows", "groups", "outside"]].sum()
+    if not {"nr_periods", "nr_throttled"} <= set(c.index):
+        return 0, 0
+    whole = act == round(c.loc["nr_periods", ["rows", "groups"]].sum()) and thr == round(
+        c.loc["nr_throttled", ["rows", "groups"]].sum()
+    )
+    if not whole:
+        return 0, 0
+    return int(round(c.loc["nr_periods", "outside"])), int(round(c.loc["nr_throttled", "outside"]))
 
 
 def _quota_counts(per: pd.DataFrame) -> dict[str, int]:

@@ -231,14 +231,19 @@ def add_frozen_columns(
         v[blind] = np.nan
         per[col] = v
     # what the freezes' brackets allow of the frozen time: every open one from its
-    # bracket's end (the least) or its start (the most)
+    # bracket's end (the least) or its start (the most), a told one from where it is told
     told = per["frozen_us"].to_numpy(dtype=np.float64)
-    for col, at, keep in (("frozen_lo_us", "start_hi_ns", np.fmin), ("frozen_hi_us", "start_lo_ns", np.fmax)):
-        fs = freezes.assign(start_ns=freezes[at]) if len(freezes) else freezes
-        v = np.maximum(within(fs), 0.0) if len(fs) else np.zeros(n)
-        v[own_unknown | outside] = np.nan
-        # the coverage sums times near 2^53 ns in floats: a ns either way of the told value
-        per[col] = keep(v, told)
+    if not len(freezes) or freezes["exact"].to_numpy(dtype=bool).all():
+        # every start told: the bracket is the value (where the reads see the period)
+        per["frozen_lo_us"], per["frozen_hi_us"] = told, told.copy()
+    else:
+        for col, at, keep in (("frozen_lo_us", "start_hi_ns", np.fmin), ("frozen_hi_us", "start_lo_ns", np.fmax)):
+            exact = freezes["exact"].to_numpy(dtype=bool)
+            at_ns = np.where(exact, freezes["start_ns"].to_numpy(np.int64), freezes[at].to_numpy(np.int64))
+            v = np.maximum(within(freezes.assign(start_ns=at_ns)), 0.0)
+            v[own_unknown | outside] = np.nan
+            # the coverage sums times near 2^53 ns in floats: a ns either way of the told value
+            per[col] = keep(v, told)
     for lv in pd.unique(others["level"]) if len(others) else ():
         why = f"the {lv}'s reads leave open when its quota ran out here: the frozen time is not known"
         _add_reason(per, opened(others[others["level"] == lv]), why)
