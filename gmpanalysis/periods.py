@@ -19,7 +19,7 @@ from .credits import CREDITED, Credits, credit_boundaries
 from .errors import MissingDataError
 from .freezes import add_frozen_columns, freezes_of, place, refine
 from .grid import PeriodGrid, restart_ns
-from .kernelfacts import LOCAL_STAT, MIN_CFS_RQ_RUNTIME_NS, PSI_CGROUP_FULL, tick_ns
+from .kernelfacts import LOCAL_STAT, PSI_CGROUP_FULL, tick_ns
 from .levels import ever_limited, level_names, level_run, period_changes, quota_per_period, table_level
 from .periodtrace import add_trace
 from .reads import exhaustion, hole_ms_per_period, interp_at, read_percentiles, usage_at_boundaries
@@ -117,11 +117,11 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     ex_lo = np.full(n, np.nan)
     ex_hi = np.full(n, np.nan)
     ti = np.flatnonzero(throttled)
+    ncpu = bundle_cpus(run.meta)
     if len(ti):
-        cpus_on = bundle_cpus(run.meta)
         exhausted[ti], ex_lo[ti], ex_hi[ti] = exhaustion(
             t, u, start[ti], end[ti], P, seg.uncertainty_ns, tick, dt, q10, med_dt,
-            thr_us=d_thr_us[ti], leftover_us=(cpus_on or 0) * MIN_CFS_RQ_RUNTIME_NS / 1e3, u_end=u_at[1:][ti],
+            thr_us=d_thr_us[ti], cpus=ncpu or 0, u_end=u_at[1:][ti],
         )  # fmt: skip
     # the reads leave the moment of exhaustion open wider than a tick (a hole around it):
     # the bracket stays, a point value (and the stall and CPU count that follow) would be made up
@@ -130,10 +130,10 @@ def _segment_table(run: Run, grid: PeriodGrid, seg_no: int, s: pd.DataFrame) -> 
     stall = np.where(throttled, P / 1e3 - exhausted, np.where(known, 0.0, np.nan))
     # usage moves in tick steps, so a stall shorter than a tick cannot be measured
     measurable = throttled & (stall >= tick / 1e3) & ~np.isnan(d_thr_us)
-    cpus = _cpus_throttled(d_thr_us, stall, measurable, bundle_cpus(run.meta))
+    cpus = _cpus_throttled(d_thr_us, stall, measurable, ncpu)
 
     quota, changes = quota_per_period(run, start, end)
-    reason = _reasons(n, changes, hole_ms, gap, usage, bundle_cpus(run.meta), P, tick, open_ex, ex_lo, ex_hi, cr)
+    reason = _reasons(n, changes, hole_ms, gap, usage, ncpu, P, tick, open_ex, ex_lo, ex_hi, cr)
 
     v2 = _v2_signals(s, t, B, margin, P)
 

@@ -59,13 +59,13 @@ def exhaustion(
     q10: float,
     med_dt: float,
     thr_us: np.ndarray | None = None,
-    leftover_us: float = 0.0,
+    cpus: int = 0,
     u_end: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quota exhaustion in each period [start, end): µs from the start to the last read at
     which usage still rose at a running CPU's pace, with its bracket; given the periods'
-    throttled run-queue time ``thr_us`` and the CPUs' leftover ``leftover_us`` (their
-    min_cfs_rq_runtime each), the read that ended the run a trickle of leftover followed
+    throttled run-queue time ``thr_us`` and the ``cpus`` the group may run on (each holding
+    at most min_cfs_rq_runtime of leftover), the read that ended the run a trickle of leftover followed
     (:func:`_before_leftover`; ``u_end``: the usage interpolated at the periods' ends, where
     the caller has it).
 
@@ -114,9 +114,9 @@ def exhaustion(
         running[a:b] = ok
     last_read = np.searchsorted(t, end, side="left") - 1
     j = last_true_at(running, np.maximum(last_read, 0))
-    if thr_us is not None and leftover_us > 0:
+    if thr_us is not None and cpus > 0:
         # a hole after it may hide a run no trickle's: the bracket below reaches across it
-        j = _before_leftover(t, u, running, start, end, j, thr_us, leftover_us, tick, u_end)
+        j = _before_leftover(t, u, running, start, end, j, thr_us, cpus, tick, u_end)
     has = j >= 0
     jj = np.maximum(j, 0)
     tx = np.where(has, t[jj], start)
@@ -145,7 +145,7 @@ def _before_leftover(
     end: np.ndarray,
     j: np.ndarray,
     thr_us: np.ndarray,
-    leftover_us: float,
+    cpus: int,
     tick: int,
     u_end: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -155,7 +155,7 @@ def _before_leftover(
     CPUs later run a millisecond each at a running pace, a trickle after the freeze (many
     Ps' threads on many CPUs), and the last running read (``j``) falls in it. The earliest
     read of the period that ends a run (no running read in the FLAT_TICKS ticks after it)
-    such that (1) the usage after it to the boundary is at most ``leftover_us`` (the CPUs'
+    such that (1) the usage after it to the boundary is at most the ``cpus``' leftover (a
     millisecond each); (2) every run after it is a trickle's, no longer than a CPU's
     leftover runs (1 ms) and the tick that charges it, unless the stall that leaves needs
     more run queues than the CPUs hold (bursts on several CPUs in a row join into longer
@@ -194,7 +194,8 @@ def _before_leftover(
     # holds a tick's charges of several CPUs and would seem to run on more than it did)
     pace[need] = np.maximum((u[ends[need]] - interp_at(te[need] - 2 * tick, t, u)) / (2 * tick / 1e3), 1.0)
     thr_ns = thr_us[some] * 1e3
-    # (1): usage within leftover_us of the boundary's (the counter never goes down)
+    # (1): usage within the CPUs' leftover of the boundary's (the counter never goes down)
+    leftover_us = cpus * MIN_CFS_RQ_RUNTIME_NS / 1e3
     u_end = interp_at(end, t, u) if u_end is None else u_end[some]
     r1 = np.searchsorted(u, u_end - leftover_us, side="left")
     # (3): end - t <= thr + a tick (int64 keys: float keys would convert every read time)
@@ -219,7 +220,6 @@ def _before_leftover(
     # (2): from the last run too long for a trickle on; unless what that leaves is a stall
     # the throttled time could not fill on every CPU (IMPOSSIBLE_SHARE of them over it)
     strict = read_of(paced(np.maximum(k, last_true_at(~short, m))))
-    cpus = leftover_us * 1e3 / MIN_CFS_RQ_RUNTIME_NS
     out[some] = np.where(thr_ns > IMPOSSIBLE_SHARE * cpus * (end - t[strict]), loose, strict)
     return out
 
