@@ -82,7 +82,7 @@ def held(fn: F) -> F:
 def _inputs(run: Run) -> tuple[Any, ...]:
     # the trace is parsed lazily into run._trace: that object is checked separately, once
     # a table has used it (see analyze)
-    return (run.samples, run.requests, run.meta, run.trace_path, run.limits)
+    return (run.samples, run.requests, run.meta, run.trace_path, run.limits, run.host_stat)
 
 
 def _contents(run: Run) -> tuple[Any, ...]:
@@ -92,6 +92,7 @@ def _contents(run: Run) -> tuple[Any, ...]:
         _fingerprint(run.samples),
         _fingerprint(run.requests),
         _fingerprint(run.limits),  # the quotas a limit resized in place had, period by period
+        _fingerprint(run.host_stat),  # the host's load beside the group (hostload)
     )
 
 

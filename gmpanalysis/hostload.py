@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .bundle import Run
+from .replayinputs import memo
 
 # a host_stat interval counts as saturated where its CPUs were busy this share of the time
 # or more (/proc/stat counts in USER_HZ ticks: ~1 % of one CPU per second at HZ 100)
@@ -42,11 +43,14 @@ def _group_cpus(run: Run, t0: int, t1: int) -> float:
     best = np.nan
     levels = s.groupby("cgroup", sort=False) if "cgroup" in s else [(None, s)]
     for _, lv in levels:
-        lv = lv[(lv["t_ns"] >= t0) & (lv["t_ns"] <= t1)].sort_values("t_ns", kind="stable")
-        if len(lv) < 2:
+        t_all = lv["t_ns"].to_numpy(np.int64)
+        keep = (t_all >= t0) & (t_all <= t1)
+        t, u = t_all[keep], lv["usage_us"].to_numpy(np.float64)[keep]
+        if len(t) < 2:
             continue
-        t = lv["t_ns"].to_numpy(np.int64)
-        u = lv["usage_us"].to_numpy(np.float64)
+        if (np.diff(t) < 0).any():  # the reader keeps a level's reads in time order; a caller's table may not
+            order = np.argsort(t, kind="stable")
+            t, u = t[order], u[order]
         span = float(t[-1] - t[0])
         if span > 0:
             cpus = float(np.clip(np.diff(u), 0, None).sum()) * 1e3 / span
@@ -55,6 +59,13 @@ def _group_cpus(run: Run, t0: int, t1: int) -> float:
 
 
 def host_load(run: Run) -> dict[str, Any] | None:
+    """The host's CPUs over the span ``host_stat.csv`` covers, beside the group's (kept with
+    the run: the advice, the report and the validation ask for it more than once): see
+    :func:`_host_load`."""
+    return memo(run, "host_load", _host_load)
+
+
+def _host_load(run: Run) -> dict[str, Any] | None:
     """The host's CPUs over the span ``host_stat.csv`` covers, beside the group's: ``ncpu``
     (CPUs online at its last read), ``busy_cpus`` (the mean CPUs busy), ``group_cpus`` (the
     bundle's outermost cgroup's mean use, from cpu_stat.csv), ``others_cpus`` (busy beside

@@ -161,3 +161,14 @@ def test_figures_stay_within_the_host_on_any_counters(steps):
     assert 0 <= load["busy_cpus"] <= 2 + 1e-9
     assert 0 <= load["saturated_share"] <= 1
     assert not load["others_cpus"] < 0 and load["span_s"] > 0  # NaN: no group read in the span
+
+
+def test_the_load_follows_an_edit_of_host_stat_in_place():
+    """host_load is kept with the run, and an in-place edit of host_stat.csv's frame is seen."""
+    run = _load(CLOSED[0])
+    before = hostload.host_load(run)
+    assert hostload.host_load(run) is before  # kept
+    run.host_stat["idle_us"] += run.host_stat["user_us"] - run.host_stat["user_us"].iloc[0]
+    run.host_stat["user_us"] = run.host_stat["user_us"].iloc[0]
+    after = hostload.host_load(run)
+    assert after["saturated_share"] == 0 < before["saturated_share"]
