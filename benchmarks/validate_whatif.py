@@ -72,7 +72,7 @@ def goals(e: dict[str, float], pred: dict[str, float], truth: dict[str, float], 
     nan = math.isnan
     ex = e["exhausted_p50_ms"]
     return {
-        "throttled ±5 points": not nan(e["throttled_pct"]) and e["throttled_pct"] <= 5,
+        "throttled ±5 points": not nan(e["throttled_pct"]) and e["throttled_pct"] <= ME.THROTTLED_GOAL_POINTS,
         "exhaustion ±3 ms or ±15 %": not nan(ex) and (ex <= 3 or ex <= 0.15 * truth["exhausted_p50_ms"]),
         "CPUs frozen ±10 % of CPUs": not nan(e["cpus_frozen_p50"]) and e["cpus_frozen_p50"] <= 0.1 * cpus,
         "p99 ±30 %": not nan(e["p99_pct"]) and e["p99_pct"] <= 30,

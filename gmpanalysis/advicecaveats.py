@@ -13,13 +13,9 @@ import pandas as pd
 from .bundle import Run
 from .hostload import contention_sentence
 from .levels import resized
-from .modelerror import loop_of
+from .modelerror import THROTTLED_GOAL_POINTS, loop_of
 from .services import service_of
 from .whatif import measured, settings
-
-# the replay of a run's own setting that misses its measured throttled share by more than
-# this (points: the validation's goal) says so in the advice
-SELF_GAP_POINTS = 5.0
 
 
 def cpuset_caveat(run: Run, cpus: int) -> str:
@@ -51,7 +47,7 @@ def self_caveat(runs: list[Run], table: pd.DataFrame) -> str:
         & (table["burst_us"] == (own.get("burst_us") or 0))
     ]
     got = measured(runs[0])["throttled_pct"]
-    if not len(row) or not abs(float(row.iloc[0].throttled_pct) - got) > SELF_GAP_POINTS:
+    if not len(row) or not abs(float(row.iloc[0].throttled_pct) - got) > THROTTLED_GOAL_POINTS:
         return ""
     return (
         f" Replayed at its own setting the run gives {row.iloc[0].throttled_pct:.0f} % of periods throttled where "

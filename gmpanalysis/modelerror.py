@@ -37,6 +37,9 @@ UNITS = {
 LATENCY_FIGURES = ("p99_pct", "throughput_pct")
 # the least held-out predictions, and distinct runs predicted, a regime needs before its
 # error bars are given
+# the validation's goal for the throttled share of the periods (points): the advice also
+# says where the replay of a run's own setting misses the run by more
+THROTTLED_GOAL_POINTS = 5.0
 MIN_PREDICTIONS = 3
 MIN_TARGETS = 2
 
