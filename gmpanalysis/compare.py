@@ -216,6 +216,24 @@ def period_summary(per: pd.DataFrame) -> dict[str, float]:
     }
 
 
+# runs whose latency and throughput compare: one service under one load and one limit at
+# one level (what GOMAXPROCS alone moved); compare_runs' columns
+COMPARABLE = ("service", "load", "cpu_limit", "quota_level")
+
+
+def comparable_groups(cmp: pd.DataFrame) -> list[str]:
+    """Each :func:`gmpanalysis.compare_runs` row's group of runs that compare on latency and
+    throughput (:data:`COMPARABLE`), in words: "service; load; limit at the level"."""
+    keys = [k for k in COMPARABLE if k in cmp]
+
+    def said(row: pd.Series) -> str:
+        head = "; ".join(str(row[k]) for k in ("service", "load") if k in keys)
+        tail = f"; {row['cpu_limit']} at the {row['quota_level']}" if {"cpu_limit", "quota_level"} <= set(keys) else ""
+        return head + tail
+
+    return [said(r) for _, r in cmp.iterrows()]
+
+
 def _outside(per: pd.DataFrame, act: int, thr: int) -> tuple[int, int]:
     """The periods the kernel counted before the table's first boundary and after its last
     (the ones in progress when the reads began and ended: ``outside`` in

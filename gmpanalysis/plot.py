@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .compare import comparable_groups
 from .errors import UsageError
 
 FROZEN = "#d62728"
@@ -330,14 +331,16 @@ COMPARE_METRICS = (
     ("latency_p99_ms", "latency p99 (ms, 95 % CI)"),
     ("throughput_rps", "throughput (req/s)"),
 )
-# throughput and latency depend on the offered load: compared only between runs under one load
+# throughput and latency depend on the service, the offered load and the limit: compared only within one
+# group of comparable_groups
 LOAD_BOUND = {"latency_p99_ms", "throughput_rps"}
 
 
 def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = None) -> Any:
     """Runs side by side, one small panel per metric; takes :func:`gmpanalysis.compare_runs`
-    output. Bars are coloured by GOMAXPROCS (legend); runs under different loads are drawn
-    in separate groups in the throughput and latency panels (never ranked against each
+    output. Bars are coloured by GOMAXPROCS (legend); runs of other services, loads or limits
+    (:func:`gmpanalysis.compare.comparable_groups`) are drawn in separate groups in the
+    throughput and latency panels (never ranked against each
     other); STW p99 is on a log axis; latency carries its 95 % confidence interval.
     Returns the array of Axes."""
     _table(cmp, "plot_compare", "gmpanalysis.compare_runs")
@@ -351,7 +354,7 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
     kinds = sorted(set(g), key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
     color_of = {k: palette(i / max(len(kinds) - 1, 1) * 0.85) for i, k in enumerate(kinds)}
     colors = [color_of[v] for v in g]
-    loads = cmp["load"].astype(str).to_numpy() if "load" in cmp else np.full(len(cmp), "")
+    loads = np.array(comparable_groups(cmp), dtype=object)
     load_ids = {v: i for i, v in enumerate(dict.fromkeys(loads))}
     names = [plain_text(str(n)) for n in cmp["name"]]  # str(): a name may hold a lone surrogate
     for ax, (col, label) in zip(np.ravel(axes), COMPARE_METRICS, strict=False):
@@ -372,7 +375,7 @@ def plot_compare(cmp: pd.DataFrame, *, axes: Any = None, title: str | None = Non
         if col == "stw_p99_us" and np.isfinite(v).any() and np.nanmin(v) > 0:
             ax.set_yscale("log")
         ax.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
-        sub = "\n(grouped by load)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
+        sub = "\n(grouped by service, load, limit)" if col in LOAD_BOUND and len(load_ids) > 1 else ""
         ax.set_title(label + sub, fontsize=9)
     handles = [Patch(color=color_of[k], label=plain_text(f"GOMAXPROCS {k}")) for k in kinds]
     np.ravel(axes)[0].figure.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=len(handles))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .analysis import analyze, held
 from .bundle import Run
-from .compare import shown_names
+from .compare import comparable_groups, shown_names
 from .errors import GmpError, GmpWarning, UsageError
 from .frames import compare_runs
 from .gomaxprocs import explain as explain_gomaxprocs
@@ -152,14 +152,10 @@ def findings(cmp: pd.DataFrame) -> list[str]:
     # latency only compares between runs of one service under the same load and limit (what
     # GOMAXPROCS alone moved), and only where the 95 % confidence intervals of p99 do not
     # overlap (a p99 from ~100 requests is wide)
-    keys = [k for k in ("service", "load", "cpu_limit", "quota_level") if k in cmp]
-    for key, g in cmp[cmp["latency_p99_ms"].notna()].groupby(keys, dropna=False):
+    timed = cmp[cmp["latency_p99_ms"].notna()]
+    for load, g in timed.groupby(comparable_groups(timed), sort=False):
         if len(g) < 2:
             continue
-        key = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-        load = "; ".join(str(key[k]) for k in ("service", "load") if k in key) + (
-            f"; {key['cpu_limit']} at the {key['quota_level']}" if "cpu_limit" in key and "quota_level" in key else ""
-        )
         best, worst = g.loc[g["latency_p99_ms"].idxmin()], g.loc[g["latency_p99_ms"].idxmax()]
         separated = best.get("latency_p99_hi_ms", np.nan) < worst.get("latency_p99_lo_ms", np.nan)
         if separated:

@@ -126,3 +126,20 @@ def test_a_plot_given_a_run_names_the_table_it_takes(plot):
     run = gmp.load_run("fixtures/runs/cpu-0.5cpu-gmp8")
     with pytest.raises(gmp.UsageError, match=rf"{plot}: takes gmpanalysis\.\w+'s table .* not Run"):
         getattr(gmp, plot)(run)
+
+
+def test_plot_compare_groups_the_runs_the_report_compares():
+    """The comparison panels and the report's findings take one grouping of the runs
+    (compare.comparable_groups): the CPU-bound 0.5-CPU runs together, the allocating one
+    and the resized ones apart."""
+    from gmpanalysis.compare import comparable_groups
+
+    cmp = gmp.compare_runs([gmp.load_run(p) for p in RUNS])
+    groups = dict(zip(cmp["name"], comparable_groups(cmp), strict=True))
+    cpu = {groups[f"cpu-0.5cpu-gmp{g}"] for g in (1, 2, 8)}
+    assert len(cpu) == 1 and groups["alloc-0.5cpu-gmp8"] not in cpu
+    assert all(groups[n] not in cpu for n in groups if n.startswith("resize"))
+    axes = gmp.plot_compare(cmp)
+    titles = [ax.get_title() for ax in np.ravel(axes)]
+    assert any("grouped by service, load, limit" in t for t in titles)
+    plt.close("all")
