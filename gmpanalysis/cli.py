@@ -120,7 +120,13 @@ def cmd_advise(a: argparse.Namespace) -> int:
             tell()
         t = _tolerating_traces(
             runs,
-            lambda rs: advise(rs, objective=a.objective, cpus=a.cpus, max_limit=a.max_limit, bursts=a.bursts),
+            lambda rs: advise(
+                rs,
+                objective=a.objective,
+                cpus=a.cpus,
+                max_limit=a.max_limit,
+                **({"bursts": a.bursts} if a.bursts else {}),
+            ),
             say=False,
         )
     tell()  # and what reading the traces and replaying found (a truncated trace, a load of unknown kind)
@@ -158,9 +164,9 @@ def add_advise_args(av: argparse.ArgumentParser) -> None:
     av.add_argument(
         "--bursts",
         type=burst_shares,
-        default=[0.0, 1.0],
-        help="bursts to weigh, as shares of the quota (default: 0,1; 0 alone for a platform that sets no "
-        "cpu.max.burst, as a Kubernetes pod spec cannot)",
+        default=None,
+        help="bursts to weigh, as shares of the quota (default: gmp.advise's, none and the quota; 0 alone for a "
+        "platform that sets no cpu.max.burst, as a Kubernetes pod spec cannot)",
     )
     av.add_argument("--top", type=int_in(1), default=10, help="rows to print (default: 10)")
     av.set_defaults(func=cmd_advise)

@@ -237,8 +237,8 @@ def add_frozen_columns(
         # every start told: the bracket is the value (where the reads see the period)
         per["frozen_lo_us"], per["frozen_hi_us"] = told, told.copy()
     else:
+        exact = freezes["exact"].to_numpy(dtype=bool)
         for col, at, keep in (("frozen_lo_us", "start_hi_ns", np.fmin), ("frozen_hi_us", "start_lo_ns", np.fmax)):
-            exact = freezes["exact"].to_numpy(dtype=bool)
             at_ns = np.where(exact, freezes["start_ns"].to_numpy(np.int64), freezes[at].to_numpy(np.int64))
             v = np.maximum(within(freezes.assign(start_ns=at_ns)), 0.0)
             v[own_unknown | outside] = np.nan
