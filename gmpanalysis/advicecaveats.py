@@ -51,9 +51,9 @@ def self_caveat(runs: list[Run], table: pd.DataFrame) -> str:
         return ""
     return (
         f" Replayed at its own setting the run gives {row.iloc[0].throttled_pct:.0f} % of periods throttled where "
-        f"it measured {got:.0f} %: something the replay leaves out moved it (a host others kept busy, the "
-        "runtime's scheduling, CPU outside the Ps the trace did not measure: docs, Validating the model), and "
-        "may move the figures above as much."
+        f"it measured {got:.0f} %: something the replay leaves out moved it (threads running outside the Ps, "
+        "a host others kept busy, the runtime's scheduling: docs, Validating the model), and may move the figures "
+        "above as much."
     )
 
 

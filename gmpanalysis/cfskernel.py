@@ -236,13 +236,11 @@ def _mark_exhaustion(row: Any, lv: Any, frozen: Any, busy: int, nrem: int, runni
 
 
 def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, least: float, nrem: int, running: int,
-               arrival: float, t: float, tick: float, tick0: float, next_tick: float, rate: float,
-               speed: float) -> float:  # fmt: skip
+               arrival: float, t: float, tick: float, tick0: float, next_tick: float) -> float:  # fmt: skip
     """How long until the next event: a boundary of any level, the next arrival (``arrival``:
     NaN if none), the next completion (processor sharing: ``least``, the least CPU any
-    request in service still needs, at running × speed / nrem of a CPU each) or the next
-    tick that finds a runnable CPU out of runtime at some level, its runtime charged at
-    ``rate`` (the ticks before it change nothing)."""
+    request in service still needs, at running/nrem of a CPU each) or the next tick that
+    finds a runnable CPU out of runtime at some level (the ticks before it change nothing)."""
     b = lv[0][BOUNDARY]
     for lvl in range(1, len(lv)):
         b = _min(b, lv[lvl][BOUNDARY])
@@ -250,7 +248,7 @@ def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, least: float, nre
     if not math.isnan(arrival):
         step = _min(step, _max(arrival - t, 0.0))
     if running:
-        step = _min(step, least * nrem / (running * speed))
+        step = _min(step, least * nrem / running)
         if len(gates):
             held = math.inf
             first = True
@@ -259,36 +257,24 @@ def _next_step(lv: Any, gates: Any, local: Any, runnable: Any, least: float, nre
                     if runnable[j]:
                         held = local[lvl][j] if first else _min(held, local[lvl][j])
                         first = False
-            out_at = t + _max(held, 0.0) / rate
+            out_at = t + _max(held, 0.0)
             nt = tick0 + math.ceil((out_at - tick0) / tick - 1e-9) * tick
             step = _min(step, (nt if nt > t + EPS else next_tick) - t)
     return _max(step, 0.0)
 
 
-def _run_for(row: Any, gates: Any, local: Any, runnable: Any, nrem: int, running: int, served: float, dt: float,
-             rate: float, speed: float) -> float:  # fmt: skip
-    """dt of processor sharing: each request in service gets dt × running × speed / nrem of
-    a P (the service clock moves by that), and each runnable CPU's runtime is charged
-    dt × rate at every limited level (:func:`_outside`). Returns the clock's new reading."""
-    row[USED] += dt * running * rate
+def _run_for(
+    row: Any, gates: Any, local: Any, runnable: Any, nrem: int, running: int, served: float, dt: float
+) -> float:
+    """dt of processor sharing: each request in service gets dt × running / nrem of CPU (the
+    service clock moves by that), and each runnable CPU's runtime is charged dt at every
+    limited level. Returns the clock's new reading."""
+    row[USED] += dt * running
     for lvl in gates:
         for j in range(len(runnable)):
             if runnable[j]:
-                local[lvl][j] -= dt * rate
-    return served + dt * running * speed / nrem
-
-
-def _outside(off: float, now: int, C: int) -> tuple[float, float]:
-    """The CPU the process runs outside its Ps, ``off`` per unit run on them (threads in
-    system calls after their P was handed off, the runtime's sysmon): it runs on the CPUs
-    the Ps' threads leave free (``now`` of ``C`` held) and draws the group's runtime with
-    them, at 1 + off per running P's CPU; where the free CPUs cannot hold it, it and the Ps
-    share the C CPUs, which then serve the requests slower. Returns (rate: CPU drawn per
-    running P's CPU, speed: P time per unit of it); their ratio is always 1 + off."""
-    want = now * (1.0 + off)
-    if want <= C:
-        return 1.0 + off, 1.0
-    return C / now, C / want
+                local[lvl][j] -= dt
+    return served + dt * running / nrem
 
 
 def _boundaries(lv: Any, k: Any, qk: Any, qv: Any, q_at: Any, limited: Any, gates: Any, state: Any,
@@ -413,7 +399,6 @@ def _replay_events(
     tick: float,
     tick0: float,
     tol: float,
-    off: float,
     stop: float,
     n_own: int,
     levels: Any,
@@ -426,7 +411,7 @@ def _replay_events(
     """Every event, from t = 0 (the own level's first period start) until every request is
     answered. ``levels`` = (lv, k, qk, qv, q_at, limited), ``state`` = (local, frozen,
     froze_at), ``reqs`` = (ids, rem, waitq, end, sent), as the module docstring lays them
-    out (conc: -1 for an open loop; ``off``: :func:`_outside`'s). A closed loop's clients send the first ``n_own``
+    out (conc: -1 for an open loop). A closed loop's clients send the first ``n_own``
     requests whenever they can, and the rest only before ``stop`` (inf: all); those never
     sent keep end NaN. Fills rows; returns how many periods it covered, NO_ROOM if rows
     cannot hold them, or NO_REQUESTS if the clients ran out of requests before ``stop``."""
@@ -438,7 +423,6 @@ def _replay_events(
     t = 0.0
     next_tick = tick0
     i = nrem = w_head = w_tail = busy = nrows = now = ran = 0
-    rate, speed = _outside(off, now, C)
     stacked = False  # the threads started again where a freeze left them (cpus_taken)
     served = 0.0  # the service clock (REBASE_NS)
     while i < n or nrem > 0 or w_head < w_tail:
@@ -450,21 +434,19 @@ def _replay_events(
         if min(nrem, G) != ran:  # the threads with work, and the CPUs they run on
             ran = min(nrem, G)
             now = cpus_taken(ran, C) if stacked else min(ran, C)
-            rate, speed = _outside(off, now, C)
         running = _settle_cpus(lv, gates, state, runnable, busy, now, slice_ns, t)
         busy = now
         if len(gates):
             _mark_exhaustion(row, lv, frozen, busy, nrem, running, t)
         arrival = arr[i] if i < n else math.nan
         least = rem[0] - served if nrem > 0 else math.inf  # the least CPU a request still needs
-        dt = _next_step(lv, gates, local, runnable, least, nrem, running, arrival, t, tick, tick0, next_tick, rate,
-                        speed)  # fmt: skip
+        dt = _next_step(lv, gates, local, runnable, least, nrem, running, arrival, t, tick, tick0, next_tick)
         # charge exactly the time the clock moves: past ~8.6 s a step of t rounds by more than
         # EPS, and runtime charged with the unrounded dt drifts from the ticks it is read at
         # (a CPU could run one tick too long)
         dt = (t + dt) - t
         if running and dt > 0:
-            served = _run_for(row, gates, local, runnable, nrem, running, served, dt, rate, speed)
+            served = _run_for(row, gates, local, runnable, nrem, running, served, dt)
         elif dt > 0 and len(lv) > 1:
             held = _held_above(frozen, busy, nrem, running)
             if held:  # a step ends at the next boundary of any level: in this row
@@ -514,7 +496,6 @@ _CHAIN = (
     "_mark_exhaustion",
     "_next_step",
     "_run_for",
-    "_outside",
     "_boundaries",
     "_tick",
     "heap_push",

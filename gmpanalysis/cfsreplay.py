@@ -185,14 +185,12 @@ def _run(
     tick0: float,
     tol: float,
     stop: float = math.inf,
-    off: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """The loop over every event (cfskernel.replay_events), with room for the periods it
     spans (more and again where the first guess fell short). A closed loop sends the run's
     requests, and until ``stop`` the same again, in turn, as long as its clients need more
     (they keep sending whatever the setting). Returns (end, sent, rows) of the requests
-    sent, and whether any level's pool fell short of a draw (cfskernel.SHORT). ``off``: the
-    CPU run outside the Ps per unit on them (cfskernel._outside); ``cost`` is on the Ps."""
+    sent, and whether any level's pool fell short of a draw (cfskernel.SHORT)."""
     base = cost
     if conc is not None and stop < math.inf:
         n = _requests_until(arr, cost, levels, G, C, int(conc), stop)
@@ -206,7 +204,6 @@ def _run(
         float(tick),
         float(tick0),
         float(tol),
-        float(off),
         float(stop),
         len(base),
     )
@@ -250,13 +247,12 @@ def replay(
     outer: list[tuple[Quota, int, int, float]] = (),
     tick_phase_ns: int | None = None,
     stop_ns: int | None = None,
-    outside_p: float = 0.0,
 ) -> pd.DataFrame:
     """:func:`replay_columns` as a frame, the latencies, each request's row, the
     throughput and ``quota_bound`` in its attrs."""
     cols, attrs = replay_columns(
         sched, cost_ns, conc, quota_us, period_ns, phase_ns, burst_us, G, C, slice_us, hz, outer, tick_phase_ns,
-        stop_ns=stop_ns, outside_p=outside_p,
+        stop_ns=stop_ns,
     )  # fmt: skip
     per = pd.DataFrame(cols)
     per.attrs.update(attrs)
@@ -279,7 +275,6 @@ def replay_columns(
     tick_phase_ns: int | None = None,
     period_latency: bool = True,
     stop_ns: int | None = None,
-    outside_p: float = 0.0,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Event by event: arrivals, completions, ticks, boundaries. Between two events nothing
     changes, so each step is exact (times in ns from the first boundary, as floats).
@@ -299,11 +294,7 @@ def replay_columns(
     replays, the advice's, reads the latencies whole). ``stop_ns``: a closed loop's clients
     send each request, and until then (on sched's clock) the same again in turn where they
     need more: the load generator ran for a time, not a count, so a setting that serves
-    them faster answers more in the same time; None: each request once. ``outside_p``: the
-    CPU the process runs outside its Ps per unit run on them (threads in system calls, the
-    runtime's sysmon; :mod:`gmpanalysis.outsideps`), part of each request's ``cost_ns``: it
-    runs beside the Ps where a CPU is free and draws the quota with them, so GOMAXPROCS
-    Ps with work can use more than GOMAXPROCS CPUs (cfskernel._outside). ``quota_bound`` (in
+    them faster answers more in the same time; None: each request once. ``quota_bound`` (in
     the attrs): some level's pool could not give a CPU its whole slice; False: no quota
     held anything back, and a larger one (a larger burst) at every level replays the same."""
     n = len(sched)
@@ -313,10 +304,6 @@ def replay_columns(
         raise UsageError(f"replay(conc={conc!r}): a closed loop needs one client or more (None: an open loop)")
     if not (np.isfinite(cost).all() and (cost >= 0).all()):
         raise UsageError("replay(cost_ns=...): every request's CPU must be a finite number of ns, 0 or more")
-    if not (math.isfinite(outside_p) and outside_p >= 0):
-        raise UsageError(f"replay(outside_p={outside_p!r}): the CPU outside the Ps per unit on them is 0 or more")
-    if outside_p:
-        cost = cost / (1.0 + outside_p)  # the part each request runs on a P
     tol = 1e-6 * float(np.mean(cost))
     k0 = (int(sched[0]) - phase_ns) // period_ns
     origin = phase_ns + k0 * period_ns
@@ -329,7 +316,7 @@ def replay_columns(
     tau = origin % int(tick) if tick_phase_ns is None else int(tick_phase_ns) % int(tick)
     tick0 = float(int(tick) - tau)
     stop = math.inf if conc is None or stop_ns is None else float(int(stop_ns) - origin)
-    end, sent, rows, short = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol, stop, outside_p)
+    end, sent, rows, short = _run(arr, cost, conc, levels, G, C, slice_us * 1000.0, tick, tick0, tol, stop)
     own = levels[0]
     per, attrs = _table(rows, k0 + np.arange(len(rows), dtype=np.int64), own["qk"], own["qv"], end, sent, origin,
                         phase_ns, period_ns, hz, period_latency)  # fmt: skip

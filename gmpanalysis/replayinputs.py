@@ -22,7 +22,6 @@ from .grid import restart_ns
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
 from .modelerror import loop_of
-from .outsideps import outside_share
 from .served import answered, latency_ms, sampled, succeeded
 
 
@@ -321,7 +320,6 @@ def prep_built(run: Run) -> dict[str, Any]:
         "own_quota": _own_quota(run),
         "outer_levels": _outer_levels(run),
         "stw": _stw_model(run),
-        "outside": memo(run, "outside", _outside_built),
         "own_period_ns": None if unlimited else analyze(run).period_ns,
     }
 
@@ -347,17 +345,6 @@ def demand(run: Run) -> dict[str, Any]:
     CPU as work arriving in it, a lower bound where the run was throttled, since work the
     quota held back shows up later or never; latency is then unknown)."""
     return copy.deepcopy(memo(run, "demand", demand_built))
-
-
-def _outside_built(run: Run) -> dict[str, Any] | None:
-    """The CPU the process ran outside its Ps (:func:`~.outsideps.outside_share`; None
-    without a trace or a quota, whose table has no trace columns)."""
-    if run.trace_path is None or no_quota(run):
-        return None
-    try:
-        return outside_share(analyze(run).periods)
-    except (MissingDataError, GmpError):
-        return None
 
 
 def _stw_model_built(run: Run) -> dict[str, float] | None:

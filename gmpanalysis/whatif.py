@@ -27,11 +27,6 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   own phase (``settings(run)["outer"]``); changing the container's quota moves its pod's by
   as much (Kubernetes sets a pod's to the sum of its containers'). The replay of a run keeps
   its own tick phase; a setting not yet run (:func:`estimate`) averages over tick phases.
-* **CPU outside the Ps** (:mod:`gmpanalysis.outsideps`): threads in system calls whose P
-  was handed off and the runtime's sysmon run beside the Ps, a share of their CPU measured
-  where the run has a trace (none taken otherwise); it runs on the CPUs the Ps leave free
-  and draws the quota with them, so a GOMAXPROCS at the limit is throttled where its Ps are
-  busy a whole period.
 * **Stop-the-world.** With a trace, GC pauses are expected at the run's rate per CPU-second,
   and one that begins within its own length of the exhaustion is expected to last to the
   boundary (the ``stw_stretched`` column): the world stays stopped while the group is frozen.
@@ -51,7 +46,10 @@ trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 C
 2.8); the spread of a closed loop is
 the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPROCS 1-16);
 the GC's pauses, which keep an allocation-heavy handler's requests from running side by
-side; the slack timer that hands runtime an idle CPU returned to a throttled one before the
+side; the CPU a process runs beside its Ps (system calls after a handoff, sysmon:
+about 1 % on the 16-CPU runs), which a P busy a whole period under a limit equal to its Ps
+pushes past the quota (replayed so, it over-throttled that very case: docs/validation.md);
+the slack timer that hands runtime an idle CPU returned to a throttled one before the
 boundary; where the run held work back (a bundle without requests replays what ran, a lower
 bound); a level's pool at the replay's start is full; a closed loop's time off the CPU
 (the network, I/O: its clients send again as soon as the CPU has served them, and send the
@@ -177,10 +175,9 @@ def _what_if(
     grow = runtimecost.scale(rate, src_ps, runtimecost.ps(G, C))
     cost = np.asarray(d["cost_ns"]) * grow
     as_given = _quota_arrays(prep)[0] if q is prep["own_quota"] else q  # the run's own: its arrays
-    outside = prep.get("outside")
     out, attrs = replay_columns(
         sched, cost, d["concurrency"], as_given, P * 1000, phase, burst, G, C, lim["slice_us"], lim["hz"], specs,
-        tick_phase_ns, period_latency, d.get("stop_ns"), outside["share"] if outside else 0.0,
+        tick_phase_ns, period_latency, d.get("stop_ns"),
     )  # fmt: skip
     _add_stw(out, stw)
     which = attrs.pop("request_period", None)
@@ -210,8 +207,6 @@ def _what_if(
         # a closed loop's clients send for the run's time: the run's requests, and more where faster
         "requests_sent": len(attrs["latency_ms"]) if d["source"] == "requests" else 0,
         "stw": None if stw is None else dict(stw),
-        # the CPU outside the Ps per unit on them, measured (outsideps; None: unknown, taken as 0)
-        "outside_ps": None if outside is None else dict(outside),
         "outer": [
             {
                 "quota_us": x[0] if not isinstance(x[0], (dict, PerPeriod)) else "period by period",

@@ -150,19 +150,16 @@ def demands(draw):
         "hz": draw(st.sampled_from([100, 250, 1000])),
         "outer": outer,
         "tick_phase_ns": draw(st.one_of(st.none(), st.integers(0, 10_000_000))),
-        # CPU run outside the Ps (system calls, sysmon): none, or up to a fifth of theirs
-        "outside_p": draw(st.one_of(st.just(0.0), st.floats(0.0, 0.2))),
     }
 
 
 def _invariants(per: pd.DataFrame, d: dict) -> None:
-    """Usage per period within min(G, C) CPUs, and the CPU outside the Ps beside them where
-    CPUs are free; all the work replayed (each request answered within the loop's tolerance
-    of its CPU); CPUs throttled within min(G, C); exhaustion within the period."""
+    """Usage per period within min(G, C) CPUs; all the work replayed (each request answered
+    within the loop's tolerance of its CPU); CPUs throttled within min(G, C); exhaustion
+    within the period."""
     cpus = min(d["G"], d["C"])
     P = d["period_ns"] / 1000
-    used = min(d["G"] * (1 + d.get("outside_p", 0.0)), d["C"])
-    assert (per["usage_us"] <= used * P * (1 + 1e-12) + 1e-6).all()
+    assert (per["usage_us"] <= cpus * P * (1 + 1e-12) + 1e-6).all()
     cost = np.broadcast_to(np.asarray(d["cost_ns"], dtype=np.float64), (len(d["sched"]),))
     sent = len(per.attrs["latency_ms"])
     if d.get("stop_ns") is None:
