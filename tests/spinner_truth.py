@@ -77,9 +77,12 @@ def start_explained(run: gmp.Run, g: pd.DataFrame, pieces: list[int], first: pd.
       the spinner then ran no longer than that before it stopped (each thread's edge known to
       its gap resolution).
     - Earlier: the table counts the merged sub-millisecond run as running; or the group's
-      usage rose after the spinner stopped, counted by the kernel: other threads of the
-      process, or tasks in the kernel that run past the quota until they return to user
-      space (6.18's per-task throttle; NOTES), ran on, and the group was not frozen."""
+      usage rose after the spinner stopped, counted by the kernel: the group was not frozen,
+      other threads of the process ran on. Seen with ftrace (sched_switch, Linux 6.18, the
+      lab's nested levels): a spinning thread asleep in a futex, not throttled, waiting for
+      the Go runtime to hand its P back (a locked goroutine preempted, or its P retaken in a
+      system call, the spinner's clock read), while sysmon woke every 0.12 ms for 6 ms and
+      used the quota that then ran out."""
     lo, hi, slack = int(first["start_lo_ns"]), int(first["start_hi_ns"]), 1_500_000
     a = pieces[0]
     if any(lo - slack <= p <= hi + slack for p in pieces):
