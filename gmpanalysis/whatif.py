@@ -47,7 +47,7 @@ trace's runnable goroutines (an open loop's few requests at GOMAXPROCS 8 on 16 C
 the source's at every setting (measured 2.5-4.3× the mean at p99 across GOMAXPROCS 1-16);
 the GC's pauses, which keep an allocation-heavy handler's requests from running side by
 side; the CPU a process runs beside its Ps (system calls after a handoff, sysmon:
-about 1 % on the 16-CPU runs), which a P busy a whole period under a limit equal to its Ps
+1-3 % on the 16-CPU runs), which a P busy a whole period under a limit equal to its Ps
 pushes past the quota (replayed so, it over-throttled that very case: docs/validation.md);
 the slack timer that hands runtime an idle CPU returned to a throttled one before the
 boundary; where the run held work back (a bundle without requests replays what ran, a lower

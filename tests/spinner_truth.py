@@ -79,10 +79,9 @@ def start_explained(run: gmp.Run, g: pd.DataFrame, pieces: list[int], first: pd.
     - Earlier: the table counts the merged sub-millisecond run as running; or the group's
       usage rose after the spinner stopped, counted by the kernel: the group was not frozen,
       other threads of the process ran on. Seen with ftrace (sched_switch, Linux 6.18, the
-      lab's nested levels): a spinning thread asleep in a futex, not throttled, waiting for
-      the Go runtime to hand its P back (a locked goroutine preempted, or its P retaken in a
-      system call, the spinner's clock read), while sysmon woke every 0.12 ms for 6 ms and
-      used the quota that then ran out."""
+      lab's nested levels): a spinning thread asleep in a futex (the Go runtime's own wait,
+      as for a locked goroutine's P to be handed back; a throttled thread shows runnable),
+      while sysmon woke every 0.12 ms for 6 ms and used the quota that then ran out."""
     lo, hi, slack = int(first["start_lo_ns"]), int(first["start_hi_ns"]), 1_500_000
     a = pieces[0]
     if any(lo - slack <= p <= hi + slack for p in pieces):
@@ -101,10 +100,10 @@ def start_explained(run: gmp.Run, g: pd.DataFrame, pieces: list[int], first: pd.
 def check_against_truth(run: gmp.Run) -> dict:
     """Every stretch in which all spinner threads stood still is a freeze of the table,
     ending at one level's period boundary (within a read), starting inside the bracket of
-    where that level's quota ran out (or apart from it as :func:`start_explained` allows); and
-    every freeze not hidden inside another level's
-    freeze is such a stretch. The truth ends at the spinner's last logged gap (a thread that
-    wakes after its deadline, or after the collection, logs nothing more). Returns counts."""
+    where that level's quota ran out (or apart from it as :func:`start_explained` allows);
+    and every freeze not hidden inside another level's freeze is such a stretch. The truth
+    ends at the spinner's last logged gap (a thread that wakes after its deadline, or after
+    the collection, logs nothing more). Returns counts."""
     per = gmp.df_periods(run)
     fz = gmp.df_freezes(run)
     g = spinner_gaps(run.path / "spinner.jsonl")
