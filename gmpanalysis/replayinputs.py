@@ -347,6 +347,74 @@ def demand(run: Run) -> dict[str, Any]:
     return copy.deepcopy(memo(run, "demand", demand_built))
 
 
+def offered_load(run: Run) -> dict[str, Any] | None:
+    """The load the run was offered, as times after its first request was sent (int64 ns):
+    ``sched_ns`` (when each was sent; an open loop's schedule, a closed loop's sends),
+    ``concurrency`` (a closed loop's clients; None for an open loop), ``stop_ns`` (when a
+    closed loop's clients stopped sending), ``gaps_ns`` (stretches the counters missed),
+    ``name`` (meta.json's, else the directory's). None for a bundle without requests: its
+    load is not known, only what ran."""
+    return memo(run, "offered_load", _offered_load_built)
+
+
+def _offered_load_built(run: Run) -> dict[str, Any] | None:
+    d = memo(run, "demand", demand_built)
+    if d["source"] != "requests":
+        return None
+    t0 = int(d["sched_ns"][0])
+    return {
+        "sched_ns": d["sched_ns"] - t0,
+        "concurrency": d["concurrency"],
+        "stop_ns": None if d["stop_ns"] is None else d["stop_ns"] - t0,
+        "gaps_ns": [(a - t0, b - t0) for a, b in d["gaps_ns"]],
+        "span_ns": (0, d["span_ns"][1] - t0),
+        "name": str(run.meta.get("name") or run.path.name),
+    }
+
+
+def under_load(d: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
+    """A service's demand (``d``: :func:`demand`'s, of requests) under another run's offered
+    load (:func:`offered_load`): that run's arrivals, or its clients sending for its time,
+    each request needing the CPU the service's requests needed, in their order and again
+    in turn where the load has more (a handler's CPU per request is the service's; how many
+    requests come and when is the load's). The load starts at the service's first request,
+    so the replay keeps the service run's period grid and tick phase. A closed loop keeps
+    the service's latency spread where the service's run was a closed loop too."""
+    t0 = int(d["sched_ns"][0])
+    n = len(load["sched_ns"])
+    cost = d["cost_ns"]
+    if np.ndim(cost):
+        cost = np.asarray(cost)[np.arange(n) % len(cost)]
+    closed = load["concurrency"] is not None
+    return {
+        **d,
+        "gaps_ns": [(a + t0, b + t0) for a, b in load["gaps_ns"]],
+        "latency_shape": d.get("latency_shape") if closed else None,
+        "sched_ns": load["sched_ns"] + t0,
+        "cost_ns": cost,
+        "concurrency": load["concurrency"],
+        "stop_ns": None if load["stop_ns"] is None else load["stop_ns"] + t0,
+        "span_ns": (t0, t0 + load["span_ns"][1]),
+        "load": load["name"],
+    }
+
+
+def prep_under_load(run: Run, load: Run | None) -> dict[str, Any]:
+    """The run's replay inputs (:func:`prep_built`, memoised) with ``load``'s offered load
+    in place of its own (:func:`under_load`); its own where ``load`` is None or itself, or
+    where either has no requests to tell a load or a CPU per request by (the demand's
+    ``load`` then says whose load it is)."""
+    prep = memo(run, "prep", prep_built)
+    if load is None or load is run or load.path == run.path:
+        return prep
+    offered = offered_load(load)
+    if offered is None or prep["demand"]["source"] != "requests":
+        who = "no requests.csv in " + str(load.path if offered is None else run.path)
+        return {**prep, "demand": {**prep["demand"], "load": f"{run.meta.get('name') or run.path.name}'s own ({who})"},
+                "spread_quantiles": {}}  # fmt: skip
+    return {**prep, "demand": under_load(prep["demand"], offered), "spread_quantiles": {}}
+
+
 def _stw_model_built(run: Run) -> dict[str, float] | None:
     """The run's GC stop-the-world pauses as the replay takes them (None without a trace
     holding any, or without a quota: no period grid to place them on): how many began per

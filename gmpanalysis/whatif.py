@@ -13,6 +13,10 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   one is answered, and latency counts from the sending; they send every request of the
   run, and until the run's last one was sent they keep sending (the same again, in turn),
   since a generator runs for a time: a faster setting answers more, over the same span.
+  Under another run's load (``load=``, and :func:`predict`'s target), that run's arrivals
+  or clients, each request needing the CPU the run's own requests needed
+  (:func:`~.replayinputs.under_load`): the CPU per request is the service's, the load the
+  load's.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go
   scheduler's 10 ms preemption shares them: ``min(requests, GOMAXPROCS, CPUs)`` threads,
   each request getting its share (processor sharing). When a boundary frees work that stood
@@ -83,6 +87,7 @@ from .replayinputs import (
     demand_built,
     memo,
     prep_built,
+    prep_under_load,
     run_periods,
     settings,
 )
@@ -103,6 +108,7 @@ def what_if(
     unlimited: bool = False,
     outer: list[dict[str, Any]] | None = None,
     tick_phase_ns: int | None = None,
+    load: Run | None = None,
 ) -> pd.DataFrame:
     """The periods this run would have had under other settings (the run's own where not
     given: its quota period by period, as resized in place if it was; ``unlimited=True``:
@@ -114,7 +120,11 @@ def what_if(
     quota moved by as much as ``quota_us`` moves this level's: Kubernetes gives a pod the
     sum of its containers' limits. ``tick_phase_ns``: how long after a scheduler tick this
     level's boundaries come (by default as in the run; the tick decides when a CPU out of
-    runtime is caught, so exhaustion moves with it by up to a tick per level).
+    runtime is caught, so exhaustion moves with it by up to a tick per level). ``load``:
+    another run whose offered load (its open loop's arrivals, or its closed loop's clients
+    sending for its time) this run's service is replayed under, each request needing the
+    CPU this run's requests needed (:func:`~gmpanalysis.replayinputs.under_load`); by
+    default the run's own.
 
     Columns: ``period`` (index on the grid), ``start_ns``, ``end_ns`` (the boundaries, int64
     ns, same phase as the run's grid), ``quota_us``, ``usage_us`` (CPU used in the period),
@@ -130,12 +140,15 @@ def what_if(
     run into the exhaustion and last to the boundary; NaN without a trace or for a run
     without a quota). They are estimates beside the table: they do not change its stall,
     usage or latency.
-    ``.attrs["model"]`` holds the settings and the demand used (cost per request, ...);
+    ``.attrs["model"]`` holds the settings and the demand used (cost per request, whose
+    load, ...);
     ``.attrs["quota_bound"]``: some level's quota held a CPU back from a whole slice at
     least once (False: a larger quota would have replayed the same).
     """
+    if load is not None and not isinstance(load, Run):
+        raise UsageError(f"what_if(load={load!r}): give a run (gmp.load_run) whose offered load to replay under")
     cols, attrs = _what_if(
-        memo(run, "prep", prep_built), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
+        prep_under_load(run, load), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
         unlimited=unlimited, outer=outer, tick_phase_ns=tick_phase_ns,
     )  # fmt: skip
     out = pd.DataFrame(cols)
@@ -193,6 +206,7 @@ def _what_if(
         attrs["throughput_rps"] = math.nan
     attrs["model"] = {
         "demand": d["source"],
+        "load": d.get("load", "the run's own"),
         "quota_us": q if not isinstance(q, dict) else "as the run had it, period by period",
         "period_us": P,
         "burst_us": burst,
@@ -409,11 +423,12 @@ def measured(run: Run) -> dict[str, float]:
 
 
 def replay_as(source: Run, target: Run, tick_phase_ns: int | None = None) -> pd.DataFrame:
-    """:func:`what_if` of ``source``'s demand under ``target``'s settings (limit, period,
-    burst, GOMAXPROCS, CPUs, the levels above): what the target would have measured,
-    predicted from the source. The ticks fall as on the source's clock unless
-    ``tick_phase_ns`` is given (:func:`predict` averages over them)."""
-    return what_if(source, tick_phase_ns=tick_phase_ns, **target_setting(target))
+    """:func:`what_if` of ``source``'s service under ``target``'s settings (limit, period,
+    burst, GOMAXPROCS, CPUs, the levels above) and offered load (``load=target``: its
+    arrivals or clients, each request needing the CPU the source's needed): what the target
+    would have measured, predicted from the source. The ticks fall as on the source's clock
+    unless ``tick_phase_ns`` is given (:func:`predict` averages over them)."""
+    return what_if(source, tick_phase_ns=tick_phase_ns, load=target, **target_setting(target))
 
 
 # a run not yet made has no known tick phase (its bandwidth timer starts wherever the limit
@@ -428,8 +443,12 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
     ``setting`` (:func:`what_if`'s keywords), averaged over ``phases`` tick phases spread
     evenly over a tick (NaN where none has the figure), since a setting not yet run has no
     known tick phase. :func:`predict`, :func:`gmpanalysis.advise` and the report all use
-    it, and the validation (benchmarks/validate_whatif.py) measures its error."""
-    return estimate_from_prep(memo(run, "prep", prep_built), run.path, phases, **setting)
+    it, and the validation (benchmarks/validate_whatif.py) measures its error. ``load=``
+    another run replays the service under that run's offered load, as :func:`what_if`."""
+    load = setting.pop("load", None)
+    if load is not None and not isinstance(load, Run):
+        raise UsageError(f"estimate(load={load!r}): give a run (gmp.load_run) whose offered load to replay under")
+    return estimate_from_prep(prep_under_load(run, load), run.path, phases, **setting)
 
 
 def estimate_from_prep(
@@ -525,14 +544,17 @@ def target_setting(target: Run) -> dict[str, Any]:
 
 @held
 def predict(source: Run, target: Run, phases: int = TICK_PHASES) -> dict[str, float]:
-    """:func:`estimate` of ``source``'s demand under ``target``'s settings: what the target
-    would have measured, predicted from the source, its tick phase taken as unknown. A
+    """:func:`estimate` of ``source``'s service under ``target``'s settings and offered load
+    (its open loop's arrivals, or its closed loop's clients sending for its time; each
+    request needing the CPU the source's requests needed): what the target would have
+    measured, predicted from the source, its tick phase taken as unknown. Where either run
+    has no requests.csv the load is the source's own (``what_if``'s attrs say whose). A
     target whose limit was resized mid-run has no one setting: predicted from itself, it
     is replayed under its own limits period by period; from another run, a
     :class:`UsageError` says so."""
     change = resized(target)
     if change is None:
-        return estimate(source, phases, **target_setting(target))
+        return estimate(source, phases, load=target, **target_setting(target))
     if source is target or source.path == target.path:
         lim = memo(target, "prep", prep_built)["settings"]
         return estimate(source, phases, gomaxprocs=lim["gomaxprocs"], cpus=lim["cpus"])

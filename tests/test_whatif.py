@@ -474,10 +474,11 @@ def test_hard_invariants_on_every_shipped_and_shared_run(path):
 
 
 def test_one_estimator_for_predict_and_advise(runs):
-    """predict() is estimate() under the target's settings, and the advisor's figures for a
-    setting are estimate()'s for it: one estimator, whose error the validation measures."""
+    """predict() is estimate() under the target's settings and load, and the advisor's
+    figures for a setting are estimate()'s for it: one estimator, whose error the
+    validation measures."""
     src, tgt = runs["cpu-0.5cpu-gmp1"], runs["cpu-0.5cpu-gmp8"]
-    assert W.predict(src, tgt) == W.estimate(src, **W.target_setting(tgt))
+    assert W.predict(src, tgt) == W.estimate(src, load=tgt, **W.target_setting(tgt))
     adv = gmp.advise(src, limits=[0.5], gomaxprocs=[8], bursts=[0.0])
     est = W.estimate(src, quota_us=50_000.0, period_us=100_000, burst_us=0.0, gomaxprocs=8, cpus=2)
     for k in ("throttled_pct", "stall_ms_per_s", "p99_ms", "exhausted_p50_ms", "throughput_rps"):
