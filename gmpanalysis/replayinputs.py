@@ -354,7 +354,7 @@ def offered_load(run: Run) -> dict[str, Any] | None:
     closed loop's clients stopped sending), ``gaps_ns`` (stretches the counters missed),
     ``name`` (meta.json's, else the directory's). None for a bundle without requests: its
     load is not known, only what ran."""
-    return memo(run, "offered_load", _offered_load_built)
+    return copy.deepcopy(memo(run, "offered_load", _offered_load_built))
 
 
 def _offered_load_built(run: Run) -> dict[str, Any] | None:
@@ -376,15 +376,21 @@ def under_load(d: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
     """A service's demand (``d``: :func:`demand`'s, of requests) under another run's offered
     load (:func:`offered_load`): that run's arrivals, or its clients sending for its time,
     each request needing the CPU the service's requests needed, in their order and again
-    in turn where the load has more (a handler's CPU per request is the service's; how many
-    requests come and when is the load's). The load starts at the service's first request,
+    in turn where the load has more, scaled to their mean where the load has fewer or not a
+    whole number of turns (a handler's CPU per request is the service's; how many requests
+    come and when is the load's). The load starts at the service's first request,
     so the replay keeps the service run's period grid and tick phase. A closed loop keeps
     the service's latency spread where the service's run was a closed loop too."""
     t0 = int(d["sched_ns"][0])
     n = len(load["sched_ns"])
     cost = d["cost_ns"]
     if np.ndim(cost):
-        cost = np.asarray(cost)[np.arange(n) % len(cost)]
+        full = np.asarray(cost, dtype=np.float64)
+        cost = full[np.arange(n) % len(full)]
+        # the first n of a trend (a warming cache) or of a few costly ones would move the
+        # service's CPU per request; its mean is the service's
+        if cost.sum() > 0:
+            cost = cost * (full.mean() / cost.mean())
     closed = load["concurrency"] is not None
     return {
         **d,
@@ -405,11 +411,11 @@ def prep_under_load(run: Run, load: Run | None) -> dict[str, Any]:
     where either has no requests to tell a load or a CPU per request by (the demand's
     ``load`` then says whose load it is)."""
     prep = memo(run, "prep", prep_built)
-    if load is None or load is run or load.path == run.path:
+    if load is None or load is run:
         return prep
-    offered = offered_load(load)
+    offered = memo(load, "offered_load", _offered_load_built)
     if offered is None or prep["demand"]["source"] != "requests":
-        who = "no requests.csv in " + str(load.path if offered is None else run.path)
+        who = "no requests within the samples in " + str(load.path if offered is None else run.path)
         return {**prep, "demand": {**prep["demand"], "load": f"{run.meta.get('name') or run.path.name}'s own ({who})"},
                 "spread_quantiles": {}}  # fmt: skip
     return {**prep, "demand": under_load(prep["demand"], offered), "spread_quantiles": {}}

@@ -14,7 +14,7 @@ A replay of the run's measured CPU demand through the kernel's CFS bandwidth mec
   run, and until the run's last one was sent they keep sending (the same again, in turn),
   since a generator runs for a time: a faster setting answers more, over the same span.
   Under another run's load (``load=``, and :func:`predict`'s target), that run's arrivals
-  or clients, each request needing the CPU the run's own requests needed
+  or clients, each request needing the CPU the run's own requests needed (at their mean)
   (:func:`~.replayinputs.under_load`): the CPU per request is the service's, the load the
   load's.
 * **The Go scheduler.** The requests in the service share the CPUs it can use, as the Go

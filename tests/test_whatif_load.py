@@ -65,8 +65,8 @@ def test_a_run_at_another_limit_and_load_is_predicted_under_its_own_load(pair):
 
 
 def test_the_replay_under_a_load_serves_that_loads_requests_at_the_sources_cost(pair):
-    """what_if(load=): as many requests as the load sent, each at the source's CPU per
-    request (the same cost in the model's attrs), the usage their sum; the model says
+    """what_if(load=): as many requests as the load sent, at the source's CPU per request
+    (the same mean cost in the model's attrs), the usage their sum; the model says
     whose load it replayed."""
     low, high = pair
     own = W.what_if(low, quota_us=100_000.0, gomaxprocs=2, unlimited=False)
@@ -76,7 +76,7 @@ def test_the_replay_under_a_load_serves_that_loads_requests_at_the_sources_cost(
     assert other.attrs["model"]["cost_ms"] == pytest.approx(own.attrs["model"]["cost_ms"], rel=0.02)
     assert other.attrs["model"]["load"] == "load-1cpu-gmp2" and own.attrs["model"]["load"] == "the run's own"
     d = W.demand(low)
-    used = float(np.sum(np.resize(np.asarray(d["cost_ns"], dtype=float), n_high))) / 1000
+    used = n_high * float(np.mean(d["cost_ns"])) / 1000  # the source's mean cost, per request of the load
     assert other["usage_us"].sum() == pytest.approx(used, rel=1e-6)
 
 
@@ -97,9 +97,9 @@ def test_a_run_under_its_own_load_or_a_copy_of_it_replays_as_before(pair, tmp_pa
 
 
 def test_under_load_cycles_the_costs_and_keeps_the_spread_of_a_closed_loop_only():
-    """Costs in the service's order, again in turn where the load has more requests; the
-    load starts at the service's first request; a closed loop's spread is kept only where
-    the load is a closed loop too."""
+    """Costs in the service's order, again in turn where the load has more requests, at the
+    service's mean cost; the load starts at the service's first request; a closed loop's
+    spread is kept only where the load is a closed loop too."""
     d = {
         "sched_ns": np.array([1_000, 2_000, 5_000], dtype=np.int64),
         "cost_ns": np.array([1.0, 2.0, 3.0]),
@@ -113,13 +113,36 @@ def test_under_load_cycles_the_costs_and_keeps_the_spread_of_a_closed_loop_only(
     load = {"sched_ns": np.arange(5, dtype=np.int64) * 10, "concurrency": None, "stop_ns": None,
             "gaps_ns": [(15, 25)], "span_ns": (0, 60), "name": "other"}  # fmt: skip
     got = under_load(d, load)
-    assert got["cost_ns"].tolist() == [1.0, 2.0, 3.0, 1.0, 2.0]
+    assert got["cost_ns"] == pytest.approx(np.array([1.0, 2.0, 3.0, 1.0, 2.0]) * 2.0 / 1.8)
+    assert under_load(d, {**load, "sched_ns": load["sched_ns"][:1]})["cost_ns"].tolist() == [2.0]  # the mean
     assert got["sched_ns"].tolist() == [1_000, 1_010, 1_020, 1_030, 1_040]
     assert got["gaps_ns"] == [(1_015, 1_025)] and got["span_ns"] == (1_000, 1_060)
     assert got["concurrency"] is None and got["stop_ns"] is None and got["latency_shape"] is None
     closed = under_load(d, {**load, "concurrency": 2, "stop_ns": 40})
     assert closed["latency_shape"] is d["latency_shape"] and closed["stop_ns"] == 1_040
     assert under_load({**d, "cost_ns": 7.0}, load)["cost_ns"] == 7.0  # one mean for all
+
+
+def test_a_load_is_the_run_given_not_its_directory(pair):
+    """A run edited in memory (dataclasses.replace, as the package's own level views are
+    made) is a load of its own though it shares its directory: the source's requests sent
+    four times over, a quarter apart, are four times the arrivals and overload the quota;
+    the offered load handed out is a copy, which a caller may change without moving later
+    predictions."""
+    import dataclasses
+
+    import pandas as pd
+
+    low, high = pair
+    r = low.requests
+    step = int((r["sched_ns"].max() - r["sched_ns"].min()) // len(r) // 4)
+    more = pd.concat([r.assign(sched_ns=r["sched_ns"] + k * step) for k in range(4)], ignore_index=True)
+    heavy = dataclasses.replace(low, requests=more.sort_values("sched_ns", kind="stable", ignore_index=True))
+    per = W.what_if(low, quota_us=30_000.0, load=heavy)
+    assert per.attrs["model"]["arrivals"] == 4 * len(W.demand(low)["sched_ns"])
+    before = W.predict(low, high)
+    offered_load(high)["sched_ns"] //= 2
+    assert W.predict(low, high) == before
 
 
 def test_a_load_without_requests_leaves_the_sources_own_and_says_so(pair, tmp_path):
@@ -134,7 +157,7 @@ def test_a_load_without_requests_leaves_the_sources_own_and_says_so(pair, tmp_pa
         warnings.simplefilter("ignore")
         bare = gmp.load_run(tmp_path / "bare")
     per = W.what_if(low, quota_us=100_000.0, load=bare)
-    assert "own" in per.attrs["model"]["load"] and "no requests.csv" in per.attrs["model"]["load"]
+    assert "own" in per.attrs["model"]["load"] and "no requests within the samples" in per.attrs["model"]["load"]
     assert W.estimate(low, quota_us=100_000.0, load=bare) == W.estimate(low, quota_us=100_000.0)
     with pytest.raises(UsageError, match="load="):
         W.what_if(low, load=str(high.path))
