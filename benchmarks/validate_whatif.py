@@ -39,6 +39,7 @@ import math
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -66,6 +67,19 @@ def workload(name: str) -> str | None:
     """The name without its GOMAXPROCS part and repeat (None: the name has no such part)."""
     base = REPEAT.sub("", name)
     return VARIANT.sub("", base) if VARIANT.search(base) else None
+
+
+def bundles(dirs: list[Path], with_tcg: bool = False) -> Iterator[tuple[Path, Path, gmp.Run]]:
+    """(directory, bundle, run) of every bundle in ``dirs`` (DEFAULT_DIRS where present when
+    none is given), loaded with the library's warnings silenced; runs made in a TCG guest
+    are left out unless ``with_tcg`` (its CPU is not a machine's: docs/lab.md)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for d in dirs or [x for x in DEFAULT_DIRS if x.is_dir()]:
+            for b in sorted(p for p in d.iterdir() if (p / "meta.json").exists()):
+                run = gmp.load_run(b)
+                if run.meta.get("virtualization") != "tcg" or with_tcg:
+                    yield d, b, run
 
 
 def goals(e: dict[str, float], pred: dict[str, float], truth: dict[str, float], cpus: float) -> dict[str, bool]:
@@ -201,16 +215,10 @@ def main() -> int:
     )
     a = ap.parse_args()
     groups: dict[tuple[str, str], list[gmp.Run]] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for d in a.dirs or [x for x in DEFAULT_DIRS if x.is_dir()]:
-            for b in sorted(p for p in d.iterdir() if (p / "meta.json").exists()):
-                w = workload(b.name)
-                run = gmp.load_run(b)
-                if run.meta.get("virtualization") == "tcg" and not a.with_tcg:
-                    continue
-                if w and run.requests is not None and len(run.requests):
-                    groups.setdefault((d.name, w), []).append(run)
+    for d, b, run in bundles(a.dirs, a.with_tcg):
+        w = workload(b.name)
+        if w and run.requests is not None and len(run.requests):
+            groups.setdefault((d.name, w), []).append(run)
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

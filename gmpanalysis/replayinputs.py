@@ -17,7 +17,7 @@ from .analysis import analyze
 from .bundle import Run
 from .cfsreplay import SLICE_US
 from .cgroup import bundle_cpus, bundle_period_us
-from .errors import BundleError, GmpError, MissingDataError
+from .errors import BundleError, GmpError, MissingDataError, UsageError
 from .grid import restart_ns
 from .kernelfacts import tick_ns
 from .levels import ever_limited, level_names
@@ -405,11 +405,14 @@ def under_load(d: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def prep_under_load(run: Run, load: Run | None) -> dict[str, Any]:
+def prep_under_load(run: Run, load: Any, caller: str = "what_if") -> dict[str, Any]:
     """The run's replay inputs (:func:`prep_built`, memoised) with ``load``'s offered load
     in place of its own (:func:`under_load`); its own where ``load`` is None or itself, or
     where either has no requests to tell a load or a CPU per request by (the demand's
-    ``load`` then says whose load it is)."""
+    ``load`` then says whose load it is). A ``load`` that is not a run is a
+    :class:`UsageError` naming ``caller``."""
+    if load is not None and not isinstance(load, Run):
+        raise UsageError(f"{caller}(load={load!r}): give a run (gmp.load_run) whose offered load to replay under")
     prep = memo(run, "prep", prep_built)
     if load is None or load is run:
         return prep

@@ -145,8 +145,6 @@ def what_if(
     ``.attrs["quota_bound"]``: some level's quota held a CPU back from a whole slice at
     least once (False: a larger quota would have replayed the same).
     """
-    if load is not None and not isinstance(load, Run):
-        raise UsageError(f"what_if(load={load!r}): give a run (gmp.load_run) whose offered load to replay under")
     cols, attrs = _what_if(
         prep_under_load(run, load), run.path, quota_us, period_us, burst_us, gomaxprocs, cpus,
         unlimited=unlimited, outer=outer, tick_phase_ns=tick_phase_ns,
@@ -445,10 +443,7 @@ def estimate(run: Run, phases: int = TICK_PHASES, **setting: Any) -> dict[str, f
     known tick phase. :func:`predict`, :func:`gmpanalysis.advise` and the report all use
     it, and the validation (benchmarks/validate_whatif.py) measures its error. ``load=``
     another run replays the service under that run's offered load, as :func:`what_if`."""
-    load = setting.pop("load", None)
-    if load is not None and not isinstance(load, Run):
-        raise UsageError(f"estimate(load={load!r}): give a run (gmp.load_run) whose offered load to replay under")
-    return estimate_from_prep(prep_under_load(run, load), run.path, phases, **setting)
+    return estimate_from_prep(prep_under_load(run, setting.pop("load", None), "estimate"), run.path, phases, **setting)
 
 
 def estimate_from_prep(
